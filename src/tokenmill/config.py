@@ -1,0 +1,255 @@
+"""Job spec, sampling, retry policy and simulated-server settings: the one home of every default.
+
+A job file is YAML validated by :class:`JobSpec`; :func:`load_job` turns pydantic's errors into a
+:class:`~tokenmill.errors.ConfigError` that names each bad field and how to fix it.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from tokenmill.errors import ConfigError
+
+ApiKind = Literal["openai-chat", "openai-completions", "sglang-generate"]
+BadRowPolicy = Literal["error", "skip"]
+Mapping = Literal["auto", "messages", "conversations", "prompt"]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=False)
+
+
+class HFInput(_Model):
+    """A Hugging Face dataset, read with ``datasets`` in streaming mode."""
+
+    dataset: str = Field(description="Dataset id on the Hub, or a local dataset directory")
+    config: str | None = Field(default=None, description="Dataset configuration name")
+    split: str = Field(default="train", description="Split to read")
+
+
+class InputSpec(_Model):
+    """Where the prompts come from and how a row becomes a prompt."""
+
+    path: str | None = Field(default=None, description="Local jsonl/json/parquet file, directory or glob")
+    hf: HFInput | None = Field(default=None, description="A Hugging Face dataset instead of a local path")
+    format: Literal["auto", "jsonl", "json", "parquet"] = "auto"
+    mapping: Mapping = Field(default="auto", description="Which column holds the prompt")
+    messages_field: str = "messages"
+    conversations_field: str = "conversations"
+    prompt_field: str = "prompt"
+    id_field: str | None = Field(default=None, description="Column with stable ids (default: row index)")
+    system_prompt: str | None = Field(default=None, description="Prepended as a system message")
+    conversation_turns: Literal["first", "history"] = Field(
+        default="first",
+        description="first: system + first user turn; history: everything up to the last user turn",
+    )
+    offset: int = Field(default=0, ge=0, description="Skip this many rows first (trial runs)")
+    limit: int | None = Field(default=None, ge=1, description="Read at most this many rows (trial runs)")
+    on_bad_row: BadRowPolicy = Field(default="error", description="error: stop with file:line; skip: record")
+
+    @model_validator(mode="after")
+    def _one_source(self) -> InputSpec:
+        if (self.path is None) == (self.hf is None):
+            raise ValueError("give exactly one of input.path (local files) or input.hf (a dataset id)")
+        return self
+
+
+class SamplingSpec(_Model):
+    """Sampling parameters sent with every request."""
+
+    max_tokens: int = Field(default=2048, ge=1)
+    temperature: float = Field(default=0.7, ge=0.0)
+    top_p: float | None = Field(default=None, gt=0.0, le=1.0)
+    top_k: int | None = Field(default=None)
+    stop: list[str] | None = None
+    seed: int | None = None
+    extra_body: dict[str, Any] = Field(
+        default_factory=dict, description="Merged into every request body (e.g. chat_template_kwargs)"
+    )
+
+    def as_dict(self) -> dict[str, Any]:
+        """The parameters as recorded in each completion (no Nones)."""
+        out = {k: v for k, v in self.model_dump().items() if v is not None and k != "extra_body"}
+        if self.extra_body:
+            out["extra_body"] = self.extra_body
+        return out
+
+
+class RetrySpec(_Model):
+    """How failures are retried, and when a server is set aside."""
+
+    max_attempts: int = Field(default=8, ge=1, description="Attempts per prompt for transient errors")
+    backoff_base_s: float = Field(default=0.5, gt=0)
+    backoff_max_s: float = Field(default=30.0, gt=0)
+    connect_timeout_s: float = Field(default=10.0, gt=0)
+    read_timeout_s: float = Field(default=1800.0, gt=0, description="Per request; long generations take time")
+    quarantine_after: int = Field(default=5, ge=1, description="Consecutive failures before quarantine")
+    probe_interval_s: float = Field(default=5.0, gt=0, description="How often a quarantined server is probed")
+
+
+class OutputSpec(_Model):
+    """Where completions go."""
+
+    dir: str = Field(description="Output directory (the source of truth for resume)")
+    shard_size: int = Field(default=500, ge=1, description="Completions per sealed shard")
+
+
+class JobSpec(_Model):
+    """A whole generation job."""
+
+    input: InputSpec
+    servers: list[str] = Field(default_factory=list, description="Base URLs, e.g. http://10.0.0.1:30000")
+    servers_file: str | None = Field(default=None, description="A file with one base URL per line")
+    api: ApiKind = "openai-chat"
+    model: str = Field(default="default", description="Model name sent in requests")
+    tokenizer: str | None = Field(
+        default=None, description="Tokenizer path for client-side chat templates (sglang-generate)"
+    )
+    sampling: SamplingSpec = Field(default_factory=SamplingSpec)
+    api_key_env: str | None = Field(default=None, description="Name of the env var holding the API key")
+    concurrency: int = Field(default=64, ge=1, description="In-flight requests per server")
+    output: OutputSpec
+    retry: RetrySpec = Field(default_factory=RetrySpec)
+    save_token_ids: bool = False
+    status_interval_s: float = Field(default=10.0, gt=0, description="Status line period off a terminal")
+
+    @field_validator("servers")
+    @classmethod
+    def _urls(cls, v: list[str]) -> list[str]:
+        return [normalize_url(u) for u in v]
+
+    @model_validator(mode="after")
+    def _has_servers(self) -> JobSpec:
+        if not self.servers and not self.servers_file:
+            raise ValueError("give servers (a list of base URLs) or servers_file")
+        return self
+
+    def resolved_servers(self) -> list[str]:
+        """Servers from the list and the servers file, deduplicated in order."""
+        urls = list(self.servers)
+        if self.servers_file:
+            try:
+                lines = Path(self.servers_file).read_text().splitlines()
+            except OSError as exc:
+                raise ConfigError(f"servers_file {self.servers_file!r} cannot be read: {exc}") from exc
+            for line in lines:
+                line = line.split("#", 1)[0].strip()
+                if line:
+                    urls.append(normalize_url(line))
+        seen: dict[str, None] = dict.fromkeys(urls)
+        if not seen:
+            raise ConfigError("no servers given: list base URLs under `servers:` or in servers_file")
+        return list(seen)
+
+    def api_key(self) -> str | None:
+        """The API key from the named environment variable (never stored in the job file)."""
+        if not self.api_key_env:
+            return None
+        key = os.environ.get(self.api_key_env)
+        if not key:
+            raise ConfigError(f"api_key_env names {self.api_key_env!r}, but that variable is not set; export it")
+        return key
+
+
+class FaultSpec(_Model):
+    """Fault injection for the simulated server (fractions of requests)."""
+
+    error_rate: float = Field(default=0.0, ge=0, le=1, description="HTTP 500 responses")
+    rate_limit_rate: float = Field(default=0.0, ge=0, le=1, description="HTTP 429 responses")
+    stall_rate: float = Field(default=0.0, ge=0, le=1, description="Requests that hang for stall_s")
+    stall_s: float = Field(default=3600.0, ge=0)
+    drop_rate: float = Field(default=0.0, ge=0, le=1, description="Connections closed without a response")
+    malformed_rate: float = Field(default=0.0, ge=0, le=1, description="Truncated / invalid JSON bodies")
+    seed: int = 0
+
+
+class SimConfig(_Model):
+    """The simulated SGLang server: scheduler capacity, timing, output lengths and faults."""
+
+    host: str = "127.0.0.1"
+    port: int = 0
+    model: str = "tokenmill-sim"
+    max_running_requests: int = Field(default=256, ge=1)
+    max_queued_requests: int | None = None
+    context_length: int = Field(default=32768, ge=16)
+    step_base_ms: float = Field(default=20.0, ge=0, description="Decode step time at batch 1")
+    step_per_req_ms: float = Field(default=0.05, ge=0, description="Extra step time per running request")
+    prefill_ms_per_1k: float = Field(default=30.0, ge=0, description="Prefill time per 1,000 prompt tokens")
+    time_scale: float = Field(default=1.0, ge=0, description="Multiplies every simulated duration")
+    instant: bool = Field(default=False, description="Answer at once (client benchmarks)")
+    output_len_mean: int = Field(default=256, ge=1)
+    output_len_sigma: float = Field(default=0.6, ge=0, description="Log-normal sigma of output length")
+    seed: int = 0
+    faults: FaultSpec = Field(default_factory=FaultSpec)
+
+
+def normalize_url(url: str) -> str:
+    """``host:port`` → ``http://host:port``; strips a trailing slash and a trailing ``/v1``."""
+    url = url.strip().rstrip("/")
+    if "://" not in url:
+        url = "http://" + url
+    if url.endswith("/v1"):
+        url = url[: -len("/v1")]
+    return url
+
+
+def _fix_hint(err: dict[str, Any]) -> str:
+    kind = err.get("type", "")
+    if kind == "missing":
+        return "add this field"
+    if kind == "extra_forbidden":
+        return "remove it or check the spelling"
+    if kind in ("literal_error", "enum"):
+        return "use one of the allowed values"
+    return "correct the value"
+
+
+def format_validation_error(exc: ValidationError, where: str) -> str:
+    """One line per bad field: ``field.path: problem (fix)``."""
+    lines = [f"{where} is invalid:"]
+    for err in exc.errors():
+        loc = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        lines.append(f"  {loc}: {err['msg']} -> {_fix_hint(dict(err))}")
+    return "\n".join(lines)
+
+
+def parse_job(data: dict[str, Any], where: str = "job spec") -> JobSpec:
+    """Validate a job mapping; raises ConfigError naming each bad field."""
+    try:
+        return JobSpec.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(format_validation_error(exc, where)) from exc
+
+
+def load_job(path: str | Path, overrides: dict[str, Any] | None = None) -> JobSpec:
+    """Read a YAML job file, apply dotted-key overrides (``{"output.dir": "x"}``) and validate."""
+    p = Path(path)
+    try:
+        data = yaml.safe_load(p.read_text()) or {}
+    except OSError as exc:
+        raise ConfigError(f"cannot read job file {p}: {exc}") from exc
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{p} is not valid YAML: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ConfigError(f"{p} must hold a mapping of job fields (input, servers, output, ...)")
+    for key, value in (overrides or {}).items():
+        set_dotted(data, key, value)
+    return parse_job(data, where=str(p))
+
+
+def set_dotted(data: dict[str, Any], key: str, value: Any) -> None:
+    """Set ``a.b.c`` in nested dicts, creating levels as needed."""
+    parts = key.split(".")
+    node = data
+    for part in parts[:-1]:
+        nxt = node.get(part)
+        if not isinstance(nxt, dict):
+            nxt = {}
+            node[part] = nxt
+        node = nxt
+    node[parts[-1]] = value

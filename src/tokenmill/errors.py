@@ -1,0 +1,77 @@
+"""The tokenmill exception tree.
+
+Every failure that reaches the user is one of these; foreign exceptions (aiohttp, pyarrow, pydantic,
+datasets, OS errors) are translated at the boundary of the module that owns the dependency, keeping the
+cause (``raise X(...) from exc``). Whether a failure may be retried is a property of its type.
+
+    TokenmillError                      base; ``str(err)`` is a user-facing message that says what to do
+    ├── ConfigError                     the job spec or a CLI option is invalid (names the field and the fix)
+    ├── InputError                      the input cannot be read (names the file, and the line where known)
+    │   └── BadRowError                 one row is unusable (file + line + reason); skip-able by policy
+    ├── OutputError                     the output directory is unusable (corrupt file, disk full, permissions)
+    ├── RequestError                    one generation request failed
+    │   ├── TransientError              retryable: connection refused/reset, timeout, 5xx, 429, bad body
+    │   └── PermanentError              not retryable: the server rejected this prompt (4xx)
+    ├── ServerError                     a server cannot be used at all (bad URL, no model, fleet start failed)
+    └── StoreError                      the remote object store failed or refused an operation
+"""
+
+from __future__ import annotations
+
+
+class TokenmillError(Exception):
+    """Base of every error tokenmill raises on purpose."""
+
+    retryable: bool = False
+
+
+class ConfigError(TokenmillError):
+    """The job spec or a command-line option is invalid."""
+
+
+class InputError(TokenmillError):
+    """An input file or dataset cannot be read."""
+
+
+class BadRowError(InputError):
+    """A single input row is unusable; under ``on_bad_row: skip`` it is recorded and skipped."""
+
+    def __init__(self, source: str, reason: str, row_id: str | None = None) -> None:
+        self.source = source
+        self.reason = reason
+        self.row_id = row_id
+        super().__init__(
+            f"{source}: {reason} (fix the row, or rerun with --on-bad-row skip to record it and go on)"
+        )
+
+
+class OutputError(TokenmillError):
+    """The output directory cannot be written or holds something inconsistent."""
+
+
+class RequestError(TokenmillError):
+    """One request to one server failed."""
+
+    def __init__(self, message: str, status: int | None = None, server: str | None = None) -> None:
+        self.message = message
+        self.status = status
+        self.server = server
+        super().__init__(message)
+
+
+class TransientError(RequestError):
+    """A failure worth retrying, preferably on another server."""
+
+    retryable = True
+
+
+class PermanentError(RequestError):
+    """The server rejected this request; retrying cannot help (e.g. prompt longer than the context)."""
+
+
+class ServerError(TokenmillError):
+    """A server cannot be used at all."""
+
+
+class StoreError(TokenmillError):
+    """The remote object store failed or refused an operation."""

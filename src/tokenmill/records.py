@@ -1,0 +1,118 @@
+"""The records on the hot path: a Prompt in, a Completion or a Failure out, and their JSONL encoding.
+
+One line of a shard is ``orjson.dumps(record) + b"\\n"``; every record carries ``id`` and ``status``
+(``"ok"`` for a completion, ``"failed"`` for a failure) so any line can be decoded on its own.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+Message = dict[str, Any]
+
+
+@dataclass(slots=True)
+class Prompt:
+    """One unit of work: a stable id and what is sent (chat messages or plain text)."""
+
+    id: str
+    messages: list[Message] | None = None
+    text: str | None = None
+    source: str = ""  # "file:line" (or "dataset:index"), for messages that name the row
+    meta: dict[str, Any] | None = None  # original row fields kept for export (optional)
+
+    def payload(self) -> list[Message] | str:
+        """The prompt as sent: messages for chat, text otherwise."""
+        if self.messages is not None:
+            return self.messages
+        return self.text or ""
+
+
+@dataclass(slots=True)
+class Generation:
+    """What a backend returns for one successful request (before the dispatcher adds bookkeeping)."""
+
+    text: str
+    finish_reason: str | None
+    prompt_tokens: int | None
+    completion_tokens: int | None
+    reasoning_content: str | None = None
+    prompt_token_ids: list[int] | None = None
+    completion_token_ids: list[int] | None = None
+
+
+@dataclass(slots=True)
+class Completion:
+    """A completed prompt, as written to a shard."""
+
+    id: str
+    prompt: list[Message] | str
+    completion: str
+    finish_reason: str | None
+    prompt_tokens: int | None
+    completion_tokens: int | None
+    model: str
+    sampling: dict[str, Any]
+    server: str
+    latency_s: float
+    attempts: int
+    started_at: float
+    finished_at: float
+    reasoning_content: str | None = None
+    prompt_token_ids: list[int] | None = None
+    completion_token_ids: list[int] | None = None
+    status: str = "ok"
+
+
+@dataclass(slots=True)
+class Failure:
+    """A prompt that could not be completed, with the reason (written to ``failed.jsonl``)."""
+
+    id: str
+    prompt: list[Message] | str
+    error_type: str
+    error: str
+    http_status: int | None
+    server: str | None
+    attempts: int
+    finished_at: float
+    status: str = "failed"
+
+
+@dataclass(slots=True)
+class Skip:
+    """An input row that was skipped under ``on_bad_row: skip`` (written to ``skipped.jsonl``)."""
+
+    source: str
+    reason: str
+    id: str | None = None
+    status: str = "skipped"
+
+
+@dataclass(slots=True)
+class Stats:
+    """Counters the dispatcher keeps; read by progress displays (never blocks the hot path)."""
+
+    completed: int = 0
+    failed: int = 0
+    skipped: int = 0
+    retries: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    per_server: dict[str, dict[str, float]] = field(default_factory=dict)
+
+
+def encode(record: Completion | Failure | Skip) -> bytes:
+    """One JSONL line (with the trailing newline)."""
+    return orjson.dumps(record, option=orjson.OPT_APPEND_NEWLINE)
+
+
+def decode(line: bytes) -> dict[str, Any]:
+    """Decode one line; raises ``orjson.JSONDecodeError`` (a ``ValueError``) on a torn or bad line."""
+    obj = orjson.loads(line)
+    if not isinstance(obj, dict) or "status" not in obj:
+        raise ValueError("not a tokenmill record")
+    return obj
