@@ -1,0 +1,39 @@
+# tokenmill — every target installs what it needs from scratch on a fresh machine.
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+PIP    := $(VENV)/bin/pip
+STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml constraints.txt | sha1sum | cut -c1-12)
+
+.PHONY: demo test check lint typecheck unit bench clean venv
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml constraints.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	$(PIP) install -q -c constraints.txt -e '.[dev]'
+	rm -f $(VENV)/.installed-* && touch $@
+
+demo: venv
+	$(VENV)/bin/tokenmill demo
+
+lint: venv
+	$(VENV)/bin/ruff check src tests scripts
+	$(VENV)/bin/ruff format --check src tests scripts
+
+typecheck: venv
+	$(VENV)/bin/mypy
+
+unit: venv
+	$(VENV)/bin/pytest -q tests/unit
+
+# The whole suite: lint, types, then every test tier.
+test: venv lint typecheck
+	$(VENV)/bin/pytest -q -p no:cacheprovider tests
+
+bench: venv
+	$(PY) -m bench
+
+clean:
+	rm -rf $(VENV) tokenmill-demo .pytest_cache .mypy_cache .ruff_cache
