@@ -1,0 +1,9 @@
+"""Request/response seams for each server API; the only package that knows HTTP body shapes.
+
+``make_backend(kind, ...)`` returns a :class:`~tokenmill.backends.base.Backend` from the registry; the
+dispatcher only calls ``backend.generate(session, server, prompt)``.
+"""
+
+from tokenmill.backends.base import Backend, BackendOptions, make_backend
+
+__all__ = ["Backend", "BackendOptions", "make_backend"]

@@ -1,0 +1,157 @@
+"""The backend seam: one request in, one :class:`Generation` out, every failure a tokenmill error.
+
+HTTP and aiohttp errors are translated here, once:
+
+- connection refused / reset, connect timeout, server disconnect  -> ``TransientError`` (``counts=False``:
+  the server is at fault, not the prompt, so the prompt's attempt budget is not spent)
+- read timeout, 5xx (but 503), malformed or truncated body        -> ``TransientError`` (counts)
+- 429 and 503 (overloaded, queue full)                            -> ``TransientError`` (``counts=False``)
+- 401 / 403 / 404 (bad key, wrong path or model)                  -> ``MisconfiguredError``: the server, not the
+  prompt, is unusable; the dispatcher sets the server aside and stops if every server says so
+- any other 4xx (prompt too long, bad parameter)                  -> ``PermanentError`` with the server's message
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import aiohttp
+import orjson
+
+from tokenmill.config import SamplingSpec
+from tokenmill.errors import PermanentError, RequestError, TransientError
+from tokenmill.records import Generation, Prompt
+
+
+class ServerFault(TransientError):
+    """A transient failure caused by the server's state (down, overloaded): it does not use up attempts."""
+
+
+class MisconfiguredError(RequestError):
+    """The server refuses every request of this job (bad API key, wrong endpoint or model)."""
+
+
+@dataclass(frozen=True, slots=True)
+class BackendOptions:
+    """What every backend needs to build a request body."""
+
+    model: str
+    sampling: SamplingSpec
+    api_key: str | None = None
+    save_token_ids: bool = False
+    tokenizer: str | None = None
+
+
+def error_message(body: bytes, limit: int = 500) -> str:
+    """The server's own error message from an error body (OpenAI, SGLang or vLLM shape), else the raw text."""
+    try:
+        obj = orjson.loads(body)
+    except ValueError:
+        return body.decode("utf-8", "replace")[:limit].strip() or "(empty body)"
+    if isinstance(obj, dict):
+        err = obj.get("error", obj)
+        if isinstance(err, dict):
+            msg = err.get("message") or err.get("detail") or err.get("msg")
+            if msg:
+                return str(msg)[:limit]
+        elif isinstance(err, str):
+            return err[:limit]
+        if "detail" in obj:
+            return str(obj["detail"])[:limit]
+    return body.decode("utf-8", "replace")[:limit]
+
+
+def classify_status(status: int, body: bytes, server: str) -> RequestError:
+    """Map a non-2xx HTTP status to the right error type (see the module docstring)."""
+    msg = f"HTTP {status}: {error_message(body)}"
+    if status in (429, 503):
+        return ServerFault(msg, status=status, server=server)
+    if status in (401, 403, 404, 405):
+        return MisconfiguredError(msg, status=status, server=server)
+    if status == 408 or status >= 500:
+        return TransientError(msg, status=status, server=server)
+    return PermanentError(msg, status=status, server=server)
+
+
+class Backend(ABC):
+    """One API kind. Subclasses build the body and parse the response; ``generate`` does the HTTP."""
+
+    kind: ClassVar[str]
+    path: ClassVar[str]
+    registry: ClassVar[dict[str, type[Backend]]] = {}
+
+    def __init__(self, options: BackendOptions) -> None:
+        self.options = options
+        self.headers = {"Content-Type": "application/json"}
+        if options.api_key:
+            self.headers["Authorization"] = f"Bearer {options.api_key}"
+
+    def __init_subclass__(cls, **kw: Any) -> None:
+        super().__init_subclass__(**kw)
+        if getattr(cls, "kind", None):
+            Backend.registry[cls.kind] = cls
+
+    @abstractmethod
+    def body(self, prompt: Prompt) -> dict[str, Any]:
+        """The JSON request body for one prompt."""
+
+    @abstractmethod
+    def parse(self, obj: dict[str, Any], sent: dict[str, Any]) -> Generation:
+        """Turn a decoded 2xx response to ``sent`` into a Generation; KeyError/TypeError/ValueError if malformed."""
+
+    def sampling_fields(self) -> dict[str, Any]:
+        """Sampling parameters with OpenAI names (no Nones); extra_body merged by the caller."""
+        s = self.options.sampling
+        out: dict[str, Any] = {"max_tokens": s.max_tokens, "temperature": s.temperature}
+        for name in ("top_p", "top_k", "stop", "seed"):
+            value = getattr(s, name)
+            if value is not None:
+                out[name] = value
+        return out
+
+    async def generate(self, session: aiohttp.ClientSession, server: str, prompt: Prompt) -> Generation:
+        """POST one prompt to ``server`` and return its generation, or raise a RequestError subclass."""
+        sent = self.body(prompt)
+        payload = orjson.dumps(sent)
+        try:
+            async with session.post(server + self.path, data=payload, headers=self.headers) as resp:
+                raw = await resp.read()
+                status = resp.status
+        except aiohttp.SocketTimeoutError as exc:
+            raise TransientError(f"no response within the read timeout ({exc})", server=server) from exc
+        except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError) as exc:
+            raise ServerFault(f"connection failed: {type(exc).__name__}: {exc}", server=server) from exc
+        except TimeoutError as exc:
+            raise TransientError("request timed out", server=server) from exc
+        if status >= 300:
+            raise classify_status(status, raw, server)
+        try:
+            obj = orjson.loads(raw)
+            if not isinstance(obj, dict):
+                raise TypeError("response is not a JSON object")
+            return self.parse(obj, sent)
+        except (ValueError, KeyError, TypeError, IndexError) as exc:
+            snippet = raw[:120].decode("utf-8", "replace")
+            raise TransientError(f"malformed response body ({exc}): {snippet!r}", server=server) from exc
+
+
+def make_backend(kind: str, options: BackendOptions) -> Backend:
+    """The backend registered for an API kind; an unknown kind lists the known ones."""
+    # importing the modules registers their classes
+    from tokenmill.backends import openai, sglang  # noqa: F401
+
+    cls = Backend.registry.get(kind)
+    if cls is None:
+        known = ", ".join(sorted(Backend.registry))
+        raise ValueError(f"unknown api {kind!r}; known: {known}")
+    return cls(options)
+
+
+def usage_int(usage: dict[str, Any] | None, key: str) -> int | None:
+    """An integer usage field, or None when absent."""
+    if not usage:
+        return None
+    value = usage.get(key)
+    return int(value) if isinstance(value, int | float) else None

@@ -1,0 +1,90 @@
+"""OpenAI-compatible APIs: ``/v1/chat/completions`` and ``/v1/completions`` (SGLang, vLLM, others).
+
+Token ids (``save_token_ids``) use vLLM's ``return_token_ids`` request field, answered with
+``prompt_token_ids`` on the response (or the choice) and ``token_ids`` on the choice.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from tokenmill.backends.base import Backend, BackendOptions, usage_int
+from tokenmill.backends.render import PromptRenderer
+from tokenmill.records import Generation, Message, Prompt
+
+
+def _ids(value: Any) -> list[int] | None:
+    return [int(x) for x in value] if isinstance(value, list) else None
+
+
+class _OpenAIBase(Backend):
+    def _common(self) -> dict[str, Any]:
+        body: dict[str, Any] = {"model": self.options.model, **self.sampling_fields()}
+        if self.options.save_token_ids:
+            body["return_token_ids"] = True
+        body.update(self.options.sampling.extra_body)
+        return body
+
+    @staticmethod
+    def _token_ids(obj: dict[str, Any], choice: dict[str, Any]) -> tuple[list[int] | None, list[int] | None]:
+        prompt_ids = _ids(obj.get("prompt_token_ids")) or _ids(choice.get("prompt_token_ids"))
+        return prompt_ids, _ids(choice.get("token_ids"))
+
+
+class OpenAIChat(_OpenAIBase):
+    """``POST /v1/chat/completions``: plain-text prompts are sent as one user message."""
+
+    kind: ClassVar[str] = "openai-chat"
+    path: ClassVar[str] = "/v1/chat/completions"
+
+    def body(self, prompt: Prompt) -> dict[str, Any]:
+        messages: list[Message] = (
+            prompt.messages if prompt.messages is not None else [{"role": "user", "content": prompt.text}]
+        )
+        body = self._common()
+        body["messages"] = messages
+        return body
+
+    def parse(self, obj: dict[str, Any], sent: dict[str, Any]) -> Generation:
+        choice = obj["choices"][0]
+        message = choice["message"]
+        usage = obj.get("usage")
+        prompt_ids, completion_ids = self._token_ids(obj, choice)
+        return Generation(
+            text=message.get("content") or "",
+            finish_reason=choice.get("finish_reason"),
+            prompt_tokens=usage_int(usage, "prompt_tokens"),
+            completion_tokens=usage_int(usage, "completion_tokens"),
+            reasoning_content=message.get("reasoning_content") or message.get("reasoning"),
+            prompt_token_ids=prompt_ids,
+            completion_token_ids=completion_ids,
+        )
+
+
+class OpenAICompletions(_OpenAIBase):
+    """``POST /v1/completions``: text prompts; chat prompts need a client-side chat template (``tokenizer``)."""
+
+    kind: ClassVar[str] = "openai-completions"
+    path: ClassVar[str] = "/v1/completions"
+
+    def __init__(self, options: BackendOptions) -> None:
+        super().__init__(options)
+        self.renderer = PromptRenderer(self.kind, options.tokenizer)
+
+    def body(self, prompt: Prompt) -> dict[str, Any]:
+        body = self._common()
+        body["prompt"] = self.renderer.text(prompt)
+        return body
+
+    def parse(self, obj: dict[str, Any], sent: dict[str, Any]) -> Generation:
+        choice = obj["choices"][0]
+        usage = obj.get("usage")
+        prompt_ids, completion_ids = self._token_ids(obj, choice)
+        return Generation(
+            text=choice["text"],
+            finish_reason=choice.get("finish_reason"),
+            prompt_tokens=usage_int(usage, "prompt_tokens"),
+            completion_tokens=usage_int(usage, "completion_tokens"),
+            prompt_token_ids=prompt_ids,
+            completion_token_ids=completion_ids,
+        )

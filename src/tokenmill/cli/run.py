@@ -1,0 +1,103 @@
+"""``tokenmill run`` and ``tokenmill retry-failed``."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from tokenmill.cli.common import setup_logging
+from tokenmill.config import JobSpec, load_job
+
+
+def _overrides(**given: Any) -> dict[str, Any]:
+    mapping = {
+        "servers": "servers",
+        "output": "output.dir",
+        "concurrency": "concurrency",
+        "limit": "input.limit",
+        "offset": "input.offset",
+        "api": "api",
+        "model": "model",
+        "max_tokens": "sampling.max_tokens",
+        "on_bad_row": "input.on_bad_row",
+    }
+    out: dict[str, Any] = {}
+    for name, key in mapping.items():
+        value = given.get(name)
+        if value is None or value == ():
+            continue
+        out[key] = list(value) if isinstance(value, tuple) else value
+    return out
+
+
+def job_options(fn: Any) -> Any:
+    """The common-field overrides shared by run and retry-failed."""
+    options = [
+        click.option("--servers", multiple=True, help="Server base URL (repeat); replaces the job's list."),
+        click.option("--output", "-o", help="Output directory (overrides output.dir)."),
+        click.option("--concurrency", type=int, help="In-flight requests per server."),
+        click.option("--limit", type=int, help="Read at most this many rows (trial runs)."),
+        click.option("--offset", type=int, help="Skip this many rows first."),
+        click.option("--api", type=click.Choice(["openai-chat", "openai-completions", "sglang-generate"])),
+        click.option("--model", help="Model name sent in requests."),
+        click.option("--max-tokens", type=int, help="sampling.max_tokens"),
+        click.option("--on-bad-row", type=click.Choice(["error", "skip"]), help="Stop at a bad row, or record it."),
+        click.option("--allow-changed-job", is_flag=True, help="Allow a job with other settings in the same output."),
+        click.option("--live/--no-live", default=None, help="Force the live display on or off."),
+        click.option("--log-level", default="INFO", show_default=True),
+    ]
+    for option in reversed(options):
+        fn = option(fn)
+    return fn
+
+
+def execute(job: JobSpec, allow_changed_job: bool, live: bool | None, log_level: str) -> None:
+    """Run a job and print its summary; exit 0 when finished, 3 when stopped before the end."""
+    from tokenmill.runner import run_job
+
+    setup_logging(log_level, Path(job.output.dir) / "tokenmill.log")
+    result = asyncio.run(run_job(job, allow_changed_job=allow_changed_job, live=live))
+    click.echo(result.summary.markdown())
+    if not result.finished:
+        click.echo("stopped before the end: rerun the same command to resume.", err=True)
+        sys.exit(3)
+
+
+@click.command()
+@click.argument("job_file", type=click.Path(dir_okay=False))
+@job_options
+def run(job_file: str, allow_changed_job: bool, live: bool | None, log_level: str, **fields: Any) -> None:
+    """Generate a completion for every prompt of JOB_FILE, exactly once.
+
+    Rerun the same command after any interruption: the output directory is the record of what is done,
+    and the run carries on from there.
+
+    \b
+    Example:
+        tokenmill run job.yaml --limit 100 -o trial/
+    """
+    job = load_job(job_file, _overrides(**fields))
+    execute(job, allow_changed_job, live, log_level)
+
+
+@click.command(name="retry-failed")
+@click.argument("job_file", type=click.Path(dir_okay=False))
+@job_options
+def retry_failed(job_file: str, allow_changed_job: bool, live: bool | None, log_level: str, **fields: Any) -> None:
+    """Re-queue the failed prompts of JOB_FILE's output and run them again.
+
+    The current failed.jsonl is kept as failed.retry-N.jsonl; prompts that fail again are recorded anew.
+    """
+    from tokenmill.output import OutputDir
+
+    job = load_job(job_file, _overrides(**fields))
+    archived = OutputDir(Path(job.output.dir), shard_size=job.output.shard_size).archive_failed()
+    if archived is None:
+        click.echo("no failed prompts to retry", err=True)
+        return
+    click.echo(f"failed records moved to {archived}; retrying them", err=True)
+    execute(job, allow_changed_job, live, log_level)

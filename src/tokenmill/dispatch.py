@@ -1,0 +1,395 @@
+"""The async dispatch loop: per-server in-flight limits, least-loaded choice, retries, quarantine, stop.
+
+One row's path: the loop takes a prompt (a ready retry first, else the next from the source), waits until
+some usable server has a free slot, picks the one with the most free capacity (avoiding the server that just
+failed it), and starts one request task. The task records a Completion or a Failure in the sink, or, on a
+transient error, schedules a retry after an exponential backoff with jitter. A server that fails
+``quarantine_after`` times in a row is set aside and probed every ``probe_interval_s`` until it answers again;
+while no server is usable the loop waits and says so, so prompts are never burned as failures. Failures that
+are the server's state (refused or dropped connections, 429, 503) do not use up a prompt's attempts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import aiohttp
+
+from tokenmill.backends.base import Backend, MisconfiguredError, ServerFault
+from tokenmill.config import RetrySpec
+from tokenmill.errors import PermanentError, RequestError, ServerError, TokenmillError, TransientError
+from tokenmill.records import Completion, Failure, Prompt
+
+log = logging.getLogger("tokenmill.dispatch")
+
+# A prompt whose failures are all the servers' fault is still failed after this many times max_attempts.
+HARD_ATTEMPT_FACTOR = 10
+
+
+class Sink(Protocol):
+    """Where results go (the output directory)."""
+
+    def write(self, rec: Completion) -> None: ...
+
+    def fail(self, rec: Failure) -> None: ...
+
+
+@dataclass(slots=True)
+class ServerState:
+    """One server as the dispatcher sees it; read by progress displays and the concurrency controller."""
+
+    url: str
+    limit: int
+    inflight: int = 0
+    usable: bool = True
+    problem: str | None = None  # why it is set aside
+    misconfigured: bool = False
+    consecutive_failures: int = 0
+    completed: int = 0
+    failed: int = 0
+    errors: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    set_aside_at: float | None = None
+
+
+@dataclass(slots=True)
+class Work:
+    """A prompt on its way through the loop."""
+
+    prompt: Prompt
+    attempts: int = 0
+    strikes: int = 0  # failures that count against max_attempts
+    last_server: str | None = None
+    first_wall: float | None = None
+
+
+@dataclass(slots=True)
+class DispatchStats:
+    """Client-side counters (monotonic)."""
+
+    started: int = 0
+    completed: int = 0
+    failed: int = 0
+    retries: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    waiting_since: float | None = None  # set while no server is usable
+    recent_failures: deque[str] = field(default_factory=lambda: deque(maxlen=5))
+
+
+class Dispatcher:
+    """Sends every prompt of a source to the fleet and records each result exactly once in the sink."""
+
+    def __init__(
+        self,
+        servers: list[str],
+        backend: Backend,
+        sink: Sink,
+        retry: RetrySpec,
+        concurrency: int,
+        *,
+        model: str,
+        sampling: dict[str, object],
+        clock: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] = time.time,
+        rng: random.Random | None = None,
+    ) -> None:
+        if not servers:
+            raise ServerError("no servers to send work to")
+        self.servers = [ServerState(url=u, limit=concurrency) for u in servers]
+        self.backend = backend
+        self.sink = sink
+        self.retry = retry
+        self.model = model
+        self.sampling = sampling
+        self.clock = clock
+        self.wall = wall
+        self.rng = rng or random.Random()
+        self.stats = DispatchStats()
+        self._ready: deque[Work] = deque()
+        self._delayed = 0
+        self._inflight = 0
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._wake = asyncio.Event()
+        self._stopping = False
+        self._fatal: BaseException | None = None
+        self._session: aiohttp.ClientSession | None = None
+        self._last_wait_log = -1e18
+
+    # ---- public -------------------------------------------------------------------------------------------
+
+    @property
+    def inflight(self) -> int:
+        return self._inflight
+
+    def request_stop(self) -> None:
+        """Stop taking new prompts; in-flight requests may finish (their results are kept)."""
+        self._stopping = True
+        self._wake.set()
+
+    async def run(self, source: AsyncIterator[Prompt], grace_s: float = 10.0) -> bool:
+        """Dispatch until the source is exhausted and every prompt is recorded (True) or a stop (False)."""
+        total_limit = sum(s.limit for s in self.servers)
+        connector = aiohttp.TCPConnector(limit=total_limit + 4 * len(self.servers), limit_per_host=0)
+        timeout = aiohttp.ClientTimeout(
+            total=None, sock_connect=self.retry.connect_timeout_s, sock_read=self.retry.read_timeout_s
+        )
+        async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
+            self._session = session
+            prober = asyncio.create_task(self._probe_loop(), name="tokenmill-prober")
+            try:
+                finished = await self._main(source)
+                await self._drain(grace_s if not finished else None)
+            finally:
+                prober.cancel()
+                for task in list(self._tasks):
+                    task.cancel()
+                await asyncio.gather(prober, *self._tasks, return_exceptions=True)
+        if self._fatal is not None:
+            raise self._fatal
+        return finished and not self._stopping
+
+    # ---- the loop -----------------------------------------------------------------------------------------
+
+    async def _main(self, source: AsyncIterator[Prompt]) -> bool:
+        source_done = False
+        while not self._stopping:
+            if self._ready:
+                work = self._ready.popleft()
+            elif source_done:
+                if self._inflight == 0 and self._delayed == 0:
+                    return True
+                await self._wait()
+                continue
+            else:
+                try:
+                    prompt = await anext(source)
+                except StopAsyncIteration:
+                    source_done = True
+                    continue
+                work = Work(prompt)
+            server = await self._acquire(work)
+            if server is None:
+                self._ready.appendleft(work)
+                break
+            self._start(work, server)
+        return False
+
+    async def _wait(self) -> None:
+        self._wake.clear()
+        await self._wake.wait()
+
+    def _pick(self, work: Work) -> ServerState | None:
+        best: ServerState | None = None
+        best_key: tuple[bool, int, int] | None = None
+        for s in self.servers:
+            if not s.usable or s.inflight >= s.limit:
+                continue
+            key = (s.url != work.last_server, s.limit - s.inflight, -s.errors)
+            if best_key is None or key > best_key:
+                best, best_key = s, key
+        return best
+
+    async def _acquire(self, work: Work) -> ServerState | None:
+        while not self._stopping:
+            server = self._pick(work)
+            if server is not None:
+                self.stats.waiting_since = None
+                return server
+            if not any(s.usable for s in self.servers):
+                self._note_no_server()
+            await self._wait()
+        return None
+
+    def _note_no_server(self) -> None:
+        if all(s.misconfigured for s in self.servers):
+            problems = "; ".join(f"{s.url}: {s.problem}" for s in self.servers)
+            self._fatal = ServerError(
+                f"every server refuses this job's requests ({problems}). Check the servers' URLs, the model name "
+                "and the API key variable (api_key_env), then rerun the same command to resume."
+            )
+            self._stopping = True
+            return
+        now = self.clock()
+        if self.stats.waiting_since is None:
+            self.stats.waiting_since = now
+        if now - self._last_wait_log >= 60:
+            self._last_wait_log = now
+            log.warning(
+                "no server is usable (%s); waiting and probing every %.0fs — nothing is being marked failed",
+                "; ".join(f"{s.url}: {s.problem}" for s in self.servers),
+                self.retry.probe_interval_s,
+            )
+
+    def _start(self, work: Work, server: ServerState) -> None:
+        server.inflight += 1
+        self._inflight += 1
+        self.stats.started += 1
+        task = asyncio.create_task(self._attempt(work, server))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _drain(self, grace_s: float | None) -> None:
+        if not self._tasks:
+            return
+        if grace_s is None:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+            return
+        log.info("stopping: waiting up to %.0fs for %d requests in flight", grace_s, len(self._tasks))
+        _, pending = await asyncio.wait(set(self._tasks), timeout=grace_s)
+        for task in pending:
+            task.cancel()
+        if pending:
+            log.info("%d unfinished requests will be redone on resume", len(pending))
+
+    # ---- one request --------------------------------------------------------------------------------------
+
+    async def _attempt(self, work: Work, server: ServerState) -> None:
+        assert self._session is not None
+        work.attempts += 1
+        if work.first_wall is None:
+            work.first_wall = self.wall()
+        start = self.clock()
+        try:
+            gen = await self.backend.generate(self._session, server.url, work.prompt)
+        except MisconfiguredError as exc:
+            self._set_aside(server, exc.message, misconfigured=True)
+            work.attempts -= 1
+            self._requeue(work, 0.0)
+        except PermanentError as exc:
+            server.consecutive_failures = 0
+            server.failed += 1
+            self._record_failure(work, exc, server)
+        except TransientError as exc:
+            self._on_transient(work, server, exc)
+        except TokenmillError as exc:  # e.g. a ConfigError while building the request: stop the run
+            self._fatal = exc
+            self.request_stop()
+        except Exception as exc:  # a bug must not lose the prompt: stop, keep everything recorded so far
+            log.exception("unexpected error for prompt %s", work.prompt.id)
+            self._fatal = exc
+            self.request_stop()
+        else:
+            latency = self.clock() - start
+            server.consecutive_failures = 0
+            server.completed += 1
+            self.stats.completed += 1
+            if gen.prompt_tokens:
+                server.prompt_tokens += gen.prompt_tokens
+                self.stats.prompt_tokens += gen.prompt_tokens
+            if gen.completion_tokens:
+                server.completion_tokens += gen.completion_tokens
+                self.stats.completion_tokens += gen.completion_tokens
+            self.sink.write(
+                Completion(
+                    id=work.prompt.id,
+                    prompt=work.prompt.payload(),
+                    completion=gen.text,
+                    finish_reason=gen.finish_reason,
+                    prompt_tokens=gen.prompt_tokens,
+                    completion_tokens=gen.completion_tokens,
+                    model=self.model,
+                    sampling=self.sampling,
+                    server=server.url,
+                    latency_s=round(latency, 4),
+                    attempts=work.attempts,
+                    started_at=round(work.first_wall, 3),
+                    finished_at=round(self.wall(), 3),
+                    reasoning_content=gen.reasoning_content,
+                    prompt_token_ids=gen.prompt_token_ids,
+                    completion_token_ids=gen.completion_token_ids,
+                )
+            )
+        finally:
+            server.inflight -= 1
+            self._inflight -= 1
+            self._wake.set()
+
+    def _on_transient(self, work: Work, server: ServerState, exc: TransientError) -> None:
+        server.errors += 1
+        server.consecutive_failures += 1
+        self.stats.retries += 1
+        self.stats.recent_failures.append(f"{server.url}: {exc.message}")
+        if server.consecutive_failures >= self.retry.quarantine_after and server.usable:
+            self._set_aside(server, f"{server.consecutive_failures} failures in a row, last: {exc.message}")
+        if not isinstance(exc, ServerFault):
+            work.strikes += 1
+        work.last_server = server.url
+        if work.strikes >= self.retry.max_attempts or work.attempts >= HARD_ATTEMPT_FACTOR * self.retry.max_attempts:
+            self._record_failure(work, exc, server)
+            return
+        delay = min(self.retry.backoff_max_s, self.retry.backoff_base_s * 2 ** min(work.attempts - 1, 30))
+        self._requeue(work, delay * self.rng.uniform(0.5, 1.5))
+
+    def _requeue(self, work: Work, delay: float) -> None:
+        if delay <= 0:
+            self._ready.append(work)
+            return
+        self._delayed += 1
+        asyncio.get_running_loop().call_later(delay, self._retry_ready, work)
+
+    def _retry_ready(self, work: Work) -> None:
+        self._delayed -= 1
+        self._ready.append(work)
+        self._wake.set()
+
+    def _record_failure(self, work: Work, exc: RequestError, server: ServerState) -> None:
+        self.stats.failed += 1
+        self.sink.fail(
+            Failure(
+                id=work.prompt.id,
+                prompt=work.prompt.payload(),
+                error_type=type(exc).__name__,
+                error=exc.message,
+                http_status=exc.status,
+                server=server.url,
+                attempts=work.attempts,
+                finished_at=round(self.wall(), 3),
+            )
+        )
+
+    # ---- server health ------------------------------------------------------------------------------------
+
+    def _set_aside(self, server: ServerState, why: str, misconfigured: bool = False) -> None:
+        if server.usable:
+            log.warning("setting server %s aside: %s", server.url, why)
+        server.usable = False
+        server.problem = why
+        server.misconfigured = misconfigured
+        server.set_aside_at = self.clock()
+        self._wake.set()
+
+    async def _probe(self, server: ServerState) -> bool:
+        assert self._session is not None
+        timeout = aiohttp.ClientTimeout(total=min(10.0, self.retry.probe_interval_s * 2))
+        for path in ("/health", "/v1/models"):
+            try:
+                async with self._session.get(server.url + path, timeout=timeout) as resp:
+                    if resp.status == 200:
+                        return True
+                    if resp.status != 404:
+                        return False
+            except (aiohttp.ClientError, TimeoutError):
+                return False
+        return False
+
+    async def _probe_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.retry.probe_interval_s)
+            for server in self.servers:
+                if server.usable or server.misconfigured:
+                    continue
+                if await self._probe(server):
+                    log.warning("server %s answers again; sending it work", server.url)
+                    server.usable = True
+                    server.problem = None
+                    server.consecutive_failures = 0
+                    self._wake.set()

@@ -1,0 +1,1 @@
+"""Starting and stopping servers on this machine."""

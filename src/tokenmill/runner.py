@@ -1,0 +1,218 @@
+"""One job end to end: open the output (rebuilding the done set from it), stream the input, dispatch, write,
+show progress, and leave a summary. ``run_job`` is what ``tokenmill run`` and ``tokenmill demo`` call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+import signal
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from tokenmill.backends import BackendOptions, make_backend
+from tokenmill.config import JobSpec
+from tokenmill.dispatch import Dispatcher
+from tokenmill.errors import ConfigError, InputError, OutputError
+from tokenmill.feed import PromptFeed
+from tokenmill.output import OutputDir, ResumeState
+from tokenmill.progress import Display, Snapshot, Tracker
+from tokenmill.records import Prompt, Skip
+from tokenmill.summary import Summary, write_summary
+
+log = logging.getLogger("tokenmill.run")
+
+JOB_FILE = "job.json"
+# Fields that change what a completion is; a rerun with other values would mix two datasets in one output.
+FINGERPRINT_FIELDS = ("input", "api", "model", "sampling", "save_token_ids")
+# Input fields that only select rows (trial runs): changing them between runs is fine.
+SELECTION_FIELDS = ("offset", "limit", "on_bad_row")
+FLUSH_INTERVAL_S = 0.5
+TICK_INTERVAL_S = 1.0
+
+
+@dataclass(slots=True)
+class RunResult:
+    """How a run ended."""
+
+    finished: bool  # every input row is now completed, failed or skipped
+    summary: Summary
+    resume: ResumeState
+
+
+def _identity(job: JobSpec) -> dict[str, Any]:
+    data = job.model_dump(mode="json", include=set(FINGERPRINT_FIELDS))
+    for key in SELECTION_FIELDS:
+        data["input"].pop(key, None)
+    return data
+
+
+def check_job_identity(out: Path, job: JobSpec, allow_changed: bool) -> str:
+    """Record the job in ``OUT/job.json`` on the first run; refuse a different job later. Returns the job id."""
+    path = out / JOB_FILE
+    ident = _identity(job)
+    digest = hashlib.sha256(orjson.dumps(ident, option=orjson.OPT_SORT_KEYS)).hexdigest()
+    if path.exists():
+        try:
+            old = orjson.loads(path.read_bytes())
+        except (OSError, ValueError) as exc:
+            raise OutputError(f"{path} is unreadable ({exc}); restore it or use a new output directory") from exc
+        if old.get("fingerprint") != digest and not allow_changed:
+            before = old.get("identity", {})
+            changed = sorted(k for k in ident if before.get(k) != ident[k])
+            raise ConfigError(
+                f"{out} holds output of a different job (changed: {', '.join(changed) or 'unknown'}). "
+                "Mixing them would make one corpus from two setups: use a new output.dir, or pass "
+                "--allow-changed-job if this is intended."
+            )
+        return str(old.get("job_id", ""))
+    job_id = uuid.uuid4().hex
+    record = {
+        "job_id": job_id,
+        "fingerprint": digest,
+        "identity": ident,
+        "spec": job.model_dump(mode="json"),
+        "created_at": time.time(),
+    }
+    tmp = path.with_suffix(".tmp")
+    try:
+        tmp.write_bytes(orjson.dumps(record, option=orjson.OPT_INDENT_2))
+        tmp.replace(path)
+    except OSError as exc:
+        raise OutputError(f"cannot write {path}: {exc}") from exc
+    return job_id
+
+
+def _input_rows(job: JobSpec) -> Callable[[], Iterator[Prompt | Skip]]:
+    from tokenmill.sources import iter_prompts
+
+    return lambda: iter_prompts(job.input)
+
+
+def _count_rows(job: JobSpec) -> int | None:
+    try:
+        from tokenmill.sources import count_rows
+    except ImportError:
+        return None
+    try:
+        return count_rows(job.input)
+    except Exception:  # an estimate only; the run itself reports real input errors
+        return None
+
+
+async def run_job(
+    job: JobSpec,
+    *,
+    allow_changed_job: bool = False,
+    live: bool | None = None,
+    install_signals: bool = True,
+    clock: Callable[[], float] = time.monotonic,
+    on_tick: Callable[[Snapshot], None] | None = None,
+) -> RunResult:
+    """Run ``job`` until every prompt is recorded or a stop is requested; safe to rerun after any crash."""
+    out_path = Path(job.output.dir)
+    out = OutputDir(out_path, shard_size=job.output.shard_size)
+    state = out.open()
+    for msg in state.repaired:
+        log.warning("output repaired: %s", msg)
+    check_job_identity(out_path, job, allow_changed_job)
+    servers = job.resolved_servers()
+    backend = make_backend(
+        job.api,
+        BackendOptions(
+            model=job.model,
+            sampling=job.sampling,
+            api_key=job.api_key(),
+            save_token_ids=job.save_token_ids,
+            tokenizer=job.tokenizer,
+        ),
+    )
+    dispatcher = Dispatcher(
+        servers,
+        backend,
+        out,
+        job.retry,
+        job.concurrency,
+        model=job.model,
+        sampling=job.sampling.as_dict(),
+        clock=clock,
+    )
+    feed = PromptFeed(_input_rows(job), state.done, state.skipped_sources, out.skip)
+    tracker = Tracker(dispatcher, clock=clock)
+    tracker.done_before = state.completed + state.failed
+    display = Display(tracker, job.status_interval_s, live=live)
+    if state.completed or state.failed:
+        log.info("resuming %s: %d completed, %d failed already recorded", out_path, state.completed, state.failed)
+
+    loop = asyncio.get_running_loop()
+    stops = 0
+
+    def on_signal() -> None:
+        nonlocal stops
+        stops += 1
+        if stops == 1:
+            log.warning("stop requested: finishing requests in flight (press again to stop at once)")
+            dispatcher.request_stop()
+        else:
+            for task in asyncio.all_tasks(loop):
+                if task.get_name() == "tokenmill-dispatch":
+                    task.cancel()
+
+    if install_signals:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                loop.add_signal_handler(sig, on_signal)
+
+    async def housekeeping() -> None:
+        total_task = asyncio.ensure_future(asyncio.to_thread(_count_rows, job))
+        next_tick = 0.0
+        while True:
+            await asyncio.sleep(FLUSH_INTERVAL_S)
+            out.flush()
+            if total_task.done() and tracker.total is None and not total_task.cancelled():
+                tracker.total = total_task.result()
+            if feed.counts.exhausted:
+                tracker.total = feed.counts.rows
+            tracker.skipped = feed.counts.skipped
+            now = clock()
+            if now >= next_tick:
+                next_tick = now + TICK_INTERVAL_S
+                snap = display.tick()
+                if on_tick is not None:
+                    on_tick(snap)
+
+    display.start()
+    house = asyncio.create_task(housekeeping(), name="tokenmill-housekeeping")
+    dispatch = asyncio.create_task(dispatcher.run(feed), name="tokenmill-dispatch")
+    finished = False
+    try:
+        finished = await dispatch
+    except asyncio.CancelledError:
+        finished = False
+    finally:
+        feed.close()
+        house.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await house
+        tracker.skipped = feed.counts.skipped
+        if feed.counts.exhausted:
+            tracker.total = feed.counts.rows
+        final = display.stop()
+        out.close(seal=finished)
+        if install_signals:
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                with contextlib.suppress(NotImplementedError, RuntimeError):
+                    loop.remove_signal_handler(sig)
+    if finished and feed.counts.rows == 0:
+        raise InputError(f"the input holds no rows ({job.input.path or job.input.hf}); check input.path / input.hf")
+    summary = Summary.build(job, final, dispatcher, state, finished)
+    write_summary(out_path, summary)
+    return RunResult(finished=finished, summary=summary, resume=state)
