@@ -16,7 +16,7 @@ import logging
 import random
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -101,6 +101,7 @@ class Dispatcher:
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
         rng: random.Random | None = None,
+        probe: Callable[[aiohttp.ClientSession, str], Awaitable[bool]] | None = None,
     ) -> None:
         if not servers:
             raise ServerError("no servers to send work to")
@@ -113,6 +114,7 @@ class Dispatcher:
         self.clock = clock
         self.wall = wall
         self.rng = rng or random.Random()
+        self.probe = probe or probe_health
         self.stats = DispatchStats()
         self._ready: deque[Work] = deque()
         self._delayed = 0
@@ -206,6 +208,8 @@ class Dispatcher:
                 return server
             if not any(s.usable for s in self.servers):
                 self._note_no_server()
+                if self._stopping:
+                    break
             await self._wait()
         return None
 
@@ -367,29 +371,31 @@ class Dispatcher:
         server.set_aside_at = self.clock()
         self._wake.set()
 
-    async def _probe(self, server: ServerState) -> bool:
-        assert self._session is not None
-        timeout = aiohttp.ClientTimeout(total=min(10.0, self.retry.probe_interval_s * 2))
-        for path in ("/health", "/v1/models"):
-            try:
-                async with self._session.get(server.url + path, timeout=timeout) as resp:
-                    if resp.status == 200:
-                        return True
-                    if resp.status != 404:
-                        return False
-            except (aiohttp.ClientError, TimeoutError):
-                return False
-        return False
-
     async def _probe_loop(self) -> None:
         while True:
             await asyncio.sleep(self.retry.probe_interval_s)
             for server in self.servers:
                 if server.usable or server.misconfigured:
                     continue
-                if await self._probe(server):
+                assert self._session is not None
+                if await self.probe(self._session, server.url):
                     log.warning("server %s answers again; sending it work", server.url)
                     server.usable = True
                     server.problem = None
                     server.consecutive_failures = 0
                     self._wake.set()
+
+
+async def probe_health(session: aiohttp.ClientSession, url: str) -> bool:
+    """True when the server answers ``/health`` (or ``/v1/models`` where there is no ``/health``) with 200."""
+    timeout = aiohttp.ClientTimeout(total=10.0)
+    for path in ("/health", "/v1/models"):
+        try:
+            async with session.get(url + path, timeout=timeout) as resp:
+                if resp.status == 200:
+                    return True
+                if resp.status != 404:
+                    return False
+        except (aiohttp.ClientError, TimeoutError):
+            return False
+    return False
