@@ -1,0 +1,51 @@
+"""``tokenmill verify``."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import click
+import orjson
+
+from tokenmill.records import Skip
+
+
+def _input_ids(job_file: str) -> Iterator[str | Skip]:
+    from tokenmill.config import load_job
+    from tokenmill.sources import iter_prompts
+
+    job = load_job(job_file)
+    for item in iter_prompts(job.input):
+        yield item if isinstance(item, Skip) else item.id
+
+
+@click.command()
+@click.argument("out", type=click.Path(file_okay=False, path_type=Path))
+@click.option(
+    "--input",
+    "job_file",
+    type=click.Path(dir_okay=False),
+    help="Job file whose input is read to check that every prompt is recorded exactly once.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+def verify(out: Path, job_file: str | None, as_json: bool) -> None:
+    """Check the output directory OUT: every sealed shard against its manifest line (sha256, count, bytes),
+    every line readable, no torn line, no id recorded twice. With --input JOB.yaml, also check that every
+    input prompt is completed, failed or skipped exactly once, and that nothing else is there.
+
+    Exits 0 when everything checks out, 1 when a problem was found.
+
+    \b
+    Example:
+        tokenmill verify out/ --input job.yaml
+    """
+    from tokenmill.output import verify as run_verify
+
+    report = run_verify(out, _input_ids(job_file) if job_file else None)
+    if as_json:
+        click.echo(orjson.dumps(report.to_dict(), option=orjson.OPT_INDENT_2).decode())
+    else:
+        click.echo(report.render())
+    sys.exit(0 if report.ok else 1)

@@ -1,0 +1,65 @@
+"""One writer per output directory: an advisory ``flock`` on ``OUT/.lock``, released when the process ends."""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+from pathlib import Path
+
+from tokenmill.errors import OutputError
+from tokenmill.output import layout
+from tokenmill.output.fsio import output_error, write_all
+
+
+class DirLock:
+    """Held while a process writes to the directory; a second writer gets a clear :class:`OutputError`."""
+
+    def __init__(self, root: Path) -> None:
+        self.path = root / layout.LOCK
+        self._fd: int | None = None
+
+    @property
+    def held(self) -> bool:
+        """Whether this object holds the lock."""
+        return self._fd is not None
+
+    def acquire(self) -> None:
+        """Take the lock (without waiting) and record this process id in the lock file."""
+        if self._fd is not None:
+            return
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        except OSError as exc:
+            raise output_error(exc, "locking", self.path) from exc
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = _read_pid(fd)
+            os.close(fd)
+            raise OutputError(
+                f"another tokenmill process{holder} is writing to {self.path.parent}: wait for it to finish "
+                "or stop it (two writers would do the same work twice), then rerun"
+            ) from None
+        except OSError as exc:
+            os.close(fd)
+            raise output_error(exc, "locking", self.path) from exc
+        with contextlib.suppress(OSError):
+            os.ftruncate(fd, 0)
+            write_all(fd, f"{os.getpid()}\n".encode())
+        self._fd = fd
+
+    def release(self) -> None:
+        """Give the lock up (closing the descriptor releases the ``flock``)."""
+        if self._fd is not None:
+            fd, self._fd = self._fd, None
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+
+def _read_pid(fd: int) -> str:
+    try:
+        text = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
+    except OSError:
+        return ""
+    return f" (pid {text})" if text.isdigit() else ""

@@ -1,0 +1,334 @@
+"""The shard writer: completions appended to an open shard, sealed every ``shard_size`` records.
+
+Sealing a shard is: flush, fsync, rename ``completions_N.jsonl.open`` to ``completions_N.jsonl``, fsync the
+directory, then append (and fsync) its manifest line. A crash at any point leaves either an open shard
+(continued on the next run, its torn last line cut) or a sealed shard with or without its manifest line
+(the line is re-derived on the next open). Failures and skips go to ``failed.jsonl`` and ``skipped.jsonl``.
+
+Typical use by the runner::
+
+    out = OutputDir(job.output.dir, job.output.shard_size, on_seal=uploader.enqueue)
+    state = out.open()                       # what is done; repairs crash damage
+    ... out.write(completion) / out.fail(failure) / out.skip(skip); out.flush() every ~0.5 s ...
+    out.close(seal=True)                     # end of the job: seal the partial shard too
+
+Not thread-safe: call it from one thread (the event loop). After an :class:`OutputError` the directory is
+left consistent and every later call raises the same error; rerunning the job repairs and continues.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import logging
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tokenmill import records
+from tokenmill.config import OutputSpec
+from tokenmill.errors import ConfigError, OutputError
+from tokenmill.output import layout
+from tokenmill.output.fsio import AppendFile, fsync_dir, output_error, rename
+from tokenmill.output.lock import DirLock
+from tokenmill.output.manifest import ManifestEntry
+from tokenmill.output.resume import ResumeState, recover
+from tokenmill.records import Completion, Failure, Skip
+
+log = logging.getLogger(__name__)
+
+DEFAULT_SHARD_SIZE: int = OutputSpec.model_fields["shard_size"].default
+
+# Buffered shard bytes are handed to the OS at this size even between the runner's periodic flushes,
+# so a burst of long completions cannot pile up in memory.
+_FLUSH_BYTES = 4 << 20
+
+
+@dataclass(frozen=True, slots=True)
+class SealedShard:
+    """A shard that has just been sealed (renamed into place, fsynced, listed in the manifest)."""
+
+    path: Path
+    name: str
+    count: int
+    bytes: int
+    sha256: str
+
+
+class _Shard:
+    """The open shard: its file plus what its manifest line will say."""
+
+    def __init__(self, index: int, path: Path, sha: Any, ids: list[str], tokens: tuple[int, int]) -> None:
+        self.index = index
+        self.file = AppendFile(path)
+        self.sha = sha
+        self.ids = ids
+        self.prompt_tokens, self.completion_tokens = tokens
+
+    def add(self, rec: Completion, line: bytes) -> None:
+        self.file.append(line)
+        self.sha.update(line)
+        self.ids.append(rec.id)
+        self.prompt_tokens += rec.prompt_tokens or 0
+        self.completion_tokens += rec.completion_tokens or 0
+
+
+class OutputDir:
+    """Durable, exactly-once output: shards, manifest, failures and skips in one directory."""
+
+    def __init__(
+        self,
+        path: str | Path,
+        shard_size: int = DEFAULT_SHARD_SIZE,
+        on_seal: Callable[[SealedShard], None] | None = None,
+    ) -> None:
+        if shard_size < 1:
+            raise ConfigError(f"output.shard_size must be at least 1 (got {shard_size})")
+        self.root = Path(path)
+        self.shard_size = shard_size
+        self.on_seal = on_seal
+        self.duplicates = 0  # records dropped because their id was already done
+        self._state: ResumeState | None = None
+        self._closed = False
+        self._broken: OutputError | None = None
+        self._lock = DirLock(self.root)
+        self._shard: _Shard | None = None
+        self._next_index = 0
+        self._failed = AppendFile(self.root / layout.FAILED)
+        self._failed_ids: set[str] = set()
+        self._skipped = AppendFile(self.root / layout.SKIPPED)
+        self._manifest = AppendFile(self.root / layout.MANIFEST)
+
+    @property
+    def state(self) -> ResumeState:
+        """The live resume state (counts and done set kept current by the writes)."""
+        if self._state is None:
+            raise OutputError(f"{self.root} is not open: call open() first")
+        return self._state
+
+    def open(self) -> ResumeState:
+        """Create the directory if needed, take the writer lock, repair crash damage, load what is done."""
+        if self._state is not None:
+            return self._state
+        self._make_dir()
+        self._lock.acquire()
+        try:
+            rec = recover(self.root)
+        except BaseException:
+            self._lock.release()
+            raise
+        self._state = rec.state
+        self._failed_ids = rec.failed_ids
+        self._next_index = rec.next_index
+        if rec.open_shard is not None:
+            found = rec.open_shard
+            shard = _Shard(
+                found.index,
+                found.path,
+                found.scan.prefix_sha,
+                found.scan.ids,
+                (found.scan.prompt_tokens, found.scan.completion_tokens),
+            )
+            shard.file.size = found.scan.good_bytes
+            self._shard = shard
+        for line in rec.state.repaired:
+            log.info("%s: %s", self.root, line)
+        return rec.state
+
+    def write(self, rec: Completion) -> None:
+        """Append one completion (buffered); seals the shard when it reaches ``shard_size``."""
+        state = self._usable()
+        if rec.id in state.done:
+            self._drop(rec.id, "completion")
+            return
+        line = records.encode(rec)
+        with self._guard():
+            shard = self._shard or self._start_shard()
+            shard.add(rec, line)
+            state.done.add(rec.id)
+            state.completed += 1
+            state.open_count += 1
+            state.prompt_tokens += rec.prompt_tokens or 0
+            state.completion_tokens += rec.completion_tokens or 0
+            if len(shard.ids) >= self.shard_size:
+                self._seal(shard)
+            elif shard.file.pending >= _FLUSH_BYTES:
+                shard.file.flush()
+
+    def fail(self, rec: Failure) -> None:
+        """Record a prompt that could not be completed (made durable by the next :meth:`flush`)."""
+        state = self._usable()
+        if rec.id in state.done:
+            self._drop(rec.id, "failure")
+            return
+        self._failed.append(records.encode(rec))
+        self._failed_ids.add(rec.id)
+        state.done.add(rec.id)
+        state.failed += 1
+
+    def skip(self, rec: Skip) -> None:
+        """Record a skipped input row once (a rerun skipping the same row again writes nothing)."""
+        state = self._usable()
+        if rec.source in state.skipped_sources:
+            return
+        self._skipped.append(records.encode(rec))
+        state.skipped_sources.add(rec.source)
+
+    def flush(self) -> None:
+        """Hand buffered completions to the OS; make buffered failures and skips durable (fsync)."""
+        self._usable()
+        with self._guard():
+            if self._shard is not None:
+                self._shard.file.flush()
+            for log_file in (self._failed, self._skipped):
+                if log_file.pending:
+                    log_file.sync()
+
+    def close(self, seal: bool) -> None:
+        """Flush and fsync everything; with ``seal`` also seal a non-empty open shard. Idempotent."""
+        if self._state is None or self._closed:
+            return
+        try:
+            if self._broken is None:
+                with self._guard():
+                    self._finish(seal)
+        finally:
+            self._closed = True
+            for f in (self._failed, self._skipped, self._manifest):
+                f.close()
+            if self._shard is not None:
+                self._shard.file.close()
+            self._lock.release()
+
+    def archive_failed(self) -> Path | None:
+        """Move ``failed.jsonl`` to ``failed.retry-<n>.jsonl`` so its prompts are attempted again.
+
+        Call it before :meth:`open` (or after, when the done set and counts are updated too). Returns
+        the new path, or None when there were no failures.
+        """
+        opened = self._state is not None
+        if opened:
+            self._usable()
+            with self._guard():
+                self._failed.sync()
+        elif not self.root.is_dir():
+            return None
+        else:
+            self._lock.acquire()
+        try:
+            moved = self._move_failed()
+        finally:
+            if not opened:
+                self._lock.release()
+        if opened and moved is not None:
+            state = self.state
+            state.done.difference_update(self._failed_ids)
+            state.failed = 0
+            self._failed_ids = set()
+        return moved
+
+    # -- internals -------------------------------------------------------------------------------------
+
+    def _make_dir(self) -> None:
+        if self.root.exists() and not self.root.is_dir():
+            raise OutputError(f"output path {self.root} exists and is not a directory: choose another output.dir")
+        created = not self.root.exists()
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise output_error(exc, "creating", self.root) from exc
+        if created:
+            fsync_dir(self.root.parent)
+
+    def _usable(self) -> ResumeState:
+        if self._broken is not None:
+            raise self._broken
+        if self._closed:
+            raise OutputError(f"{self.root} was closed; open a new OutputDir to write more")
+        return self.state
+
+    @contextlib.contextmanager
+    def _guard(self) -> Iterator[None]:
+        """Remember the first write error: later calls raise it instead of writing past a failure."""
+        try:
+            yield
+        except OutputError as exc:
+            self._broken = exc
+            raise
+
+    def _drop(self, rid: str, what: str) -> None:
+        self.duplicates += 1
+        log.warning("%s for id %r dropped: that id is already done in %s", what, rid, self.root)
+
+    def _start_shard(self) -> _Shard:
+        index = self._next_index
+        self._next_index += 1
+        self._shard = _Shard(index, self.root / layout.open_name(index), hashlib.sha256(), [], (0, 0))
+        return self._shard
+
+    def _seal(self, shard: _Shard) -> None:
+        shard.file.sync()
+        shard.file.close()
+        self._shard = None
+        name = layout.shard_name(shard.index)
+        path = self.root / name
+        rename(shard.file.path, path)
+        entry = ManifestEntry(
+            shard=name,
+            count=len(shard.ids),
+            bytes=shard.file.size,
+            sha256=shard.sha.hexdigest(),
+            ids=shard.ids,
+            prompt_tokens=shard.prompt_tokens,
+            completion_tokens=shard.completion_tokens,
+            sealed_at=time.time(),
+        )
+        self._manifest.append(entry.encode())
+        self._manifest.sync()
+        state = self.state
+        state.shards += 1
+        state.open_count = 0
+        if self.on_seal is not None:
+            self.on_seal(SealedShard(path=path, name=name, count=entry.count, bytes=entry.bytes, sha256=entry.sha256))
+
+    def _finish(self, seal: bool) -> None:
+        shard = self._shard
+        if shard is not None and seal and shard.ids:
+            self._seal(shard)
+        elif shard is not None:
+            shard.file.sync()
+            if seal:
+                _remove_empty(shard.file.path)
+        self._failed.sync()
+        self._skipped.sync()
+
+    def _move_failed(self) -> Path | None:
+        src = self.root / layout.FAILED
+        try:
+            size = src.stat().st_size
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise output_error(exc, "reading", src) from exc
+        self._failed.close()
+        self._failed = AppendFile(src)
+        if size == 0:
+            return None
+        taken = layout.list_dir(self.root).archived_failed
+        dst = self.root / layout.archived_failed_name(max(taken, default=0) + 1)
+        rename(src, dst)
+        return dst
+
+
+def _remove_empty(path: Path) -> None:
+    """Delete an open shard that never got a record (a run that ended right after starting it)."""
+    try:
+        if path.stat().st_size == 0:
+            path.unlink()
+            fsync_dir(path.parent)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise output_error(exc, "removing", path) from exc

@@ -1,0 +1,270 @@
+"""``verify``: check an output directory end to end, without changing it.
+
+Every sealed shard is read in full and checked against its manifest line (sha256, count, bytes, ids);
+every line of every file must decode; a torn last line is reported; no id may appear twice across the
+shards and ``failed.jsonl``. Given the input ids, every input id must be completed, failed or skipped
+exactly once, and nothing else may appear. Memory grows with the number of ids (one set), not their text.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tokenmill.errors import OutputError
+from tokenmill.output import layout, manifest
+from tokenmill.output.manifest import ManifestRead
+from tokenmill.output.scan import Scan, scan
+from tokenmill.records import Skip
+
+LISTED_PER_KIND = 20  # problems listed per kind; the totals always count them all
+
+# What each kind of problem means for the user, and what to do about it.
+HINTS: dict[str, str] = {
+    "missing-shard": "a shard listed in the manifest is gone: restore it, or delete its manifest line to redo it",
+    "mismatch": "a sealed shard changed after it was sealed: restore it from the remote copy, or move it aside "
+    "and delete its manifest line to redo its prompts",
+    "unindexed": "a sealed shard has no manifest line (a crash right after sealing): rerun the job to index it",
+    "manifest-line": "the manifest has an unreadable or repeated line: rerun the job to rewrite the manifest",
+    "bad-line": "a line is not a valid record: move the file aside to redo what it holds",
+    "torn": "a write was cut short (crash or full disk): rerun the job; it cuts the torn line and redoes it",
+    "layout": "files only another program could have left: keep one open shard, move the others aside",
+    "duplicate": "an id was recorded more than once",
+    "missing": "input ids with no completion, failure or skip: rerun the job to generate them",
+    "unexpected": "ids in the output that are not in this input: check that --input names the same job",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    """One thing wrong, with where it was found."""
+
+    kind: str
+    where: str
+    detail: str
+
+
+@dataclass(slots=True)
+class VerifyReport:
+    """The outcome of :func:`verify`: ``ok`` only when no problem was found."""
+
+    out: Path
+    counts: dict[str, int] = field(default_factory=dict)
+    problems: list[Problem] = field(default_factory=list)  # at most LISTED_PER_KIND per kind
+    totals: dict[str, int] = field(default_factory=dict)  # problems per kind, all counted
+    notes: list[str] = field(default_factory=list)
+    checked_input: bool = False
+
+    @property
+    def ok(self) -> bool:
+        """True when nothing is wrong."""
+        return not self.totals
+
+    def add(self, kind: str, where: str, detail: str) -> None:
+        """Count a problem, and list it while its kind is under the listing cap."""
+        self.totals[kind] = self.totals.get(kind, 0) + 1
+        if self.totals[kind] <= LISTED_PER_KIND:
+            self.problems.append(Problem(kind, where, detail))
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready form (``tokenmill verify --json``)."""
+        return {
+            "ok": self.ok,
+            "out": str(self.out),
+            "counts": self.counts,
+            "problem_totals": self.totals,
+            "problems": [{"kind": p.kind, "where": p.where, "detail": p.detail} for p in self.problems],
+            "notes": self.notes,
+            "checked_input": self.checked_input,
+        }
+
+    def render(self) -> str:
+        """A human summary: counts, verdict, problems grouped by kind, notes."""
+        lines = [f"output {self.out}", *self._count_lines()]
+        if self.ok:
+            scope = "; every input id is accounted for" if self.checked_input else ""
+            lines.append(f"OK: every sealed shard matches the manifest, no duplicate ids{scope}")
+        else:
+            total = sum(self.totals.values())
+            lines.append(f"NOT OK: {total:,} problem{'s' if total != 1 else ''}")
+            for kind, count in self.totals.items():
+                lines.append(f"  {kind} ({count:,}): {HINTS.get(kind, '')}")
+                listed = [p for p in self.problems if p.kind == kind]
+                lines.extend(f"    {p.where}: {p.detail}" for p in listed)
+                if count > len(listed):
+                    lines.append(f"    ... and {count - len(listed):,} more")
+        lines.extend(f"note: {n}" for n in self.notes)
+        return "\n".join(lines)
+
+    def _count_lines(self) -> list[str]:
+        c = self.counts
+        lines = [
+            f"  sealed shards  {c['sealed_shards']:,} ({c['sealed_records']:,} completions, "
+            f"{c['sealed_bytes']:,} bytes)",
+            f"  open shard     {c['open_records']:,} completions",
+            f"  failed         {c['failed']:,}",
+            f"  skipped        {c['skipped']:,}",
+        ]
+        if self.checked_input:
+            lines.append(
+                f"  input          {c['input_ids']:,} ids, {c['input_skipped']:,} rows skipped: "
+                f"{c['missing']:,} missing, {c['unexpected']:,} unexpected"
+            )
+        return lines
+
+
+def verify(out: Path, input_ids: Iterable[str | Skip] | None = None) -> VerifyReport:
+    """Check the output directory ``out``; with ``input_ids`` (ids, or Skips for rows the input skipped)
+    also check that each input id is recorded exactly once and nothing else is."""
+    out = Path(out)
+    if not out.is_dir():
+        raise OutputError(f"{out} is not an output directory (it does not exist or is a file)")
+    report = VerifyReport(out=out)
+    checker = _Checker(out, report)
+    checker.run()
+    if input_ids is not None:
+        checker.match_input(input_ids)
+    return report
+
+
+class _Checker:
+    def __init__(self, out: Path, report: VerifyReport) -> None:
+        self.out = out
+        self.report = report
+        self.recorded: set[str] = set()  # completed and failed ids
+        self.skipped_ids: set[str] = set()
+        self.counts = report.counts
+        self.counts.update(
+            sealed_shards=0, sealed_records=0, sealed_bytes=0, open_records=0, failed=0, skipped=0, duplicates=0
+        )
+
+    def run(self) -> None:
+        listing = layout.list_dir(self.out)
+        read = manifest.read(self.out / layout.MANIFEST)
+        self._check_manifest(read, listing)
+        for index in sorted(listing.sealed):
+            name, _ = listing.sealed[index]
+            self._check_sealed(name, read)
+        self._check_open(listing)
+        self._check_failed()
+        self._check_skipped()
+        for name in listing.leftovers:
+            self.report.notes.append(f"{name} is left from an interrupted rewrite; the next run removes it")
+
+    def _check_manifest(self, read: ManifestRead, listing: layout.Listing) -> None:
+        where = layout.MANIFEST
+        if not read.exists and listing.sealed:
+            self.report.notes.append(f"{where} is missing; the next run rebuilds it from the shards")
+        for line, reason in read.bad:
+            self.report.add("manifest-line", where, f"line {line}: {reason}")
+        for name in read.duplicates:
+            self.report.add("manifest-line", where, f"{name} is listed more than once")
+        if read.tail:
+            self.report.add("torn", where, f"torn last line ({read.tail} bytes)")
+        on_disk = {name for name, _ in listing.sealed.values()}
+        for name in sorted(set(read.entries) - on_disk):
+            entry = read.entries[name]
+            self.report.add("missing-shard", name, f"listed in the manifest ({entry.count} records) but not on disk")
+
+    def _check_sealed(self, name: str, read: ManifestRead) -> None:
+        result = scan(self.out / name, "ok")
+        self._damage(result, name)
+        self.counts["sealed_shards"] += 1
+        self.counts["sealed_records"] += result.records
+        self.counts["sealed_bytes"] += result.size
+        entry = read.entries.get(name)
+        if entry is None:
+            self.report.add("unindexed", name, f"{result.records} records, no manifest line")
+        else:
+            differ = []
+            if entry.sha256 != result.file_sha256:
+                differ.append("sha256")
+            if entry.count != result.records:
+                differ.append(f"count ({result.records} on disk, {entry.count} in the manifest)")
+            if entry.bytes != result.size:
+                differ.append(f"bytes ({result.size} on disk, {entry.bytes} in the manifest)")
+            if entry.ids != result.ids:
+                differ.append("ids")
+            if differ:
+                self.report.add("mismatch", name, "differs from its manifest line in " + ", ".join(differ))
+        self._record(result.ids, name)
+
+    def _check_open(self, listing: layout.Listing) -> None:
+        if len(listing.open) > 1:
+            self.report.add("layout", str(self.out), "several open shards: " + ", ".join(sorted(listing.open.values())))
+        for index, name in sorted(listing.open.items()):
+            if index in listing.sealed:
+                self.report.add("layout", name, f"{listing.sealed[index][0]} exists too")
+            result = scan(self.out / name, "ok")
+            self._damage(result, name)
+            self.counts["open_records"] += result.records
+            self._record(result.ids, name)
+            self.report.notes.append(
+                f"{name} is open with {result.records:,} completions: the run has not finished, or stopped "
+                "before sealing it (the next run continues it)"
+            )
+
+    def _check_failed(self) -> None:
+        result = scan(self.out / layout.FAILED, "failed")
+        self._damage(result, layout.FAILED)
+        self.counts["failed"] = result.records
+        self._record(result.ids, layout.FAILED)
+
+    def _check_skipped(self) -> None:
+        result = scan(self.out / layout.SKIPPED, "skipped")
+        self._damage(result, layout.SKIPPED)
+        sources = Counter(result.sources)
+        self.counts["skipped"] = len(sources)
+        self.skipped_ids.update(result.ids)
+        repeats = result.records - len(sources)
+        if repeats:
+            self.report.notes.append(f"{layout.SKIPPED} repeats {repeats} row(s); the next run drops the repeats")
+
+    def _damage(self, result: Scan, where: str) -> None:
+        for line, reason in result.bad:
+            self.report.add("bad-line", where, f"line {line}: {reason}")
+        for _ in range(result.bad_total - len(result.bad)):
+            self.report.add("bad-line", where, "(not listed)")
+        if result.tail:
+            self.report.add("torn", where, f"torn last line ({result.tail} bytes)")
+
+    def _record(self, ids: list[str], where: str) -> None:
+        recorded = self.recorded
+        for rid in ids:
+            if rid in recorded:
+                self.counts["duplicates"] += 1
+                self.report.add("duplicate", where, f"id {rid!r} was already recorded")
+            else:
+                recorded.add(rid)
+
+    def match_input(self, items: Iterable[str | Skip]) -> None:
+        """Tick off each input id; what is left over afterwards was not in the input."""
+        self.report.checked_input = True
+        counts = self.counts
+        counts.update(input_ids=0, input_skipped=0, missing=0, unexpected=0, input_repeats=0)
+        matched: set[str] = set()
+        skipped_now: set[str] = set()
+        for item in items:
+            if isinstance(item, Skip):
+                counts["input_skipped"] += 1
+                if item.id is not None:
+                    skipped_now.add(item.id)
+                continue
+            counts["input_ids"] += 1
+            if item in self.recorded:
+                self.recorded.discard(item)
+                matched.add(item)
+            elif item in matched:
+                counts["input_repeats"] += 1
+            elif item not in self.skipped_ids:
+                counts["missing"] += 1
+                self.report.add("missing", "input", f"id {item!r}")
+        for rid in sorted(self.recorded):
+            counts["unexpected"] += 1
+            why = " (the input now skips that row)" if rid in skipped_now else ""
+            self.report.add("unexpected", "output", f"id {rid!r}{why}")
+        if counts["input_repeats"]:
+            self.report.notes.append(f"the input repeats {counts['input_repeats']:,} id(s); each is generated once")
