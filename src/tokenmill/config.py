@@ -162,30 +162,44 @@ class FaultSpec(_Model):
     error_rate: float = Field(default=0.0, ge=0, le=1, description="HTTP 500 responses")
     rate_limit_rate: float = Field(default=0.0, ge=0, le=1, description="HTTP 429 responses")
     stall_rate: float = Field(default=0.0, ge=0, le=1, description="Requests that hang for stall_s")
-    stall_s: float = Field(default=3600.0, ge=0)
+    stall_s: float = Field(default=3600.0, ge=0, description="How long a stalled request hangs, in seconds")
     drop_rate: float = Field(default=0.0, ge=0, le=1, description="Connections closed without a response")
     malformed_rate: float = Field(default=0.0, ge=0, le=1, description="Truncated / invalid JSON bodies")
-    seed: int = 0
+    seed: int = Field(default=0, description="Seeds which requests get a fault")
 
 
 class SimConfig(_Model):
     """The simulated SGLang server: scheduler capacity, timing, output lengths and faults."""
 
-    host: str = "127.0.0.1"
-    port: int = 0
-    model: str = "tokenmill-sim"
-    max_running_requests: int = Field(default=256, ge=1)
-    max_queued_requests: int | None = None
-    context_length: int = Field(default=32768, ge=16)
+    host: str = Field(default="127.0.0.1", description="Address to bind (loopback unless you mean otherwise)")
+    port: int = Field(default=0, ge=0, le=65535, description="Port to bind; 0 picks a free one")
+    model: str = Field(default="tokenmill-sim", description="Served model name (/v1/models, metric labels)")
+    max_running_requests: int = Field(default=256, ge=1, description="Requests decoded at once (batch cap)")
+    max_queued_requests: int | None = Field(
+        default=None, ge=0, description="Waiting requests beyond this are refused with 503 (none: no cap)"
+    )
+    context_length: int = Field(default=32768, ge=16, description="Prompt + max_tokens limit in tokens (else 400)")
     step_base_ms: float = Field(default=20.0, ge=0, description="Decode step time at batch 1")
     step_per_req_ms: float = Field(default=0.05, ge=0, description="Extra step time per running request")
     prefill_ms_per_1k: float = Field(default=30.0, ge=0, description="Prefill time per 1,000 prompt tokens")
     time_scale: float = Field(default=1.0, ge=0, description="Multiplies every simulated duration")
     instant: bool = Field(default=False, description="Answer at once (client benchmarks)")
-    output_len_mean: int = Field(default=256, ge=1)
+    output_len_mean: int = Field(default=256, ge=1, description="Mean completion length in tokens (log-normal)")
     output_len_sigma: float = Field(default=0.6, ge=0, description="Log-normal sigma of output length")
-    seed: int = 0
+    seed: int = Field(default=0, description="Seeds output lengths and text (same seed + prompt: same answer)")
     faults: FaultSpec = Field(default_factory=FaultSpec)
+    max_total_tokens: int = Field(
+        default=1_048_576, ge=1, description="KV pool size in tokens (token_usage = tokens held / this)"
+    )
+    decode_log_interval: int = Field(
+        default=40, ge=1, description="Decode steps between decode log lines and gauge updates (as SGLang)"
+    )
+    api_key: str | None = Field(
+        default=None, repr=False, description="Require this Bearer token (/health and /metrics stay open)"
+    )
+    log_level: Literal["debug", "info", "warning", "error"] = Field(
+        default="info", description="Level of the scheduler log lines `tokenmill sim` writes to stderr"
+    )
 
 
 def normalize_url(url: str) -> str:

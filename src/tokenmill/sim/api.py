@@ -1,0 +1,302 @@
+"""Request parsing and response shapes of the three generation APIs, as SGLang speaks them.
+
+Pure functions, no I/O: a JSON body becomes :class:`GenSpec` (or :class:`BadRequest`), and a spec plus its
+planned output becomes the response body. Beyond SGLang, two fields let clients capture token ids:
+``return_token_ids: true`` on the OpenAI endpoints (vLLM's shape: chat puts ``prompt_token_ids`` on the
+response, completions put it on the choice, and both put ``token_ids`` on the choice) and
+``return_input_ids: true`` on ``/generate`` (``input_ids`` beside ``output_ids``).
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from tokenmill.sim.text import EOS_TOKEN_ID, Draft, estimate_tokens, prompt_token_ids, render_chat
+
+Flavor = Literal["openai", "native"]
+NATIVE_DEFAULT_MAX_NEW_TOKENS = 128  # SGLang's sampling_params default for /generate
+
+_ERROR_TYPES = {
+    400: "BadRequestError",
+    401: "AuthenticationError",
+    404: "NotFoundError",
+    429: "RateLimitError",
+    500: "InternalServerError",
+    503: "ServiceUnavailableError",
+}
+
+
+class BadRequest(Exception):
+    """The request cannot be served as sent (HTTP 400)."""
+
+
+@dataclass(frozen=True, slots=True)
+class GenSpec:
+    """One generation as the simulator needs it, whichever API it came through."""
+
+    prompt: str | list[int]
+    prompt_tokens: int
+    max_new_tokens: int
+    ignore_eos: bool
+    seed: int | None
+    return_ids: bool
+    rid: str
+
+    def prompt_ids(self) -> list[int]:
+        return list(self.prompt) if isinstance(self.prompt, list) else prompt_token_ids(self.prompt)
+
+
+# ---- parsing -------------------------------------------------------------------------------------------
+
+
+def parse_chat(body: Any, context_length: int) -> GenSpec:
+    """``POST /v1/chat/completions``."""
+    body = _mapping(body)
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages or not all(isinstance(m, dict) for m in messages):
+        raise BadRequest("messages must be a non-empty list of {role, content} objects")
+    _reject_unsupported(body)
+    text = render_chat(messages)
+    limit = _first_int(body, ("max_completion_tokens", "max_tokens"))
+    return _spec(body, text, estimate_tokens(text), limit, context_length, _rid(body.get("rid")))
+
+
+def parse_completion(body: Any, context_length: int) -> GenSpec:
+    """``POST /v1/completions`` with one prompt (a string or a list of token ids)."""
+    body = _mapping(body)
+    prompt = body.get("prompt")
+    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str | list):
+        prompt = prompt[0]
+    _reject_unsupported(body)
+    limit = _first_int(body, ("max_tokens",))
+    if isinstance(prompt, str):
+        return _spec(body, prompt, estimate_tokens(prompt), limit, context_length, _rid(body.get("rid")))
+    ids = _token_ids(prompt, "prompt")
+    return _spec(body, ids, len(ids), limit, context_length, _rid(body.get("rid")))
+
+
+def parse_generate(body: Any, context_length: int) -> tuple[list[GenSpec], bool]:
+    """``POST /generate``: the specs, and whether the request was a batch (answered with a list)."""
+    body = _mapping(body)
+    text, input_ids = body.get("text"), body.get("input_ids")
+    if (text is None) == (input_ids is None):
+        raise BadRequest("Either text or input_ids should be provided, not both or neither.")
+    prompts: list[str | list[int]]
+    if text is not None:
+        batch = isinstance(text, list)
+        texts = text if batch else [text]
+        if not texts or not all(isinstance(t, str) for t in texts):
+            raise BadRequest("text must be a string or a non-empty list of strings")
+        prompts = list(texts)
+    else:
+        batch = isinstance(input_ids, list) and bool(input_ids) and isinstance(input_ids[0], list)
+        prompts = [_token_ids(p, "input_ids") for p in (input_ids if batch else [input_ids])]
+    params = body.get("sampling_params") or {}
+    per_item = params if isinstance(params, list) else [params] * len(prompts)
+    rids = body.get("rid")
+    rid_list = rids if isinstance(rids, list) else [rids] * len(prompts)
+    if len(per_item) != len(prompts) or len(rid_list) != len(prompts):
+        raise BadRequest("sampling_params and rid lists must have one entry per prompt")
+    specs = []
+    for prompt, sp, rid in zip(prompts, per_item, rid_list, strict=True):
+        sp = _mapping(sp, "sampling_params")
+        if sp.get("n", 1) != 1:
+            raise BadRequest("n > 1 is not supported by the simulated server; send one request per sample")
+        limit = _first_int(sp, ("max_new_tokens",))
+        n_tokens = estimate_tokens(prompt) if isinstance(prompt, str) else len(prompt)
+        spec = _spec(
+            sp,
+            prompt,
+            n_tokens,
+            NATIVE_DEFAULT_MAX_NEW_TOKENS if limit is None else limit,
+            context_length,
+            _rid(rid),
+            seed_key="sampling_seed",
+            return_ids=bool(body.get("return_input_ids", False)),
+        )
+        specs.append(spec)
+    if body.get("stream"):
+        raise BadRequest("stream is not supported by the simulated server; send stream: false")
+    return specs, batch
+
+
+def check_context(spec: GenSpec, context_length: int) -> None:
+    """SGLang's length check: prompt plus max_new_tokens must fit in the context (HTTP 400)."""
+    if spec.prompt_tokens >= context_length:
+        raise BadRequest(
+            f"The input ({spec.prompt_tokens} tokens) is longer than the model's context length "
+            f"({context_length} tokens)."
+        )
+    total = spec.prompt_tokens + spec.max_new_tokens
+    if total > context_length:
+        raise BadRequest(
+            f"Requested token count exceeds the model's maximum context length of {context_length} tokens. "
+            f"You requested a total of {total} tokens: {spec.prompt_tokens} tokens from the input messages "
+            f"and {spec.max_new_tokens} tokens for the completion. Please reduce the number of tokens in the "
+            "input messages or the completion to fit within the limit."
+        )
+
+
+def _mapping(body: Any, what: str = "the request body") -> Mapping[str, Any]:
+    if not isinstance(body, dict):
+        raise BadRequest(f"{what} must be a JSON object")
+    return body
+
+
+def _reject_unsupported(body: Mapping[str, Any]) -> None:
+    if body.get("stream"):
+        raise BadRequest("stream is not supported by the simulated server; send stream: false")
+    if body.get("n", 1) != 1:
+        raise BadRequest("n > 1 is not supported by the simulated server; send one request per sample")
+
+
+def _first_int(body: Mapping[str, Any], keys: tuple[str, ...]) -> int | None:
+    for key in keys:
+        value = body.get(key)
+        if value is None:
+            continue
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise BadRequest(f"{key} must be a non-negative integer, got {value!r}")
+        return value
+    return None
+
+
+def _token_ids(value: Any, field: str) -> list[int]:
+    if (
+        not isinstance(value, list)
+        or not value
+        or not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in value)
+    ):
+        raise BadRequest(f"{field} must be a string or a non-empty list of non-negative token ids")
+    return value
+
+
+def _rid(value: Any) -> str:
+    return value if isinstance(value, str) and value else uuid.uuid4().hex
+
+
+def _spec(
+    params: Mapping[str, Any],
+    prompt: str | list[int],
+    prompt_tokens: int,
+    limit: int | None,
+    context_length: int,
+    rid: str,
+    *,
+    seed_key: str = "seed",
+    return_ids: bool | None = None,
+) -> GenSpec:
+    seed = params.get(seed_key)
+    return GenSpec(
+        prompt=prompt,
+        prompt_tokens=prompt_tokens,
+        # OpenAI requests without a limit may use the rest of the context (SGLang clamps the same way)
+        max_new_tokens=max(0, context_length - prompt_tokens) if limit is None else limit,
+        ignore_eos=bool(params.get("ignore_eos", False)),
+        seed=seed if isinstance(seed, int) and not isinstance(seed, bool) else None,
+        return_ids=bool(params.get("return_token_ids", False)) if return_ids is None else return_ids,
+        rid=rid,
+    )
+
+
+# ---- responses -----------------------------------------------------------------------------------------
+
+
+def _usage(spec: GenSpec, draft: Draft) -> dict[str, Any]:
+    n = len(draft.token_ids)
+    return {
+        "prompt_tokens": spec.prompt_tokens,
+        "total_tokens": spec.prompt_tokens + n,
+        "completion_tokens": n,
+        "prompt_tokens_details": None,
+        "reasoning_tokens": 0,
+    }
+
+
+def _matched_stop(draft: Draft) -> int | None:
+    return EOS_TOKEN_ID if draft.finish == "stop" else None
+
+
+def chat_response(spec: GenSpec, draft: Draft, model: str) -> dict[str, Any]:
+    choice: dict[str, Any] = {
+        "index": 0,
+        "message": {"role": "assistant", "content": draft.text, "reasoning_content": None, "tool_calls": None},
+        "logprobs": None,
+        "finish_reason": draft.finish,
+        "matched_stop": _matched_stop(draft),
+    }
+    out: dict[str, Any] = {
+        "id": spec.rid,
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [choice],
+        "usage": _usage(spec, draft),
+    }
+    if spec.return_ids:
+        out["prompt_token_ids"] = spec.prompt_ids()
+        choice["token_ids"] = draft.token_ids
+    return out
+
+
+def completion_response(spec: GenSpec, draft: Draft, model: str) -> dict[str, Any]:
+    choice: dict[str, Any] = {
+        "index": 0,
+        "text": draft.text,
+        "logprobs": None,
+        "finish_reason": draft.finish,
+        "matched_stop": _matched_stop(draft),
+    }
+    if spec.return_ids:
+        choice["prompt_token_ids"] = spec.prompt_ids()
+        choice["token_ids"] = draft.token_ids
+    return {
+        "id": spec.rid,
+        "object": "text_completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [choice],
+        "usage": _usage(spec, draft),
+    }
+
+
+def generate_item(spec: GenSpec, draft: Draft, e2e_latency: float) -> dict[str, Any]:
+    n = len(draft.token_ids)
+    finish: dict[str, Any] = (
+        {"type": "stop", "matched": EOS_TOKEN_ID} if draft.finish == "stop" else {"type": "length", "length": n}
+    )
+    item: dict[str, Any] = {
+        "text": draft.text,
+        "output_ids": draft.token_ids,
+        "meta_info": {
+            "id": spec.rid,
+            "finish_reason": finish,
+            "prompt_tokens": spec.prompt_tokens,
+            "weight_version": "default",
+            "num_retractions": 0,
+            "completion_tokens": n,
+            "cached_tokens": 0,
+            "reasoning_tokens": 0,
+            "e2e_latency": e2e_latency,
+        },
+    }
+    if spec.return_ids:
+        item["input_ids"] = spec.prompt_ids()
+    return item
+
+
+def error_body(flavor: Flavor, status: int, message: str) -> dict[str, Any]:
+    """SGLang's error shapes: OpenAI ``ErrorResponse`` objects, or ``{"error": {"message"}}`` natively."""
+    if flavor == "native":
+        return {"error": {"message": message}}
+    return {
+        "object": "error",
+        "message": message,
+        "type": _ERROR_TYPES.get(status, "InternalServerError"),
+        "param": None,
+        "code": status,
+    }

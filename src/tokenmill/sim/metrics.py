@@ -1,0 +1,192 @@
+"""Prometheus exposition of the simulated server, under SGLang's ``sglang:`` metric names and labels.
+
+Counting is plain integer arithmetic on the hot path; metric families are built only when ``/metrics``
+is scraped, by a collector on a per-server ``CollectorRegistry`` (so several simulators in one process
+never share series). Scheduler metrics carry SGLang's scheduler labels (``model_name``, ``engine_type``,
+``tp_rank``, ``pp_rank``); request metrics carry ``model_name``, ``engine_type`` and ``is_streaming``.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+
+if TYPE_CHECKING:
+    from tokenmill.sim.engine import Timing
+    from tokenmill.sim.scheduler import SchedulerSnapshot
+    from tokenmill.sim.timing import StepModel
+
+# SGLang's default buckets (observability/metrics_collector.py)
+TTFT_BUCKETS = (0.1, 0.2, 0.4, 0.6, 0.8, 1, 2, 4, 6, 8, 10, 20, 40, 60, 80, 100, 200, 400)
+E2E_BUCKETS = (0.1, 0.2, 0.4, 0.6, 0.8, 1, 2, 4, 6, 8, 10, 20, 40, 60, 80, 100, 200, 400, 600, 1200, 1800, 2400)
+ITL_BUCKETS = (
+    0.002, 0.004, 0.006, 0.008, 0.010, 0.015, 0.020, 0.025, 0.030, 0.035, 0.040,
+    0.060, 0.080, 0.100, 0.200, 0.400, 0.600, 0.800, 1.0, 2.0, 4.0, 6.0, 8.0,
+)  # fmt: skip
+QUEUE_BUCKETS = (0.0, 0.1, 0.2, 0.5, 1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000)
+
+
+class Histogram:
+    """Bucket counts and a sum; observing is one bisect."""
+
+    def __init__(self, bounds: Sequence[float]) -> None:
+        self.bounds = tuple(float(b) for b in bounds)
+        self.counts = [0] * (len(self.bounds) + 1)
+        self.total = 0.0
+        self.count = 0
+
+    def observe(self, value: float, n: int = 1) -> None:
+        """Record ``n`` observations of ``value`` (``sum`` grows by ``value * n``)."""
+        self.counts[bisect_left(self.bounds, value)] += n
+        self.total += value * n
+        self.count += n
+
+    def family(self, name: str, doc: str, labels: Mapping[str, str]) -> HistogramMetricFamily:
+        fam = HistogramMetricFamily(name, doc, labels=list(labels))
+        cumulative, acc = [], 0
+        for bound, c in zip(self.bounds, self.counts, strict=False):
+            acc += c
+            cumulative.append((repr(bound), float(acc)))
+        cumulative.append(("+Inf", float(self.count)))
+        fam.add_metric(list(labels.values()), cumulative, self.total)
+        return fam
+
+
+class RequestMetrics:
+    """Request-level counters, updated when a request finishes (as SGLang's tokenizer manager does)."""
+
+    def __init__(self) -> None:
+        self.prompt_tokens = 0
+        self.generation_tokens = 0
+        self.requests = 0
+        self.aborted = 0
+        self.ttft = Histogram(TTFT_BUCKETS)
+        self.e2e = Histogram(E2E_BUCKETS)
+        self.itl = Histogram(ITL_BUCKETS)
+        self.queue = Histogram(QUEUE_BUCKETS)
+
+    def observe_finished(self, prompt_tokens: int, completion_tokens: int, timing: Timing) -> None:
+        self.prompt_tokens += prompt_tokens
+        self.generation_tokens += completion_tokens
+        self.requests += 1
+        self.ttft.observe(timing.ttft_s)
+        self.e2e.observe(timing.e2e_s)
+        self.queue.observe(timing.queue_s)
+        if completion_tokens > 1:
+            decode_s = timing.e2e_s - timing.ttft_s
+            self.itl.observe(decode_s / (completion_tokens - 1), completion_tokens - 1)
+
+
+class SimCollector:
+    """Builds every metric family from live state at scrape time."""
+
+    def __init__(
+        self,
+        model_name: str,
+        step_model: StepModel,
+        context_length: int,
+        snapshot: Callable[[], SchedulerSnapshot],
+        requests: RequestMetrics,
+        faults: Callable[[], Mapping[str, int]],
+    ) -> None:
+        self._sched_labels = {"model_name": model_name, "engine_type": "unified", "tp_rank": "0", "pp_rank": "0"}
+        self._req_labels = {"model_name": model_name, "engine_type": "unified", "is_streaming": "false"}
+        self._model = step_model
+        self._context_length = context_length
+        self._snapshot = snapshot
+        self._requests = requests
+        self._faults = faults
+
+    def collect(self) -> Iterator[Metric]:
+        yield from self._scheduler_families(self._snapshot())
+        yield from self._request_families()
+        faults = CounterMetricFamily(
+            "tokenmill_sim_faults", "Faults injected by the simulator, by kind.", labels=["kind"]
+        )
+        for kind, count in sorted(self._faults().items()):
+            faults.add_metric([kind], count)
+        yield faults
+
+    def _gauge(self, name: str, doc: str, value: float) -> GaugeMetricFamily:
+        fam = GaugeMetricFamily(f"sglang:{name}", doc, labels=list(self._sched_labels))
+        fam.add_metric(list(self._sched_labels.values()), value)
+        return fam
+
+    def _scheduler_families(self, s: SchedulerSnapshot) -> Iterator[Metric]:
+        m, u = self._model, s.usage
+        g = self._gauge
+        yield g("num_running_reqs", "The number of running requests.", s.running)
+        yield g("num_queue_reqs", "The number of requests in the waiting queue.", s.waiting)
+        yield g("num_grammar_queue_reqs", "The number of requests in the grammar waiting queue.", 0)
+        yield g("gen_throughput", "The generation throughput (token/s).", s.gen_throughput)
+        yield g("cache_hit_rate", "The prefix cache hit rate.", 0.0)
+        yield g("decode_sum_seq_lens", "The sum of all sequence lengths in decode.", s.ctx_tokens)
+        yield g("token_usage", "The token usage.", u.token_usage)
+        yield g("full_token_usage", "The token usage for full attention layers.", u.full_token_usage)
+        yield g("mamba_usage", "The token usage for Mamba layers.", u.mamba_usage)
+        yield g("num_used_tokens", "The number of used tokens.", u.used_tokens)
+        yield g("kv_used_tokens", "Number of actively used token slots in the KV cache pool.", u.used_tokens)
+        yield g(
+            "kv_available_tokens",
+            "Number of free token slots in the KV cache pool.",
+            max(0, m.max_total_tokens - u.used_tokens),
+        )
+        yield g("kv_evictable_tokens", "Number of evictable token slots in the KV cache pool.", 0)
+        yield g("mamba_used_tokens", "Number of actively used state slots in the mamba SSM pool.", u.mamba_used)
+        yield g(
+            "mamba_available_tokens",
+            "Number of free state slots in the mamba SSM pool.",
+            max(0, m.mamba_slots - u.mamba_used),
+        )
+        yield g("mamba_evictable_tokens", "Number of evictable state slots in the mamba SSM pool.", 0)
+        yield g("num_retracted_reqs", "The number of retracted requests.", 0)
+        yield g("num_paused_reqs", "The number of paused requests.", s.waiting if s.paused else 0)
+        yield g("max_total_num_tokens", "Maximum total number of tokens in the KV pool.", m.max_total_tokens)
+        yield g("context_len", "The context length.", self._context_length)
+        realtime = CounterMetricFamily(
+            "sglang:realtime_tokens",
+            "Tokens processed, updated every scheduler iteration.",
+            labels=[*self._sched_labels, "mode"],
+        )
+        for mode, value in (("prefill_compute", s.prefill_tokens), ("prefill_cache", 0), ("decode", s.decode_tokens)):
+            realtime.add_metric([*self._sched_labels.values(), mode], value)
+        yield realtime
+        yield self._requests.queue.family(
+            "sglang:queue_time_seconds", "Histogram of queueing time in seconds.", self._sched_labels
+        )
+
+    def _request_families(self) -> Iterator[Metric]:
+        r, labels = self._requests, self._req_labels
+        base = {k: v for k, v in labels.items() if k != "is_streaming"}
+        for name, doc, value, lab in (
+            ("prompt_tokens", "Number of prefill tokens processed.", r.prompt_tokens, labels),
+            ("generation_tokens", "Number of generation tokens processed.", r.generation_tokens, labels),
+            ("num_requests", "Number of requests processed.", r.requests, labels),
+            ("num_aborted_requests", "Number of requests aborted.", r.aborted, base),
+        ):
+            fam = CounterMetricFamily(f"sglang:{name}", doc, labels=list(lab))
+            fam.add_metric(list(lab.values()), value)
+            yield fam
+        yield r.ttft.family(
+            "sglang:time_to_first_token_seconds", "Histogram of time to first token in seconds.", labels
+        )
+        yield r.itl.family("sglang:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", base)
+        yield r.e2e.family(
+            "sglang:e2e_request_latency_seconds", "Histogram of End-to-end request latency in seconds", labels
+        )
+
+
+def make_registry(collector: SimCollector) -> CollectorRegistry:
+    """A registry of its own holding ``collector``."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(collector)
+    return registry
+
+
+def exposition(registry: CollectorRegistry) -> bytes:
+    """The Prometheus text format of ``registry``."""
+    return generate_latest(registry)  # type: ignore[no-any-return]

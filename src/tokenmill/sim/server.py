@@ -1,0 +1,313 @@
+"""The simulated SGLang server: an aiohttp app over a :class:`~tokenmill.sim.engine.SimEngine`.
+
+Routes (SGLang's, plus ``/sim/*`` which exist only here)::
+
+    POST /v1/chat/completions, /v1/completions, /generate     generation (faults apply here only)
+    GET  /v1/models[/{model}], /model_info, /server_info       descriptions (+ deprecated /get_* aliases)
+    GET  /health, /health_generate                             200 at once; 503 while stopping
+    GET  /metrics                                              Prometheus text, ``sglang:`` names
+    GET|POST /sim/faults                                       read / replace the FaultSpec (JSON body)
+    POST /sim/pause, /sim/resume                               freeze / continue the scheduler
+
+With ``SimConfig.api_key`` set, every route except ``/health*``, ``/ready*`` and ``/metrics`` needs
+``Authorization: Bearer <key>`` (or ``x-api-key``) and answers 401 ``{"error": "Unauthorized"}``
+otherwise, as SGLang does. A client that hangs up aborts its request and frees its slot.
+
+In-process use::
+
+    async with SimServer(SimConfig(time_scale=0.01)) as srv:
+        ...  # talk to srv.url
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import secrets
+import time
+from collections.abc import Awaitable, Callable
+from types import TracebackType
+from typing import Any
+
+import orjson
+from aiohttp import web
+from pydantic import ValidationError
+
+from tokenmill.config import FaultSpec, SimConfig, format_validation_error
+from tokenmill.errors import ConfigError
+from tokenmill.sim import api, info
+from tokenmill.sim.engine import EngineClosedError, QueueFullError, SimEngine, Timing
+from tokenmill.sim.faults import FaultInjector
+from tokenmill.sim.metrics import SimCollector, exposition, make_registry
+from tokenmill.sim.text import Draft, content_key, plan_output
+from tokenmill.sim.timing import StepModel
+
+_OPEN_PREFIXES = ("/health", "/ready", "/metrics")
+_Serve = Callable[[Any], Awaitable[Any]]
+
+
+class SimServer:
+    """One simulated server bound to ``cfg.host:cfg.port`` (port 0: any free port; read ``url``)."""
+
+    def __init__(self, cfg: SimConfig | None = None, *, step_model: StepModel | None = None) -> None:
+        self.cfg = cfg if cfg is not None else SimConfig()
+        self.engine = SimEngine(self.cfg, step_model)
+        self.faults = FaultInjector(self.cfg.faults)
+        self._registry = make_registry(
+            SimCollector(
+                self.cfg.model,
+                self.engine.model,
+                self.cfg.context_length,
+                self.engine.snapshot,
+                self.engine.metrics,
+                lambda: self.faults.counts,
+            )
+        )
+        self._runner: web.AppRunner | None = None
+        self._closing: asyncio.Event | None = None
+        self._created = int(time.time())
+        self.port = 0
+        self.url = ""
+
+    async def start(self) -> str:
+        """Bind and serve; returns the base URL (``http://127.0.0.1:PORT``)."""
+        self._closing = asyncio.Event()
+        await self.engine.start()
+        runner = web.AppRunner(self._app(), access_log=None, handler_cancellation=True)
+        await runner.setup()
+        site = web.TCPSite(runner, self.cfg.host, self.cfg.port, backlog=1024)
+        try:
+            await site.start()
+        except OSError as exc:
+            await runner.cleanup()
+            await self.engine.close()
+            raise ConfigError(
+                f"cannot listen on {self.cfg.host}:{self.cfg.port}: {exc.strerror or exc} "
+                "(pick another --port, or 0 for any free port)"
+            ) from exc
+        self._runner = runner
+        host, self.port = runner.addresses[0][:2]
+        self.url = f"http://[{host}]:{self.port}" if ":" in host else f"http://{host}:{self.port}"
+        return self.url
+
+    async def stop(self) -> None:
+        """Stop serving: stalled and running requests end with 503, then the socket closes."""
+        if self._closing is not None:
+            self._closing.set()
+        await self.engine.close()
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    async def __aenter__(self) -> SimServer:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.stop()
+
+    def set_faults(self, spec: FaultSpec) -> None:
+        """Replace the fault spec while running (raises ConfigError if the rates sum past 1)."""
+        self.faults.update(spec)
+
+    # ---- app -----------------------------------------------------------------------------------------
+
+    def _app(self) -> web.Application:
+        middlewares = [self._auth_middleware()] if self.cfg.api_key else []
+        app = web.Application(middlewares=middlewares, client_max_size=64 * 1024 * 1024)
+        post, get = web.post, web.get
+        app.add_routes(
+            [
+                post("/v1/chat/completions", self._chat),
+                post("/v1/completions", self._completions),
+                post("/generate", self._generate),
+                get("/v1/models", self._models),
+                get("/v1/models/{model}", self._model_card),
+                get("/model_info", self._model_info),
+                get("/get_model_info", self._model_info),
+                get("/server_info", self._server_info),
+                get("/get_server_info", self._server_info),
+                get("/health", self._health),
+                get("/health_generate", self._health),
+                get("/metrics", self._metrics),
+                get("/sim/faults", self._get_faults),
+                post("/sim/faults", self._set_faults),
+                post("/sim/pause", self._pause),
+                post("/sim/resume", self._resume),
+            ]
+        )
+        return app
+
+    def _auth_middleware(self) -> Any:
+        key = self.cfg.api_key or ""
+
+        @web.middleware
+        async def auth(request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> Any:
+            if not request.path.startswith(_OPEN_PREFIXES) and not _authorized(request, key):
+                return _json({"error": "Unauthorized"}, 401)
+            return await handler(request)
+
+        return auth
+
+    # ---- generation ----------------------------------------------------------------------------------
+
+    async def _chat(self, request: web.Request) -> web.StreamResponse:
+        return await self._generation(request, "openai", self._serve_chat)
+
+    async def _completions(self, request: web.Request) -> web.StreamResponse:
+        return await self._generation(request, "openai", self._serve_completion)
+
+    async def _generate(self, request: web.Request) -> web.StreamResponse:
+        return await self._generation(request, "native", self._serve_generate)
+
+    async def _generation(self, request: web.Request, flavor: api.Flavor, serve: _Serve) -> web.StreamResponse:
+        fault = self.faults.draw()
+        if fault == "error":
+            return _error(flavor, 500, "Internal server error (injected by tokenmill sim).")
+        if fault == "rate_limit":
+            resp = _error(flavor, 429, "Too many requests (injected by tokenmill sim); retry later.")
+            resp.headers["Retry-After"] = "1"
+            return resp
+        if fault == "drop":
+            if request.transport is not None:
+                request.transport.close()
+            return web.Response(status=500)  # never reaches the client: the connection is gone
+        try:
+            body = orjson.loads(await request.read())
+        except orjson.JSONDecodeError as exc:
+            return _error(flavor, 400, f"The request body is not valid JSON: {exc}")
+        if fault == "stall":
+            await self._stall()
+        try:
+            payload = await serve(body)
+        except api.BadRequest as exc:
+            return _error(flavor, 400, str(exc))
+        except QueueFullError:
+            return _error(flavor, 503, "The request queue is full.")
+        except EngineClosedError:
+            return _error(flavor, 503, "The server is shutting down; retry on another server.")
+        data = orjson.dumps(payload)
+        if fault == "malformed":
+            data = data[: len(data) // 2]
+        return web.Response(body=data, content_type="application/json")
+
+    async def _stall(self) -> None:
+        assert self._closing is not None
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._closing.wait(), timeout=self.faults.spec.stall_s)
+
+    async def _run(self, spec: api.GenSpec) -> tuple[Draft, Timing]:
+        cfg = self.cfg
+        draft = plan_output(
+            content_key(cfg.seed, spec.prompt, spec.seed),
+            spec.max_new_tokens,
+            ignore_eos=spec.ignore_eos,
+            mean=cfg.output_len_mean,
+            sigma=cfg.output_len_sigma,
+        )
+        timing = await self.engine.generate(spec.prompt_tokens, len(draft.token_ids))
+        return draft, timing
+
+    def _model_name(self, body: Any) -> str:
+        model = body.get("model") if isinstance(body, dict) else None
+        return model if isinstance(model, str) and model else self.cfg.model
+
+    async def _serve_chat(self, body: Any) -> Any:
+        spec = api.parse_chat(body, self.cfg.context_length)
+        api.check_context(spec, self.cfg.context_length)
+        draft, _ = await self._run(spec)
+        return api.chat_response(spec, draft, self._model_name(body))
+
+    async def _serve_completion(self, body: Any) -> Any:
+        spec = api.parse_completion(body, self.cfg.context_length)
+        api.check_context(spec, self.cfg.context_length)
+        draft, _ = await self._run(spec)
+        return api.completion_response(spec, draft, self._model_name(body))
+
+    async def _serve_generate(self, body: Any) -> Any:
+        specs, batch = api.parse_generate(body, self.cfg.context_length)
+        for spec in specs:
+            api.check_context(spec, self.cfg.context_length)
+        if len(specs) == 1:
+            results = [await self._run(specs[0])]
+        else:
+            gathered = await asyncio.gather(*(self._run(s) for s in specs), return_exceptions=True)
+            for r in gathered:
+                if isinstance(r, BaseException):
+                    raise r
+            results = [r for r in gathered if not isinstance(r, BaseException)]
+        items = [api.generate_item(s, d, t.e2e_s) for s, (d, t) in zip(specs, results, strict=True)]
+        return items if batch else items[0]
+
+    # ---- descriptions, health, metrics ---------------------------------------------------------------
+
+    async def _models(self, request: web.Request) -> web.StreamResponse:
+        return _json({"object": "list", "data": [info.model_card(self.cfg, self._created)]})
+
+    async def _model_card(self, request: web.Request) -> web.StreamResponse:
+        if request.match_info["model"] != self.cfg.model:
+            return _error("openai", 404, f"The model `{request.match_info['model']}` does not exist.")
+        return _json(info.model_card(self.cfg, self._created))
+
+    async def _model_info(self, request: web.Request) -> web.StreamResponse:
+        return _json(info.model_info(self.cfg))
+
+    async def _server_info(self, request: web.Request) -> web.StreamResponse:
+        snap = self.engine.snapshot()
+        return _json(info.server_info(self.cfg, self.engine.model, snap, self.cfg.host, self.port))
+
+    async def _health(self, request: web.Request) -> web.StreamResponse:
+        closing = self._closing is not None and self._closing.is_set()
+        return web.Response(status=503 if closing else 200)
+
+    async def _metrics(self, request: web.Request) -> web.StreamResponse:
+        return web.Response(
+            body=exposition(self._registry), headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"}
+        )
+
+    # ---- simulator control ---------------------------------------------------------------------------
+
+    def _faults_body(self) -> dict[str, Any]:
+        return {"faults": self.faults.spec.model_dump(), "counts": dict(self.faults.counts)}
+
+    async def _get_faults(self, request: web.Request) -> web.StreamResponse:
+        return _json(self._faults_body())
+
+    async def _set_faults(self, request: web.Request) -> web.StreamResponse:
+        try:
+            spec = FaultSpec.model_validate(orjson.loads(await request.read()))
+            self.faults.update(spec)
+        except orjson.JSONDecodeError as exc:
+            return _error("openai", 400, f"The request body is not valid JSON: {exc}")
+        except ValidationError as exc:
+            return _error("openai", 400, format_validation_error(exc, "the fault spec"))
+        except ConfigError as exc:
+            return _error("openai", 400, str(exc))
+        return _json(self._faults_body())
+
+    async def _pause(self, request: web.Request) -> web.StreamResponse:
+        self.engine.pause()
+        return _json({"paused": True})
+
+    async def _resume(self, request: web.Request) -> web.StreamResponse:
+        self.engine.resume()
+        return _json({"paused": False})
+
+
+def _authorized(request: web.Request, key: str) -> bool:
+    header = request.headers.get("Authorization", "")
+    scheme, _, token = header.partition(" ")
+    if scheme.lower() == "bearer" and secrets.compare_digest(token.encode(), key.encode()):
+        return True
+    x_key = request.headers.get("x-api-key")
+    return x_key is not None and secrets.compare_digest(x_key.encode(), key.encode())
+
+
+def _json(payload: Any, status: int = 200) -> web.Response:
+    return web.Response(body=orjson.dumps(payload), status=status, content_type="application/json")
+
+
+def _error(flavor: api.Flavor, status: int, message: str) -> web.Response:
+    return _json(api.error_body(flavor, status, message), status)
