@@ -36,12 +36,10 @@ class PromptFeed:
         self,
         rows: Callable[[], Iterator[Prompt | Skip]],
         done: set[str],
-        skipped_sources: set[str],
         on_skip: Callable[[Skip], None],
     ) -> None:
         self._rows = rows
         self._done = done
-        self._skipped_sources = skipped_sources
         self._on_skip = on_skip
         self.counts = FeedCounts()
         self._queue: asyncio.Queue[list[Prompt | Skip] | BaseException | None] | None = None
@@ -100,9 +98,7 @@ class PromptFeed:
                 self._pos += 1
                 if isinstance(row, Skip):
                     self.counts.skipped += 1
-                    if row.source not in self._skipped_sources:
-                        self._skipped_sources.add(row.source)
-                        self._on_skip(row)
+                    self._on_skip(row)  # the output records each skipped source once
                     continue
                 self.counts.sent += 1
                 return row

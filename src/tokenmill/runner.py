@@ -145,9 +145,10 @@ async def run_job(
         sampling=job.sampling.as_dict(),
         clock=clock,
     )
-    feed = PromptFeed(_input_rows(job), state.done, state.skipped_sources, out.skip)
+    feed = PromptFeed(_input_rows(job), state.done, out.skip)
     tracker = Tracker(dispatcher, clock=clock)
-    tracker.done_before = state.completed + state.failed
+    before = (state.completed, state.failed)
+    tracker.done_before = sum(before)
     display = Display(tracker, job.status_interval_s, live=live)
     if state.completed or state.failed:
         log.info("resuming %s: %d completed, %d failed already recorded", out_path, state.completed, state.failed)
@@ -213,6 +214,6 @@ async def run_job(
                     loop.remove_signal_handler(sig)
     if finished and feed.counts.rows == 0:
         raise InputError(f"the input holds no rows ({job.input.path or job.input.hf}); check input.path / input.hf")
-    summary = Summary.build(job, final, dispatcher, state, finished)
+    summary = Summary.build(job, final, dispatcher, before, finished)
     write_summary(out_path, summary)
     return RunResult(finished=finished, summary=summary, resume=state)

@@ -14,7 +14,6 @@ from tokenmill.progress import fmt_duration
 if TYPE_CHECKING:
     from tokenmill.config import JobSpec
     from tokenmill.dispatch import Dispatcher
-    from tokenmill.output import ResumeState
     from tokenmill.progress import Snapshot
 
 
@@ -51,8 +50,9 @@ class Summary:
 
     @classmethod
     def build(
-        cls, job: JobSpec, snap: Snapshot, dispatcher: Dispatcher, resume: ResumeState, finished: bool
+        cls, job: JobSpec, snap: Snapshot, dispatcher: Dispatcher, before: tuple[int, int], finished: bool
     ) -> Summary:
+        """``before`` is (completed, failed) recorded in the output when this run started."""
         st = dispatcher.stats
         elapsed = max(snap.elapsed_s, 1e-9)
         return cls(
@@ -61,8 +61,8 @@ class Summary:
             model=job.model,
             api=job.api,
             total_rows=snap.total,
-            completed_total=resume.completed + st.completed,
-            failed_total=resume.failed + st.failed,
+            completed_total=before[0] + st.completed,
+            failed_total=before[1] + st.failed,
             skipped=snap.skipped,
             completed_this_run=st.completed,
             failed_this_run=st.failed,
