@@ -1,0 +1,223 @@
+"""One look at one server: its Prometheus ``/metrics`` turned into a typed :class:`ServerSnapshot`.
+
+SGLang and vLLM expose the same facts under different names; each engine has one name map below, from a
+snapshot field to the engine's sample name. The engine is recognised from the metric prefixes
+(``sglang:`` / ``vllm:``). Counters are looked up by their exposed sample name, which always ends in
+``_total`` (the Prometheus parser adds the suffix when a counter is exposed without it). Series with
+several label sets (data-parallel ranks, ``finished_reason``) are summed, except fractions, which take
+the largest value, i.e. the fullest pool.
+
+:func:`scrape` never raises for a server that is down or answers garbage: the snapshot says
+``healthy=False`` and carries the reason in ``error``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import aiohttp
+from prometheus_client.parser import text_string_to_metric_families
+
+Engine = Literal["sglang", "vllm", "unknown"]
+
+# snapshot field -> sample name, per engine. A field missing from a map is one that engine lacks.
+SGLANG_NAMES: Mapping[str, str] = {
+    "running": "sglang:num_running_reqs",
+    "queued": "sglang:num_queue_reqs",
+    "kv_usage": "sglang:token_usage",
+    "state_usage": "sglang:mamba_usage",
+    "generation_tokens_total": "sglang:generation_tokens_total",
+    "prompt_tokens_total": "sglang:prompt_tokens_total",
+    "requests_total": "sglang:num_requests_total",
+    "gen_throughput": "sglang:gen_throughput",
+    # written only from the first retraction on; absent means none so far (or an older server)
+    "preemptions_total": "sglang:num_retracted_requests_total",
+}
+VLLM_NAMES: Mapping[str, str] = {
+    "running": "vllm:num_requests_running",
+    "queued": "vllm:num_requests_waiting",
+    "kv_usage": "vllm:kv_cache_usage_perc",
+    "generation_tokens_total": "vllm:generation_tokens_total",
+    "prompt_tokens_total": "vllm:prompt_tokens_total",
+    "requests_total": "vllm:request_success_total",  # summed over finished_reason
+    "preemptions_total": "vllm:num_preemptions_total",
+}
+NAME_MAPS: Mapping[Engine, Mapping[str, str]] = {"sglang": SGLANG_NAMES, "vllm": VLLM_NAMES}
+PREFIXES: Mapping[Engine, str] = {"sglang": "sglang:", "vllm": "vllm:"}
+# fractions of a pool: several label sets report the fullest one, not a sum
+_MAX_FIELDS = frozenset({"kv_usage", "state_usage"})
+
+
+@dataclass(frozen=True, slots=True)
+class ServerSnapshot:
+    """What one server reported at ``taken_at``; ``None`` where the server does not expose a value."""
+
+    engine: Engine
+    taken_at: float
+    healthy: bool
+    running: float | None = None
+    queued: float | None = None
+    kv_usage: float | None = None  # fraction 0..1 of the KV pool in use
+    state_usage: float | None = None  # fraction 0..1 of the recurrent-state (Mamba) pool, SGLang hybrids
+    generation_tokens_total: float | None = None
+    prompt_tokens_total: float | None = None
+    requests_total: float | None = None  # finished requests
+    gen_throughput: float | None = None  # the server's own tok/s estimate (SGLang)
+    preemptions_total: float | None = None  # vLLM preemptions / SGLang retractions
+    max_running: int | None = None  # from SGLang's /server_info
+    error: str | None = None  # why the snapshot is unhealthy or empty
+
+
+@dataclass(frozen=True, slots=True)
+class Rates:
+    """Per-second rates between two snapshots of the same server; ``None`` where not computable."""
+
+    interval_s: float
+    generation_tok_s: float | None
+    prompt_tok_s: float | None
+    requests_s: float | None
+
+
+def _sample_values(text: str) -> dict[str, list[float]]:
+    """Sample name -> values over all label sets. Raises ValueError on malformed exposition text."""
+    values: dict[str, list[float]] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            value = float(sample.value)
+            if not math.isnan(value):
+                values.setdefault(sample.name, []).append(value)
+    return values
+
+
+def detect_engine(names: Mapping[str, object]) -> Engine:
+    """The engine whose prefix most sample names carry; ``unknown`` when none does."""
+    counts = {eng: sum(1 for n in names if n.startswith(prefix)) for eng, prefix in PREFIXES.items()}
+    best = max(counts, key=lambda eng: counts[eng])
+    return best if counts[best] else "unknown"
+
+
+def parse_metrics(text: str, taken_at: float) -> ServerSnapshot:
+    """Parse a ``/metrics`` body. Malformed text gives ``healthy=False`` with the parser's complaint."""
+    try:
+        values = _sample_values(text)
+    except ValueError as exc:
+        return ServerSnapshot(engine="unknown", taken_at=taken_at, healthy=False, error=f"unparseable /metrics: {exc}")
+    engine = detect_engine(values)
+    found: dict[str, float] = {}
+    for name_field, name in NAME_MAPS.get(engine, {}).items():
+        series = values.get(name)
+        if series:
+            found[name_field] = max(series) if name_field in _MAX_FIELDS else math.fsum(series)
+    if engine == "unknown":
+        return ServerSnapshot(
+            engine=engine,
+            taken_at=taken_at,
+            healthy=True,
+            error="no sglang: or vllm: metrics in /metrics (start SGLang with --enable-metrics)",
+        )
+    return ServerSnapshot(
+        engine=engine,
+        taken_at=taken_at,
+        healthy=True,
+        running=found.get("running"),
+        queued=found.get("queued"),
+        kv_usage=found.get("kv_usage"),
+        state_usage=found.get("state_usage"),
+        generation_tokens_total=found.get("generation_tokens_total"),
+        prompt_tokens_total=found.get("prompt_tokens_total"),
+        requests_total=found.get("requests_total"),
+        gen_throughput=found.get("gen_throughput"),
+        preemptions_total=found.get("preemptions_total"),
+    )
+
+
+def max_running_from_server_info(info: Mapping[str, Any]) -> int | None:
+    """SGLang's effective request capacity: summed over DP ranks, else the launch flag if it was set."""
+    states = info.get("internal_states")
+    if isinstance(states, list):
+        per_rank = [s.get("effective_max_running_requests_per_dp") for s in states if isinstance(s, dict)]
+        ints = [v for v in per_rank if isinstance(v, int) and not isinstance(v, bool)]
+        if ints:
+            return sum(ints)
+    flag = info.get("max_running_requests")
+    return flag if isinstance(flag, int) and not isinstance(flag, bool) else None
+
+
+async def _get(session: aiohttp.ClientSession, url: str) -> tuple[int, str]:
+    async with session.get(url) as resp:
+        return resp.status, await resp.text()
+
+
+async def _server_info(session: aiohttp.ClientSession, base_url: str) -> int | None:
+    """``max_running`` from ``/server_info``; ``None`` when the route is missing or fails."""
+    try:
+        async with session.get(f"{base_url}/server_info") as resp:
+            if resp.status != 200:
+                return None
+            info = await resp.json(content_type=None)
+    except (aiohttp.ClientError, TimeoutError, ValueError):  # ValueError: a body that is not JSON
+        return None
+    return max_running_from_server_info(info) if isinstance(info, dict) else None
+
+
+async def scrape(
+    session: aiohttp.ClientSession,
+    base_url: str,
+    clock: Callable[[], float],
+    *,
+    max_running: int | None = None,
+) -> ServerSnapshot:
+    """GET ``/metrics`` (and, for SGLang, ``/server_info``) from ``base_url``; never raises.
+
+    Timeouts are the session's. ``/server_info`` is a heavy call: pass ``max_running`` from an earlier
+    snapshot of the same server to skip it.
+    """
+    base_url = base_url.rstrip("/")
+    taken_at = clock()
+    try:
+        status, text = await _get(session, f"{base_url}/metrics")
+    except (aiohttp.ClientError, TimeoutError, UnicodeDecodeError) as exc:
+        reason = "timed out" if isinstance(exc, TimeoutError) else str(exc) or type(exc).__name__
+        return ServerSnapshot(
+            engine="unknown",
+            taken_at=taken_at,
+            healthy=False,
+            error=f"cannot reach {base_url}/metrics: {reason} (is the server up?)",
+        )
+    if status != 200:
+        hint = " (start SGLang with --enable-metrics)" if status == 404 else ""
+        return ServerSnapshot(
+            engine="unknown",
+            taken_at=taken_at,
+            healthy=False,
+            error=f"GET {base_url}/metrics answered HTTP {status}{hint}",
+        )
+    snap = parse_metrics(text, taken_at)
+    if snap.engine == "sglang":
+        if max_running is None:
+            max_running = await _server_info(session, base_url)
+        return dataclasses.replace(snap, max_running=max_running)
+    return snap
+
+
+def _per_second(prev: float | None, cur: float | None, dt: float) -> float | None:
+    if prev is None or cur is None or cur < prev:  # missing, or the counter restarted with the server
+        return None
+    return (cur - prev) / dt
+
+
+def rates(prev: ServerSnapshot, cur: ServerSnapshot) -> Rates | None:
+    """Counter rates from ``prev`` to ``cur``; ``None`` if no time passed between them."""
+    dt = cur.taken_at - prev.taken_at
+    if dt <= 0:
+        return None
+    return Rates(
+        interval_s=dt,
+        generation_tok_s=_per_second(prev.generation_tokens_total, cur.generation_tokens_total, dt),
+        prompt_tok_s=_per_second(prev.prompt_tokens_total, cur.prompt_tokens_total, dt),
+        requests_s=_per_second(prev.requests_total, cur.requests_total, dt),
+    )

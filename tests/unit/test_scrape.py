@@ -1,0 +1,272 @@
+"""The metric scraper: recorded /metrics texts, engine detection, rates, and scraping over loopback HTTP."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import socket
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+
+import aiohttp
+import pytest
+from aiohttp import web
+
+from tokenmill.monitor.scrape import (
+    NAME_MAPS,
+    ServerSnapshot,
+    max_running_from_server_info,
+    parse_metrics,
+    rates,
+    scrape,
+)
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "metrics"
+VLLM_TEXT = (FIXTURES / "vllm_0.32.0.txt").read_text()
+SGLANG_TEXT = (FIXTURES / "sglang_synthetic.txt").read_text()
+
+
+def test_vllm_recording_maps_every_field() -> None:
+    snap = parse_metrics(VLLM_TEXT, taken_at=12.5)
+    assert snap.engine == "vllm"
+    assert snap.healthy and snap.error is None
+    assert snap.taken_at == 12.5
+    assert (snap.running, snap.queued) == (24.0, 0.0)
+    assert snap.kv_usage == pytest.approx(0.002990905206616601)
+    assert snap.generation_tokens_total == 5356.0
+    assert snap.prompt_tokens_total == 391.0
+    assert snap.requests_total == 12.0  # 7 stop + 5 length, summed over finished_reason
+    assert snap.preemptions_total == 0.0
+    # vLLM has no recurrent-state pool, no throughput gauge and no /server_info
+    assert (snap.state_usage, snap.gen_throughput, snap.max_running) == (None, None, None)
+
+
+def test_sglang_dp_ranks_sum_counts_and_take_the_fullest_pool() -> None:
+    snap = parse_metrics(SGLANG_TEXT, taken_at=1.0)
+    assert snap.engine == "sglang"
+    assert (snap.running, snap.queued) == (238.0, 42.0)
+    assert (snap.kv_usage, snap.state_usage) == (0.74, 0.74)
+    assert snap.gen_throughput == 4400.0
+    assert snap.generation_tokens_total == 6.8e6
+    assert snap.prompt_tokens_total == 2.4e6
+    assert snap.requests_total == 3150.0
+    assert snap.preemptions_total == 4.0  # the counter, not the num_retracted_reqs gauge (0)
+
+
+def test_sglang_before_any_retraction_has_no_preemption_count() -> None:
+    text = "".join(line + "\n" for line in SGLANG_TEXT.splitlines() if "num_retracted_requests_total" not in line)
+    snap = parse_metrics(text, taken_at=1.0)
+    assert snap.engine == "sglang"
+    assert snap.preemptions_total is None
+    assert snap.running == 238.0
+
+
+def test_counter_exposed_without_total_suffix_is_found() -> None:
+    text = (
+        "# TYPE vllm:num_preemptions counter\n"
+        'vllm:num_preemptions{engine="0"} 3\n'
+        "# TYPE vllm:num_requests_running gauge\n"
+        'vllm:num_requests_running{engine="0"} 2\n'
+    )
+    snap = parse_metrics(text, taken_at=0.0)
+    assert snap.preemptions_total == 3.0
+    assert snap.running == 2.0
+
+
+def test_created_series_are_not_mistaken_for_counters() -> None:
+    text = (
+        "# TYPE vllm:generation_tokens_total counter\n"
+        'vllm:generation_tokens_total{engine="0"} 10\n'
+        "# TYPE vllm:generation_tokens_created gauge\n"
+        'vllm:generation_tokens_created{engine="0"} 1.7e9\n'
+    )
+    assert parse_metrics(text, taken_at=0.0).generation_tokens_total == 10.0
+
+
+def test_unknown_engine_is_healthy_but_says_why_it_is_empty() -> None:
+    text = "# TYPE llamacpp:requests_processing gauge\nllamacpp:requests_processing 1\n"
+    snap = parse_metrics(text, taken_at=3.0)
+    assert snap.engine == "unknown"
+    assert snap.healthy
+    assert snap.running is None
+    assert snap.error is not None and "--enable-metrics" in snap.error
+
+
+def test_malformed_text_is_unhealthy_not_an_exception() -> None:
+    snap = parse_metrics('vllm:num_requests_running{engine="0" 1\n', taken_at=3.0)
+    assert not snap.healthy
+    assert snap.engine == "unknown"
+    assert snap.error is not None and snap.error.startswith("unparseable /metrics")
+
+
+def test_name_maps_only_name_snapshot_fields() -> None:
+    field_names = {f.name for f in dataclasses.fields(ServerSnapshot)}
+    for engine, names in NAME_MAPS.items():
+        assert set(names) <= field_names, engine
+        assert all(name.startswith(f"{engine}:") for name in names.values())
+
+
+def test_max_running_from_server_info() -> None:
+    states = [
+        {"effective_max_running_requests_per_dp": 128},
+        {"effective_max_running_requests_per_dp": 130},
+    ]
+    assert max_running_from_server_info({"internal_states": states, "max_running_requests": 999}) == 258
+    assert max_running_from_server_info({"internal_states": [], "max_running_requests": 64}) == 64
+    assert max_running_from_server_info({"max_running_requests": None}) is None
+    assert max_running_from_server_info({"max_running_requests": True}) is None
+
+
+def _snap(taken_at: float, gen: float | None, prompt: float | None = None) -> ServerSnapshot:
+    return ServerSnapshot(
+        engine="vllm",
+        taken_at=taken_at,
+        healthy=True,
+        generation_tokens_total=gen,
+        prompt_tokens_total=prompt,
+        requests_total=None,
+    )
+
+
+def test_rates_per_second() -> None:
+    r = rates(_snap(10.0, 1000.0, 50.0), _snap(12.0, 1500.0, 90.0))
+    assert r is not None
+    assert r.interval_s == 2.0
+    assert r.generation_tok_s == 250.0
+    assert r.prompt_tok_s == 20.0
+    assert r.requests_s is None
+
+
+def test_rates_after_a_restart_or_without_elapsed_time() -> None:
+    restarted = rates(_snap(10.0, 1000.0), _snap(11.0, 5.0))
+    assert restarted is not None and restarted.generation_tok_s is None
+    assert rates(_snap(10.0, 1.0), _snap(10.0, 2.0)) is None
+    missing = rates(_snap(10.0, None), _snap(11.0, 2.0))
+    assert missing is not None and missing.generation_tok_s is None
+
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+class FakeServer:
+    """A loopback server whose routes tests set; counts hits per path."""
+
+    def __init__(self) -> None:
+        self.routes: dict[str, Handler] = {}
+        self.hits: dict[str, int] = {}
+        self.url = ""
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        self.hits[request.path] = self.hits.get(request.path, 0) + 1
+        handler = self.routes.get(request.path)
+        if handler is None:
+            raise web.HTTPNotFound()
+        return await handler(request)
+
+
+@pytest.fixture
+async def fake() -> AsyncIterator[FakeServer]:
+    server = FakeServer()
+    app = web.Application()
+    app.router.add_route("GET", "/{tail:.*}", server.handle)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    server.url = f"http://127.0.0.1:{port}"
+    yield server
+    await runner.cleanup()
+
+
+def _text(body: str, status: int = 200) -> Handler:
+    async def handler(request: web.Request) -> web.StreamResponse:
+        return web.Response(text=body, status=status)
+
+    return handler
+
+
+def _clock() -> float:
+    return 100.0
+
+
+async def test_scrape_sglang_reads_server_info(fake: FakeServer) -> None:
+    fake.routes["/metrics"] = _text(SGLANG_TEXT)
+
+    async def info(request: web.Request) -> web.StreamResponse:
+        return web.json_response({"internal_states": [{"effective_max_running_requests_per_dp": 256}]})
+
+    fake.routes["/server_info"] = info
+    async with aiohttp.ClientSession() as session:
+        snap = await scrape(session, fake.url + "/", _clock)
+    assert snap.engine == "sglang" and snap.healthy
+    assert snap.max_running == 256
+    assert snap.taken_at == 100.0
+    assert snap.running == 238.0
+
+
+async def test_scrape_sglang_tolerates_missing_server_info(fake: FakeServer) -> None:
+    fake.routes["/metrics"] = _text(SGLANG_TEXT)
+    async with aiohttp.ClientSession() as session:
+        snap = await scrape(session, fake.url, _clock)
+    assert fake.hits.get("/server_info") == 1
+    assert snap.healthy and snap.max_running is None and snap.error is None
+
+
+async def test_scrape_skips_server_info_when_capacity_is_known(fake: FakeServer) -> None:
+    fake.routes["/metrics"] = _text(SGLANG_TEXT)
+    async with aiohttp.ClientSession() as session:
+        snap = await scrape(session, fake.url, _clock, max_running=64)
+    assert "/server_info" not in fake.hits
+    assert snap.max_running == 64
+
+
+async def test_scrape_vllm_never_asks_for_server_info(fake: FakeServer) -> None:
+    fake.routes["/metrics"] = _text(VLLM_TEXT)
+    async with aiohttp.ClientSession() as session:
+        snap = await scrape(session, fake.url, _clock)
+    assert snap.engine == "vllm" and snap.running == 24.0
+    assert fake.hits == {"/metrics": 1}
+
+
+async def test_scrape_missing_metrics_route_hints_at_the_flag(fake: FakeServer) -> None:
+    async with aiohttp.ClientSession() as session:
+        snap = await scrape(session, fake.url, _clock)
+    assert not snap.healthy
+    assert snap.error is not None and "HTTP 404" in snap.error and "--enable-metrics" in snap.error
+
+
+async def test_scrape_server_error_is_unhealthy(fake: FakeServer) -> None:
+    fake.routes["/metrics"] = _text("boom", status=500)
+    async with aiohttp.ClientSession() as session:
+        snap = await scrape(session, fake.url, _clock)
+    assert not snap.healthy
+    assert snap.error is not None and "HTTP 500" in snap.error
+
+
+async def test_scrape_down_server_is_unhealthy_not_an_exception() -> None:
+    with socket.socket() as sock:  # a port nobody listens on once the socket is closed
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    url = f"http://127.0.0.1:{port}"
+    async with aiohttp.ClientSession() as session:
+        snap = await scrape(session, url, _clock)
+    assert not snap.healthy
+    assert snap.engine == "unknown"
+    assert snap.error is not None and url in snap.error and "is the server up" in snap.error
+
+
+async def test_scrape_timeout_is_unhealthy(fake: FakeServer) -> None:
+    never = asyncio.Event()
+
+    async def stall(request: web.Request) -> web.StreamResponse:
+        await never.wait()
+        return web.Response(text="")
+
+    fake.routes["/metrics"] = stall
+    timeout = aiohttp.ClientTimeout(total=0.2)
+    async with aiohttp.ClientSession(timeout=timeout) as session:
+        snap = await scrape(session, fake.url, _clock)
+    never.set()
+    assert not snap.healthy
+    assert snap.error is not None and "timed out" in snap.error
