@@ -251,3 +251,19 @@ def test_sealed_shards_whose_size_agrees_are_not_read_on_open(tmp_path: Path) ->
     assert len(done) == 6
     report = verify(tmp_path)
     assert report.totals == {"mismatch": 1}
+
+
+def test_a_full_open_shard_is_sealed_on_open(tmp_path: Path) -> None:
+    # a crash after the shard's fsync but before its rename
+    make(tmp_path, 6)
+    (tmp_path / "completions_000001.jsonl").rename(tmp_path / "completions_000001.jsonl.open")
+    (tmp_path / "manifest.jsonl").write_bytes(manifest_lines(tmp_path)[0])
+    out, repaired, done = reopen(tmp_path)
+    assert repaired == ["sealed completions_000001.jsonl, which was full but still open"]
+    assert out.state.shards == 2
+    assert out.state.open_count == 0
+    assert len(done) == 6
+    out.write(completion(6))
+    out.close(seal=False)
+    assert (tmp_path / "completions_000002.jsonl.open").exists()
+    assert verify(tmp_path).ok

@@ -266,3 +266,21 @@ def test_large_buffers_reach_the_os_before_the_periodic_flush(tmp_path: Path) ->
     size = (tmp_path / "completions_000000.jsonl.open").stat().st_size
     assert size >= 4 << 20
     out.close(seal=True)
+
+
+def test_a_filesystem_without_locks_still_works_with_a_warning(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    import errno
+    import fcntl
+
+    def no_locks(fd: int, op: int) -> None:
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    monkeypatch.setattr(fcntl, "flock", no_locks)
+    out = OutputDir(tmp_path)
+    out.open()
+    out.write(completion(0))
+    out.close(seal=True)
+    assert "cannot be locked on this filesystem" in caplog.text
+    assert verify(tmp_path, ["p0"]).ok

@@ -193,3 +193,10 @@ def test_verify_does_not_change_the_directory(out: Path) -> None:
 def test_a_missing_directory_is_an_output_error(tmp_path: Path) -> None:
     with pytest.raises(OutputError, match="is not an output directory"):
         verify(tmp_path / "nope")
+
+
+def test_archived_failures_are_history_and_only_noted(out: Path) -> None:
+    (out / "failed.retry-1.jsonl").write_bytes(b"anything, not checked\n")
+    report = verify(out, INPUT)
+    assert report.ok
+    assert any("1 failed.retry-N.jsonl file(s)" in n for n in report.notes)

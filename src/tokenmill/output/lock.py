@@ -3,13 +3,20 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
+import logging
 import os
 from pathlib import Path
 
 from tokenmill.errors import OutputError
 from tokenmill.output import layout
 from tokenmill.output.fsio import output_error, write_all
+
+log = logging.getLogger(__name__)
+
+# Filesystems without working locks (NFS without a lock daemon, some FUSE mounts) answer with one of these.
+_NO_LOCKING = {errno.ENOLCK, errno.ENOTSUP, errno.EOPNOTSUPP, errno.ENOSYS}
 
 
 class DirLock:
@@ -42,8 +49,14 @@ class DirLock:
                 "or stop it (two writers would do the same work twice), then rerun"
             ) from None
         except OSError as exc:
-            os.close(fd)
-            raise output_error(exc, "locking", self.path) from exc
+            if exc.errno not in _NO_LOCKING:
+                os.close(fd)
+                raise output_error(exc, "locking", self.path) from exc
+            log.warning(
+                "%s cannot be locked on this filesystem (%s): make sure only one tokenmill run writes there",
+                self.path.parent,
+                exc.strerror,
+            )
         with contextlib.suppress(OSError):
             os.ftruncate(fd, 0)
             write_all(fd, f"{os.getpid()}\n".encode())

@@ -34,7 +34,7 @@ from tokenmill.output import layout
 from tokenmill.output.fsio import AppendFile, fsync_dir, output_error, rename
 from tokenmill.output.lock import DirLock
 from tokenmill.output.manifest import ManifestEntry
-from tokenmill.output.resume import ResumeState, recover
+from tokenmill.output.resume import OpenShard, ResumeState, recover
 from tokenmill.records import Completion, Failure, Skip
 
 log = logging.getLogger(__name__)
@@ -116,25 +116,16 @@ class OutputDir:
         self._lock.acquire()
         try:
             rec = recover(self.root)
+            self._state = rec.state
+            self._failed_ids = rec.failed_ids
+            self._next_index = rec.next_index
+            if rec.open_shard is not None:
+                self._continue(rec.open_shard)
         except BaseException:
-            self._lock.release()
+            self._release()
+            self._state = None
+            self._shard = None
             raise
-        self._state = rec.state
-        self._failed_ids = rec.failed_ids
-        self._next_index = rec.next_index
-        if rec.open_shard is not None:
-            found = rec.open_shard
-            shard = _Shard(
-                found.index,
-                found.path,
-                found.scan.prefix_sha,
-                found.scan.ids,
-                (found.scan.prompt_tokens, found.scan.completion_tokens),
-            )
-            shard.file.size = found.scan.good_bytes
-            self._shard = shard
-        for line in rec.state.repaired:
-            log.info("%s: %s", self.root, line)
         return rec.state
 
     def write(self, rec: Completion) -> None:
@@ -196,11 +187,7 @@ class OutputDir:
                     self._finish(seal)
         finally:
             self._closed = True
-            for f in (self._failed, self._skipped, self._manifest):
-                f.close()
-            if self._shard is not None:
-                self._shard.file.close()
-            self._lock.release()
+            self._release()
 
     def archive_failed(self) -> Path | None:
         """Move ``failed.jsonl`` to ``failed.retry-<n>.jsonl`` so its prompts are attempted again.
@@ -261,6 +248,24 @@ class OutputDir:
     def _drop(self, rid: str, what: str) -> None:
         self.duplicates += 1
         log.warning("%s for id %r dropped: that id is already done in %s", what, rid, self.root)
+
+    def _release(self) -> None:
+        """Close every descriptor and give the lock up."""
+        for f in (self._failed, self._skipped, self._manifest):
+            f.close()
+        if self._shard is not None:
+            self._shard.file.close()
+        self._lock.release()
+
+    def _continue(self, found: OpenShard) -> None:
+        """Append to the open shard a previous run left; seal it first if it is already full."""
+        scan = found.scan
+        shard = _Shard(found.index, found.path, scan.prefix_sha, scan.ids, (scan.prompt_tokens, scan.completion_tokens))
+        shard.file.size = scan.good_bytes
+        self._shard = shard
+        if len(shard.ids) >= self.shard_size:  # a crash between its last write and its rename
+            self._seal(shard)
+            self.state.repaired.append(f"sealed {layout.shard_name(shard.index)}, which was full but still open")
 
     def _start_shard(self) -> _Shard:
         index = self._next_index

@@ -153,6 +153,11 @@ class _Checker:
         self._check_skipped()
         for name in listing.leftovers:
             self.report.notes.append(f"{name} is left from an interrupted rewrite; the next run removes it")
+        if listing.archived_failed:
+            self.report.notes.append(
+                f"{len(listing.archived_failed)} failed.retry-N.jsonl file(s) hold failures already retried; "
+                "they are history and not checked"
+            )
 
     def _check_manifest(self, read: ManifestRead, listing: layout.Listing) -> None:
         where = layout.MANIFEST
