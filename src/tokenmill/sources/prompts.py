@@ -1,0 +1,93 @@
+"""``iter_prompts``: the input side of a job, from ``InputSpec`` to a stream of Prompt or Skip records.
+
+One row's way through:
+
+1. A reader decodes it (``readers``, ``jsonarray`` or ``hf``) into a RawRow numbered by its global row
+   index: rows count from 0 across all files in sorted order, bad rows included, blank lines not.
+2. ``offset``/``limit`` cut a window of row indexes, ``[offset, offset + limit)``, before anything else, so
+   a window always covers the same rows; rows before the window are counted but not decoded.
+3. The row must be a JSON object; its id is ``row[id_field]`` (unique; checked against an IdSet) or, by
+   default, its global row index as a string, so ``offset: 100`` starts at id ``"100"``.
+4. ``mapping.RowMapper`` turns it into a Prompt, or says why it cannot.
+5. A row that fails 1, 3 or 4 raises BadRowError under ``on_bad_row: error`` and becomes a Skip under
+   ``on_bad_row: skip``. A Skip for a duplicate has ``id=None``: its id belongs to the earlier row.
+
+Errors that are not about one row (a missing file, a Parquet schema without the prompt column, a file that
+cannot be read on) raise InputError under either policy. An empty input yields nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from tokenmill.config import InputSpec
+from tokenmill.errors import BadRowError
+from tokenmill.records import Prompt, Skip
+from tokenmill.sources.files import resolve_files
+from tokenmill.sources.hf import read_hf
+from tokenmill.sources.idset import IdSet
+from tokenmill.sources.mapping import RowMapper, RowProblem, json_type, row_id
+from tokenmill.sources.readers import open_rows
+from tokenmill.sources.rows import RawRow
+
+
+def iter_prompts(spec: InputSpec) -> Iterator[Prompt | Skip]:
+    """Stream the prompts ``spec`` describes, in input order; see the module docstring for the rules."""
+    mapper = RowMapper(spec)
+    id_field = spec.id_field
+    seen = IdSet()  # used only with an id_field; index ids are unique by construction
+    for index, raw in _rows(spec):
+        pid = str(index) if id_field is None else None  # the id a Skip can report, once known
+        item: Prompt | Skip
+        try:
+            row = _object(raw)
+            key = str(index) if id_field is None else _unique_id(row, id_field, seen)
+            pid = key
+            item = mapper.prompt(row, key, raw.source)
+        except RowProblem as problem:
+            if spec.on_bad_row == "error":
+                raise BadRowError(raw.source, str(problem), pid) from None
+            item = Skip(raw.source, str(problem), pid)
+        yield item
+
+
+def _unique_id(row: dict[str, object], field: str, seen: IdSet) -> str:
+    """The row's id from ``field``; a repeated id is a problem of the later row (whose Skip then has no id)."""
+    pid = row_id(row, field)
+    if not seen.add(pid):
+        raise RowProblem(f"duplicate id {pid!r} (an earlier row has the same id; ids must be unique)")
+    return pid
+
+
+def _object(raw: RawRow) -> dict[str, object]:
+    if raw.error is not None:
+        raise RowProblem(raw.error)
+    if not isinstance(raw.value, dict):
+        raise RowProblem(f"the row is a JSON {json_type(raw.value)}, not an object")
+    return raw.value
+
+
+def _rows(spec: InputSpec) -> Iterator[tuple[int, RawRow]]:
+    """(global row index, row) for every row in the ``offset``/``limit`` window."""
+    if spec.hf is not None:
+        yield from read_hf(spec.hf, spec.offset, spec.limit)
+        return
+    assert spec.path is not None  # InputSpec guarantees exactly one of path and hf
+    left = spec.limit
+    base = 0  # global index of the current file's first row
+    for file in resolve_files(spec.path, spec.format):
+        reader = open_rows(file, max(0, spec.offset - base), spec)
+        try:
+            while left is None or left > 0:
+                try:
+                    raw = next(reader)
+                except StopIteration as end:
+                    base += end.value
+                    break
+                yield base + raw.pos, raw
+                if left is not None:
+                    left -= 1
+            else:
+                return  # the limit is reached
+        finally:
+            reader.close()

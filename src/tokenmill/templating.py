@@ -1,0 +1,78 @@
+"""Client-side chat templates: render a conversation to the text a completion API expects.
+
+Used when the server is sent text or token ids (``sglang-generate``, ``openai-completions``) but the
+prompt is a conversation. The tokenizer is read from a local directory (``tokenizer.json``,
+``tokenizer_config.json`` and the chat template, as saved by ``save_pretrained``), or by model id from the
+local Hugging Face cache; nothing is fetched from the Hub.
+Needs the optional extra: ``pip install 'tokenmill[tokenizer]'``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from typing import Any
+
+from tokenmill.errors import ConfigError
+from tokenmill.records import Message
+
+_INSTALL_HINT = "pip install 'tokenmill[tokenizer]'"
+_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")
+
+
+class ChatTemplater:
+    """A tokenizer with a chat template, loaded once from a local directory."""
+
+    def __init__(self, tokenizer_path: str | Path) -> None:
+        self.path = Path(tokenizer_path)
+        self._tokenizer = _load(self.path)
+
+    def render(self, messages: list[Message]) -> str:
+        """The conversation as text, ending with the assistant prefix (``add_generation_prompt=True``)."""
+        try:
+            text = self._tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        except Exception as exc:  # jinja2 template errors (raise_exception in the template) and type errors
+            raise ConfigError(
+                f"the chat template of {self.path} cannot render this conversation ({type(exc).__name__}: "
+                f"{exc}); check that the tokenizer matches the model and the data"
+            ) from exc
+        return str(text)
+
+    def encode(self, text: str) -> list[int]:
+        """Token ids of ``text``; no special tokens are added (a rendered template already holds them)."""
+        return list(self._tokenizer.encode(text, add_special_tokens=False))
+
+
+def _load(path: Path) -> Any:
+    missing = [name for name in ("transformers", "jinja2") if importlib.util.find_spec(name) is None]
+    if missing:
+        raise ConfigError(
+            f"client-side chat templates need {' and '.join(missing)}: {_INSTALL_HINT} "
+            "(or use api: openai-chat, where the server applies the template)"
+        )
+    if path.exists() and not path.is_dir():
+        raise ConfigError(f"tokenizer {str(path)!r} is a file; set `tokenizer:` to the directory that holds it")
+    if not path.exists() and (path.is_absolute() or str(path).startswith(".")):
+        raise ConfigError(f"tokenizer directory {str(path)!r} does not exist; check `tokenizer:`")
+    if path.is_dir() and not any((path / name).exists() for name in _TOKENIZER_FILES):
+        raise ConfigError(
+            f"{path} holds no tokenizer ({', '.join(_TOKENIZER_FILES)}); point `tokenizer:` at the model's "
+            "directory, or save one there with tokenizer.save_pretrained()"
+        )
+    from transformers import AutoTokenizer
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
+    except Exception as exc:  # transformers raises OSError, ValueError or KeyError for unusable directories
+        raise ConfigError(
+            f"no usable tokenizer at {str(path)!r} ({type(exc).__name__}: {' '.join(str(exc).split())}); "
+            "point `tokenizer:` at a "
+            "directory with tokenizer.json and tokenizer_config.json (or a model id already in the local "
+            "Hugging Face cache; nothing is downloaded)"
+        ) from exc
+    if not getattr(tokenizer, "chat_template", None):
+        raise ConfigError(
+            f"the tokenizer in {path} has no chat template; use a chat model's tokenizer, "
+            "or send plain text prompts (mapping: prompt)"
+        )
+    return tokenizer
