@@ -32,7 +32,7 @@ HINTS: dict[str, str] = {
     "bad-line": "a line is not a valid record: move the file aside to redo what it holds",
     "torn": "a write was cut short (crash or full disk): rerun the job; it cuts the torn line and redoes it",
     "layout": "files only another program could have left: keep one open shard, move the others aside",
-    "duplicate": "an id was recorded more than once",
+    "duplicate": "an id was recorded more than once (a second writer, or files copied in): keep one record",
     "missing": "input ids with no completion, failure or skip: rerun the job to generate them",
     "unexpected": "ids in the output that are not in this input: check that --input names the same job",
 }
