@@ -210,3 +210,12 @@ def start_engine_server(workdir: Path) -> Iterator[EngineServer]:
         if "address already in use" not in tail.lower():
             break  # only a lost race for the port is worth another try
     pytest.fail("\n\n".join(failures), pytrace=False)
+
+
+def decodes_to(decoded: str, text: str) -> bool:
+    """Whether ``decoded`` (the token ids decoded in one go) is the text the engine returned.
+
+    vLLM detokenizes incrementally and drops a trailing incomplete UTF-8 sequence, which a one-shot
+    decode renders as U+FFFD; everything before it is identical.
+    """
+    return decoded.startswith(text) and not decoded[len(text) :].strip("\ufffd")
