@@ -20,6 +20,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tokenmill.config import FaultSpec, SimConfig
+from tokenmill.errors import ConfigError
 from tokenmill.sim import SimServer, run_sim_in_thread
 
 CHAT = {"model": "tokenmill-sim", "messages": [{"role": "user", "content": "Say something."}], "max_tokens": 64}
@@ -291,9 +292,7 @@ async def test_api_key_guards_everything_but_health_and_metrics() -> None:
         for open_path in ("/health", "/metrics"):
             async with s.get(srv.url + open_path) as r:
                 assert r.status == 200
-        async with s.post(
-            srv.url + "/v1/chat/completions", json=CHAT, headers={"Authorization": "Bearer sekrit"}
-        ) as r:
+        async with s.post(srv.url + "/v1/chat/completions", json=CHAT, headers={"Authorization": "Bearer sekrit"}) as r:
             assert r.status == 200
 
 
@@ -362,3 +361,20 @@ def test_cli_prints_its_url_writes_the_port_file_and_stops_on_sigterm(tmp_path: 
         finally:
             if proc.poll() is None:
                 proc.kill()
+
+
+async def test_a_taken_port_is_a_clear_config_error() -> None:
+    async with SimServer(SimConfig(instant=True)) as first:
+        with pytest.raises(ConfigError, match=f"cannot listen on 127.0.0.1:{first.port}.*--port"):
+            await SimServer(SimConfig(port=first.port)).start()
+
+
+async def test_a_refused_batch_item_aborts_the_rest_of_the_batch() -> None:
+    cfg = SimConfig(max_running_requests=1, max_queued_requests=1, **SLOW)
+    async with SimServer(cfg) as srv, aiohttp.ClientSession() as s:
+        status, err = await post(s, srv.url + "/generate", {"text": ["a", "b", "c"]})
+        assert status == 503
+        assert err["error"]["message"] == "The request queue is full."
+        m = await metrics(s, srv.url)
+        assert (m["sglang:num_running_reqs"], m["sglang:num_queue_reqs"]) == (0, 0)
+        assert m["sglang:num_aborted_requests_total"] == 3

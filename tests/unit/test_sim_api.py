@@ -97,7 +97,8 @@ def test_chat_response_shape() -> None:
     assert out["model"] == "m"
     assert isinstance(out["created"], int)
     choice = out["choices"][0]
-    assert choice["message"] == {"role": "assistant", "content": "bab bac", "reasoning_content": None, "tool_calls": None}
+    message = {"role": "assistant", "content": "bab bac", "reasoning_content": None, "tool_calls": None}
+    assert choice["message"] == message
     assert (choice["finish_reason"], choice["matched_stop"]) == ("stop", EOS_TOKEN_ID)
     assert out["usage"]["prompt_tokens"] == spec.prompt_tokens
     assert out["usage"]["completion_tokens"] == 2

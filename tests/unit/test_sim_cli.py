@@ -45,7 +45,7 @@ def test_bad_values_name_the_field(tmp_path: Path) -> None:
         build_config(str(bad), {})
     typo = tmp_path / "typo.yaml"
     typo.write_text("time_scal: 1\n")
-    with pytest.raises(ConfigError, match="time_scal.*spelling"):
+    with pytest.raises(ConfigError, match=r"time_scal.*spelling"):
         build_config(str(typo), {})
 
 

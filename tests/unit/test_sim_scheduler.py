@@ -12,9 +12,7 @@ STEP = 0.010  # step_base_ms=10, step_per_req_ms=0
 PREFILL_PER_TOKEN = 0.001  # prefill_ms_per_1k=1000
 
 
-def make(
-    *, max_running: int = 8, max_queued: int | None = None, interval: int = 40, scale: float = 1.0
-) -> Scheduler:
+def make(*, max_running: int = 8, max_queued: int | None = None, interval: int = 40, scale: float = 1.0) -> Scheduler:
     cfg = SimConfig(
         max_running_requests=max_running,
         step_base_ms=10,
@@ -81,7 +79,7 @@ def test_queue_limit_refuses_new_requests() -> None:
     s = make(max_running=1, max_queued=1)
     s.submit(req(), 0.0)  # runs
     s.submit(req(), 0.0)  # waits
-    with pytest.raises(QueueFullError, match="The request queue is full."):
+    with pytest.raises(QueueFullError, match=r"The request queue is full\."):
         s.submit(req(), 0.0)
     assert (s.running, s.waiting) == (1, 1)
 

@@ -83,7 +83,11 @@ class SimEngine:
         loop = asyncio.get_running_loop()
         req = SimRequest(prompt_tokens=prompt_tokens, output_tokens=output_tokens, arrived=loop.time())
         req.waiter = loop.create_future()
-        self._settle(self.scheduler.submit(req, req.arrived))
+        try:
+            self._settle(self.scheduler.submit(req, req.arrived))
+        except QueueFullError:
+            self.metrics.aborted += 1
+            raise
         self._poke()
         try:
             await req.waiter

@@ -29,7 +29,7 @@ from tokenmill.sim.timing import PoolUsage, StepModel
 
 log = logging.getLogger("tokenmill.sim")
 
-_EPS = 1e-9  # absorbs float error when a wake-up lands exactly on a step boundary
+_EPS = 1e-6  # in steps: absorbs float error when a wake-up lands exactly on a step boundary
 
 
 class QueueFullError(Exception):

@@ -233,11 +233,13 @@ class SimServer:
         if len(specs) == 1:
             results = [await self._run(specs[0])]
         else:
-            gathered = await asyncio.gather(*(self._run(s) for s in specs), return_exceptions=True)
-            for r in gathered:
-                if isinstance(r, BaseException):
-                    raise r
-            results = [r for r in gathered if not isinstance(r, BaseException)]
+            tasks = [asyncio.ensure_future(self._run(s)) for s in specs]
+            try:
+                results = await asyncio.gather(*tasks)
+            finally:  # one refused or failed: the rest of the batch is aborted, not left running
+                for t in tasks:
+                    t.cancel()
+                await asyncio.gather(*tasks, return_exceptions=True)
         items = [api.generate_item(s, d, t.e2e_s) for s, (d, t) in zip(specs, results, strict=True)]
         return items if batch else items[0]
 
