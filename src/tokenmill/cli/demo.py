@@ -42,7 +42,7 @@ def demo(n_servers: int, output: str, limit: int | None, fresh: bool, live: bool
                 "servers": [s.url for s in sims],
                 "api": "openai-chat",
                 "model": "tokenmill-sim",
-                "sampling": {"max_tokens": 1024, "temperature": 0.7},
+                "sampling": {"max_tokens": 600, "temperature": 0.7},
                 "concurrency": 80,
                 "output": {"dir": str(out)},
                 "status_interval_s": 5,

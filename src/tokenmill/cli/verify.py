@@ -17,7 +17,9 @@ def _input_ids(job_file: str) -> Iterator[str | Skip]:
     from tokenmill.sources import iter_prompts
 
     job = load_job(job_file)
-    for item in iter_prompts(job.input):
+    # bad rows are reported by the check (as rows missing from skipped.jsonl), not raised
+    spec = job.input.model_copy(update={"on_bad_row": "skip"})
+    for item in iter_prompts(spec):
         yield item if isinstance(item, Skip) else item.id
 
 
