@@ -116,6 +116,8 @@ def test_missing_path_and_empty_glob_are_input_errors(tmp_path: Path) -> None:
         list(iter_prompts(InputSpec(path=str(tmp_path))))
     with pytest.raises(InputError, match=r"cannot tell the format of .*notes\.txt.*set input\.format"):
         list(iter_prompts(InputSpec(path=str(tmp_path / "notes.txt"))))
+    with pytest.raises(InputError, match=r"is a URL; tokenmill reads local files only"):
+        list(iter_prompts(InputSpec(path="s3://bucket/prompts/*.jsonl")))
 
 
 def test_truncated_gzip_names_the_file_and_line() -> None:

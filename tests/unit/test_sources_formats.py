@@ -172,3 +172,16 @@ def test_auto_format_by_extension(tmp_path: Path, name: str) -> None:
     items = list(iter_prompts(InputSpec(path=str(path))))
     assert [(type(i), getattr(i, "text", None)) for i in items] == [(Prompt, "a")]
     assert not any(isinstance(i, Skip) for i in items)
+
+
+def test_json_array_element_larger_than_many_chunks(tmp_path: Path) -> None:
+    path = tmp_path / "big.json"
+    huge = "y" * 5_000_000  # about five 1 MiB chunks in one element
+    path.write_text(json.dumps([{"prompt": "small"}, {"prompt": huge}, {"prompt": "after"}]))
+    assert [p.text for p in _prompts(path=str(path))] == ["small", huge, "after"]
+
+
+def test_home_directory_is_expanded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path))
+    _write_jsonl(tmp_path / "data" / "p.jsonl", ["a"])
+    assert _ids_texts(_prompts(path="~/data/p.jsonl")) == [("0", "a")]

@@ -56,6 +56,12 @@ def format_of(path: Path) -> FileFormat | None:
 
 def resolve_files(path: str, fmt: Literal["auto", "jsonl", "json", "parquet"]) -> list[InputFile]:
     """The files ``path`` names, sorted; raises InputError when there are none or one cannot be typed."""
+    if "://" in path:
+        raise InputError(
+            f"input.path {path!r} is a URL; tokenmill reads local files only: copy the data to a local disk, "
+            "or use input.hf for a Hugging Face dataset"
+        )
+    path = os.path.expanduser(path)
     if _GLOB_CHARS.intersection(path):
         found = [Path(p) for p in glob.glob(path, recursive=True) if os.path.isfile(p)]
         if not found:

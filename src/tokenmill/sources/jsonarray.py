@@ -86,24 +86,27 @@ class _Text:
 
     def value(self) -> object:
         """Parse the JSON value at the read position, reading more of the file until it is complete."""
+        size = _CHUNK_BYTES  # doubled on every retry, so a huge element is re-parsed O(log size) times
         while True:
             try:
                 value, end = _DECODER.raw_decode(self._buf, self._at)
             except json.JSONDecodeError as exc:
-                if self._fill():
+                if self._fill(size):
+                    size *= 2
                     continue  # the element may just be cut by the chunk boundary
                 raise self.error(f"not valid JSON ({exc.msg})", at=exc.pos) from None
-            if end == len(self._buf) and self._fill():
+            if end == len(self._buf) and self._fill(size):
+                size *= 2
                 continue  # a number at the chunk end ("12" of "125") may continue in the next chunk
             self.line += self._buf.count("\n", self._at, end)
             self._at = end
             return value
 
-    def _fill(self) -> bool:
-        """Append the next chunk, dropping consumed text; False when the file has no more data."""
+    def _fill(self, size: int = _CHUNK_BYTES) -> bool:
+        """Append the next ``size`` bytes, dropping consumed text; False when the file has no more data."""
         if self._eof:
             return False
-        chunk = self._fh.read(_CHUNK_BYTES)
+        chunk = self._fh.read(size)
         self._eof = not chunk
         try:
             more = self._utf8.decode(chunk, final=self._eof)

@@ -39,11 +39,11 @@ def read_jsonl(path: Path, start: int) -> RowReader:
     with open_binary(path) as fh:
         try:
             for lineno, line in enumerate(fh, 1):
+                if lineno == 1 and line.startswith(_BOM):
+                    line = line[len(_BOM) :]
                 if line.isspace():
                     continue
                 if pos >= start:
-                    if lineno == 1 and line.startswith(_BOM):
-                        line = line[len(_BOM) :]
                     yield decode_json_line(line, pos, f"{name}:{lineno}")
                 pos += 1
         except _READ_ERRORS as exc:
