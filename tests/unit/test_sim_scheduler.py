@@ -188,3 +188,16 @@ def test_drain_hands_back_every_unfinished_request() -> None:
     s.submit(b, 0.0)
     assert set(map(id, s.drain())) == {id(a), id(b)}
     assert (s.running, s.waiting) == (0, 0)
+
+
+def test_a_refused_request_changes_nothing() -> None:
+    s = make(max_running=1, max_queued=1)
+    a, b = req(prompt=10, out=2), req(prompt=10, out=2)
+    s.submit(a, 0.0)
+    s.submit(b, 0.0)
+    done = s.advance(0.025)  # a finished (10 ms prefill + 1 step), b was admitted
+    assert done == [a]
+    s.submit(req(), 0.025)  # waits
+    with pytest.raises(QueueFullError):
+        s.submit(req(), 0.025)
+    assert (s.running, s.waiting) == (1, 1)

@@ -83,6 +83,7 @@ class SimEngine:
         loop = asyncio.get_running_loop()
         req = SimRequest(prompt_tokens=prompt_tokens, output_tokens=output_tokens, arrived=loop.time())
         req.waiter = loop.create_future()
+        self._settle(self.scheduler.advance(req.arrived))  # the queue limit sees the queue as of now
         try:
             self._settle(self.scheduler.submit(req, req.arrived))
         except QueueFullError:
@@ -97,10 +98,10 @@ class SimEngine:
                 self.metrics.aborted += 1
                 self._poke()
             raise
-        return Timing(req.started - req.arrived, req.first_token - req.arrived, req.finished - req.arrived)
+        return _timing(req)
 
     def pause(self) -> None:
-        """Freeze scheduling (requests queue up) until :meth:`resume`."""
+        """Freeze scheduling (requests queue up) until :meth:`resume`; instant mode ignores it."""
         self._settle(self.scheduler.pause(asyncio.get_running_loop().time()))
         self._poke()
 
@@ -117,11 +118,7 @@ class SimEngine:
 
     def _settle(self, done: list[SimRequest]) -> None:
         for r in done:
-            self.metrics.observe_finished(
-                r.prompt_tokens,
-                r.output_tokens,
-                Timing(r.started - r.arrived, r.first_token - r.arrived, r.finished - r.arrived),
-            )
+            self.metrics.observe_finished(r.prompt_tokens, r.output_tokens, _timing(r))
             if r.waiter is not None and not r.waiter.done():
                 r.waiter.set_result(None)
 
@@ -143,6 +140,10 @@ class SimEngine:
                 self._wake = None
                 if handle is not None:
                     handle.cancel()
+
+
+def _timing(r: SimRequest) -> Timing:
+    return Timing(r.started - r.arrived, r.first_token - r.arrived, r.finished - r.arrived)
 
 
 def _set_done(fut: asyncio.Future[None]) -> None:

@@ -105,14 +105,16 @@ class Scheduler:
     # request still waiting afterwards does not fit (or the scheduler is paused).
 
     def submit(self, req: SimRequest, now: float) -> list[SimRequest]:
-        """Queue ``req`` (raises :class:`QueueFullError`); returns requests that finished by ``now``."""
-        done = self.advance(now)
+        """Queue ``req``, admitting it if it fits; returns requests that finished by ``now``.
+
+        Raises :class:`QueueFullError` (changing nothing) if ``max_queued`` requests already wait; call
+        :meth:`advance` first so that the queue is counted as of ``now``.
+        """
         if self._max_queued is not None and self.waiting >= self._max_queued:
             raise QueueFullError("The request queue is full.")
         self._queue.append(req)
         self.waiting += 1
-        done.extend(self.advance(now))
-        return done
+        return self.advance(now)
 
     def advance(self, now: float) -> list[SimRequest]:
         """Run the engine up to ``now`` and admit what fits; returns the requests that finished."""
