@@ -202,6 +202,55 @@ class SimConfig(_Model):
     )
 
 
+class PlannerConfig(_Model):
+    """Assumptions of the capacity planner (``tokenmill plan``); docs/planner.md gives each one's source."""
+
+    eta_bw: float = Field(
+        default=0.6,
+        gt=0,
+        le=1,
+        description="Achieved fraction of peak memory bandwidth in decode; 0.5-0.75 observed. "
+        "Fit it with `tokenmill calibrate`",
+    )
+    eta_compute: float = Field(
+        default=0.5, gt=0, le=1, description="Achieved fraction of dense tensor peak (prefill, large batches)"
+    )
+    t_fixed_ms: float = Field(
+        default=1.0,
+        ge=0,
+        description="Fixed cost per decode step with CUDA graphs and the overlap scheduler (1-3 ms; the low "
+        "end because the eta evidence already absorbs part of it)",
+    )
+    t_fixed_no_overlap_ms: float = Field(
+        default=3.0, ge=0, description="Fixed cost per decode step when the overlap scheduler is off"
+    )
+    cuda_context_gib: float = Field(
+        default=0.75, ge=0, description="GPU memory already used when SGLang measures it (CUDA context, NCCL)"
+    )
+    kv_target_usage: float = Field(
+        default=0.95,
+        gt=0,
+        le=1,
+        description="Share of the KV pool the steady-state running set may fill (the rest absorbs length spread)",
+    )
+    auto_strategy: Literal["extra_buffer", "no_buffer"] = Field(
+        default="extra_buffer",
+        description="What --mamba-scheduler-strategy auto resolves to: extra_buffer on builds after "
+        "sglang PR #28151, no_buffer on v0.5.7-v0.5.10",
+    )
+    whatif_mem_fractions: list[float] = Field(
+        default_factory=lambda: [0.85, 0.9],
+        description="--mem-fraction-static values tried by the what-if table (besides the base value)",
+    )
+    whatif_rows_shown: int = Field(default=12, ge=1, description="What-if rows printed on a terminal (all in --json)")
+    workload_prompts: int = Field(default=10000, ge=1, description="Prompt count when none is given")
+    workload_input_len: int = Field(default=1024, ge=1, description="Mean prompt tokens when none is given")
+    workload_output_len: int = Field(default=1024, ge=1, description="Mean completion tokens when none is given")
+    dataset_sample_rows: int = Field(default=256, ge=1, description="Rows read to measure prompt lengths")
+    calibrate_window_s: float = Field(default=60.0, gt=0, description="How long `calibrate --server` scrapes")
+    calibrate_interval_s: float = Field(default=2.0, gt=0, description="Scrape period of `calibrate --server`")
+
+
 def normalize_url(url: str) -> str:
     """``host:port`` → ``http://host:port``; strips a trailing slash and a trailing ``/v1``."""
     url = url.strip().rstrip("/")

@@ -16,6 +16,8 @@ _COMMANDS = {
     "retry-failed": "run",
     "sim": "sim",
     "demo": "demo",
+    "plan": "plan",
+    "calibrate": "calibrate",
 }
 
 

@@ -1,0 +1,201 @@
+"""``tokenmill plan``: capacity and throughput of SGLang servers for a model, GPU, flags and workload."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+from rich import box
+from rich.console import Console
+from rich.table import Table
+
+from tokenmill.config import PlannerConfig
+from tokenmill.planner.catalog import bundled_models, load_model
+from tokenmill.planner.flags import parse_flags
+from tokenmill.planner.hardware import GpuCatalog, GpuSpec
+from tokenmill.planner.memory import DoesNotFitError
+from tokenmill.planner.models import kv_bytes_per_token, param_counts, state_bytes_per_slot
+from tokenmill.planner.plan import Workload, compare, what_if
+from tokenmill.planner.plan import plan as make_plan
+from tokenmill.planner.render import PlanReport, render_plan, report_dict, what_if_dicts, what_if_table
+
+
+def _workload(
+    config: PlannerConfig,
+    prompts: int | None,
+    input_len: float | None,
+    output_len: float | None,
+    dataset: str | None,
+    tokenizer: str | None,
+    sample_rows: int | None,
+) -> Workload:
+    sources = []
+    if dataset is not None and input_len is None:
+        from tokenmill.planner.sample import measure_prompts
+
+        measured = measure_prompts(dataset, rows=sample_rows or config.dataset_sample_rows, tokenizer=tokenizer)
+        input_len = measured.mean_tokens
+        sources.append(f"input measured on {measured.rows} rows of {Path(dataset).name}, {measured.method}")
+        if prompts is None and measured.total_rows:
+            prompts = measured.total_rows
+            sources.append("prompt count from the dataset")
+    elif dataset is not None:
+        sources.append("--input-len overrides the dataset")
+    if prompts is None or input_len is None or output_len is None:
+        sources.append("defaults for what was not given")
+    return Workload(
+        prompts=prompts or config.workload_prompts,
+        input_len=input_len or config.workload_input_len,
+        output_len=output_len or config.workload_output_len,
+        source="; ".join(sources) or "given",
+    )
+
+
+def _list_models(console: Console) -> None:
+    t = Table(
+        title="Bundled models (names are case-insensitive; or pass a path to a config.json)",
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+    )
+    t.add_column("name", no_wrap=True)
+    t.add_column("params (active)", no_wrap=True)
+    t.add_column("attn/lin", no_wrap=True)
+    t.add_column("KV B/tok", justify="right", no_wrap=True)
+    t.add_column("MiB/slot", justify="right", no_wrap=True)
+    for m in bundled_models():
+        p = param_counts(m)
+        slot = state_bytes_per_slot(m) / (1 << 20)
+        t.add_row(
+            m.name,
+            f"{p.total / 1e9:.1f}B" + (f" ({p.active / 1e9:.1f}B)" if m.is_moe else ""),
+            f"{m.attention.layers}/{m.recurrent.layers if m.recurrent else 0}",
+            f"{kv_bytes_per_token(m):,}",
+            f"{slot:.2f}" if slot else "-",
+        )
+    console.print(t)
+
+
+def _list_gpus(console: Console, catalog: GpuCatalog) -> None:
+    t = Table(
+        title="GPUs (add your own with --gpu-file)",
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        caption="? = unverified (see the sources in gpus.yaml)",
+    )
+    t.add_column("key", no_wrap=True)
+    for col in ("GiB", "GB/s", "BF16 TF", "FP8 TF", "FP4 TF"):
+        t.add_column(col, justify="right", no_wrap=True)
+    for g in catalog:
+
+        def mark(value: float | None, field: str, fmt: str = "{:g}", gpu: GpuSpec = g) -> str:
+            if value is None:
+                return "-"
+            return fmt.format(value) + ("?" if gpu.is_unverified(field) else "")
+
+        t.add_row(
+            g.key,
+            mark(g.memory_gib, "memory_mib", "{:.1f}"),
+            mark(g.bandwidth_gbs, "bandwidth_gbs", "{:,.0f}"),
+            mark(g.bf16_tflops, "bf16_tflops"),
+            mark(g.fp8_tflops, "fp8_tflops"),
+            mark(g.fp4_tflops, "fp4_tflops"),
+        )
+    console.print(t)
+
+
+@click.command()
+@click.option("--model", "-m", help="Bundled model name (e.g. qwen3.6-27b) or a path to a config.json")
+@click.option("--gpu", "-g", help="GPU name (e.g. rtx-pro-6000, h100, b200); see --list-gpus")
+@click.option("--gpus", "gpu_count", type=click.IntRange(min=1), default=1, show_default=True, help="GPUs in the fleet")
+@click.option(
+    "--flags",
+    "flags",
+    multiple=True,
+    help='SGLang launch flags as you would type them, e.g. "--mamba-scheduler-strategy extra_buffer '
+    '--mem-fraction-static 0.9" (repeatable; SGLANG_MAMBA_SSM_DTYPE=... style assignments too)',
+)
+@click.option("--prompts", type=click.IntRange(min=1), help="Number of prompts to generate for")
+@click.option("--input-len", type=click.FloatRange(min=1), help="Mean prompt tokens")
+@click.option("--output-len", type=click.FloatRange(min=1), help="Mean completion tokens")
+@click.option("--dataset", help="Measure prompt lengths (and count prompts) from this jsonl/json/parquet input")
+@click.option("--tokenizer", help="Tokenizer directory for --dataset (otherwise 4 chars/token is assumed)")
+@click.option("--sample", "sample_rows", type=click.IntRange(min=1), help="Rows of --dataset to measure")
+@click.option(
+    "--eta", type=click.FloatRange(min=0.01, max=1.0), help="Bandwidth efficiency (from `tokenmill calibrate`)"
+)
+@click.option("--compare", "compare_gpus", multiple=True, help="Also plan on this GPU and show the ratio (repeatable)")
+@click.option("--gpu-file", type=click.Path(exists=True, dir_okay=False), help="YAML file with more GPUs")
+@click.option(
+    "--auto-strategy",
+    type=click.Choice(["extra_buffer", "no_buffer"]),
+    help="What `--mamba-scheduler-strategy auto` means on your SGLang build (later builds: extra_buffer)",
+)
+@click.option("--what-if/--no-what-if", "with_what_if", default=True, help="Rank alternative configurations")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables")
+@click.option("--list-models", is_flag=True, help="List the bundled models and exit")
+@click.option("--list-gpus", is_flag=True, help="List the known GPUs and exit")
+def plan(
+    model: str | None,
+    gpu: str | None,
+    gpu_count: int,
+    flags: tuple[str, ...],
+    prompts: int | None,
+    input_len: float | None,
+    output_len: float | None,
+    dataset: str | None,
+    tokenizer: str | None,
+    sample_rows: int | None,
+    eta: float | None,
+    compare_gpus: tuple[str, ...],
+    gpu_file: str | None,
+    auto_strategy: str | None,
+    with_what_if: bool,
+    as_json: bool,
+    list_models: bool,
+    list_gpus: bool,
+) -> None:
+    """Predict SGLang pool sizes, concurrency and decode throughput, and rank better flags.
+
+    \b
+    Example:
+        tokenmill plan --model qwen3.6-27b --gpu rtx-pro-6000
+        tokenmill plan -m qwen3.6-27b -g rtx-pro-6000 --gpus 8 --prompts 200000 \\
+            --input-len 900 --output-len 3000 --flags "--mamba-scheduler-strategy extra_buffer" --compare h100
+    """
+    console = Console()
+    catalog = GpuCatalog.load(gpu_file)
+    if list_models or list_gpus:
+        if list_models:
+            _list_models(console)
+        if list_gpus:
+            _list_gpus(console, catalog)
+        return
+    if not model or not gpu:
+        raise click.UsageError("give --model and --gpu (see --list-models and --list-gpus)")
+    config = PlannerConfig.model_validate({} if auto_strategy is None else {"auto_strategy": auto_strategy})
+    spec = load_model(model)
+    card = catalog.get(gpu)
+    engine = parse_flags(list(flags))
+    workload = _workload(config, prompts, input_len, output_len, dataset, tokenizer, sample_rows)
+    eta_source = "--eta" if eta is not None else "default, uncalibrated"
+    rows = tuple(what_if(spec, card, engine, workload, config, gpu_count=gpu_count, eta=eta)) if with_what_if else ()
+    try:
+        result = make_plan(spec, card, engine, workload, config, gpu_count=gpu_count, eta=eta)
+    except DoesNotFitError as exc:
+        if not any(r.result for r in rows):
+            raise
+        if as_json:
+            click.echo(json.dumps({"error": str(exc), "what_if": what_if_dicts(rows)}, indent=2))
+        else:
+            console.print(f"[bold red]{exc}[/]\nConfigurations that fit:")
+            console.print(what_if_table(0.0, rows, config.whatif_rows_shown))
+        return
+    comparisons = tuple(
+        compare(result, catalog.get(name), config, gpu_count=gpu_count, eta=eta) for name in compare_gpus
+    )
+    report = PlanReport(result, comparisons, rows, config, eta_source)
+    if as_json:
+        click.echo(json.dumps(report_dict(report), indent=2))
+    else:
+        console.print(render_plan(report))

@@ -1,0 +1,170 @@
+"""GPU catalog: memory, bandwidth and dense tensor peaks, each with its source and an unverified mark.
+
+The bundled table is ``gpus.yaml`` (numbers from the reference's hardware notes); users add their own GPUs
+in a YAML file of the same shape (``--gpu-file``). Names match case- and punctuation-insensitively, so
+``RTX-PRO-6000``, ``rtx pro 6000`` and ``rtxpro6000`` are the same card.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from tokenmill.config import format_validation_error
+from tokenmill.errors import ConfigError
+from tokenmill.planner.models import WeightDtype
+
+GIB = 1 << 30
+
+
+@dataclass(frozen=True, slots=True)
+class GpuSpec:
+    """One GPU model. Throughputs are dense (no 2:4 sparsity); ``None`` means no tensor-core support."""
+
+    key: str
+    name: str
+    memory_mib: int
+    bandwidth_gbs: float
+    bf16_tflops: float
+    fp8_tflops: float | None = None
+    fp4_tflops: float | None = None
+    power_w: float | None = None
+    aliases: tuple[str, ...] = ()
+    sources: tuple[str, ...] = ()
+    unverified: tuple[str, ...] = ()
+    notes: str = ""
+
+    @property
+    def memory_gib(self) -> float:
+        return self.memory_mib / 1024
+
+    @property
+    def bandwidth_bytes_s(self) -> float:
+        return self.bandwidth_gbs * 1e9
+
+    def matmul_flops(self, weight_dtype: WeightDtype) -> float:
+        """Dense FLOP/s of decoder GEMMs with ``weight_dtype`` weights (lower formats fall back to higher ones)."""
+        tflops = self.bf16_tflops
+        if weight_dtype == "fp4":
+            tflops = self.fp4_tflops or self.fp8_tflops or self.bf16_tflops
+        elif weight_dtype == "fp8":
+            tflops = self.fp8_tflops or self.bf16_tflops
+        return tflops * 1e12
+
+    def is_unverified(self, field_name: str) -> bool:
+        return field_name in self.unverified
+
+
+class _GpuEntry(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    key: str = Field(min_length=1)
+    name: str = Field(min_length=1)
+    memory_mib: int = Field(gt=0, description="Memory the driver reports, MiB (nvidia-smi memory.total)")
+    bandwidth_gbs: float = Field(gt=0, description="Peak memory bandwidth, GB/s (decimal)")
+    bf16_tflops: float = Field(gt=0, description="Dense BF16 tensor TFLOP/s")
+    fp8_tflops: float | None = Field(default=None, gt=0)
+    fp4_tflops: float | None = Field(default=None, gt=0)
+    power_w: float | None = Field(default=None, gt=0)
+    aliases: list[str] = Field(default_factory=list)
+    sources: list[str] = Field(default_factory=list)
+    unverified: list[str] = Field(default_factory=list)
+    notes: str = ""
+
+
+class _GpuFile(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    gpus: list[_GpuEntry]
+
+
+def normalize_name(name: str) -> str:
+    """The matching key of a name: lower case, letters and digits only."""
+    return re.sub(r"[^a-z0-9]", "", name.lower())
+
+
+def parse_gpu_table(data: Any, where: str) -> list[GpuSpec]:
+    """Validate a ``{gpus: [...]}`` mapping; ConfigError names each bad field."""
+    try:
+        table = _GpuFile.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(format_validation_error(exc, where)) from exc
+    return [
+        GpuSpec(
+            key=e.key,
+            name=e.name,
+            memory_mib=e.memory_mib,
+            bandwidth_gbs=e.bandwidth_gbs,
+            bf16_tflops=e.bf16_tflops,
+            fp8_tflops=e.fp8_tflops,
+            fp4_tflops=e.fp4_tflops,
+            power_w=e.power_w,
+            aliases=tuple(e.aliases),
+            sources=tuple(e.sources),
+            unverified=tuple(e.unverified),
+            notes=e.notes,
+        )
+        for e in table.gpus
+    ]
+
+
+def _read_yaml(text: str, where: str) -> Any:
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{where} is not valid YAML: {exc}") from exc
+
+
+def bundled_gpus() -> list[GpuSpec]:
+    """The GPUs shipped with tokenmill."""
+    text = resources.files("tokenmill.planner").joinpath("gpus.yaml").read_text(encoding="utf-8")
+    return parse_gpu_table(_read_yaml(text, "bundled gpus.yaml"), "bundled gpus.yaml")
+
+
+def load_gpu_file(path: str | Path) -> list[GpuSpec]:
+    """User-defined GPUs from a YAML file shaped like the bundled ``gpus.yaml``."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot read GPU file {p}: {exc}") from exc
+    return parse_gpu_table(_read_yaml(text, str(p)), str(p))
+
+
+class GpuCatalog:
+    """Looks GPUs up by key or alias; user entries shadow bundled ones with the same key."""
+
+    def __init__(self, gpus: list[GpuSpec]) -> None:
+        self._by_name: dict[str, GpuSpec] = {}
+        self._gpus: dict[str, GpuSpec] = {}
+        for gpu in gpus:
+            self._gpus[gpu.key] = gpu
+        for gpu in self._gpus.values():
+            for name in (gpu.key, *gpu.aliases):
+                self._by_name[normalize_name(name)] = gpu
+
+    @classmethod
+    def load(cls, extra_file: str | Path | None = None) -> GpuCatalog:
+        gpus = bundled_gpus()
+        if extra_file is not None:
+            gpus += load_gpu_file(extra_file)
+        return cls(gpus)
+
+    def __iter__(self) -> Iterator[GpuSpec]:
+        return iter(self._gpus.values())
+
+    def get(self, name: str) -> GpuSpec:
+        gpu = self._by_name.get(normalize_name(name))
+        if gpu is None:
+            known = ", ".join(sorted(self._gpus))
+            raise ConfigError(
+                f"unknown GPU {name!r}; known: {known}. Add it to a YAML file shaped like gpus.yaml and pass --gpu-file"
+            )
+        return gpu
