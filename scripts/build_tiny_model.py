@@ -126,8 +126,12 @@ def build(out: Path) -> None:
         n_params = build_model(tmp, vocab_size)
         (tmp / MARKER).write_text(recipe_key() + "\n")
         if out.exists():
-            shutil.rmtree(out)
-        os.replace(tmp, out)
+            shutil.rmtree(out, ignore_errors=True)
+        try:
+            os.replace(tmp, out)
+        except OSError:
+            if not is_complete(out):  # another build finished first: same recipe, same files
+                raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     print(f"tiny model: {n_params:,} parameters, vocab {vocab_size}, saved to {out}")
