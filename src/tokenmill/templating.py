@@ -13,7 +13,7 @@ import importlib.util
 from pathlib import Path
 from typing import Any
 
-from tokenmill.errors import ConfigError
+from tokenmill.errors import ConfigError, PermanentError
 from tokenmill.records import Message
 
 _INSTALL_HINT = "pip install 'tokenmill[tokenizer]'"
@@ -28,11 +28,15 @@ class ChatTemplater:
         self._tokenizer = _load(self.path)
 
     def render(self, messages: list[Message]) -> str:
-        """The conversation as text, ending with the assistant prefix (``add_generation_prompt=True``)."""
+        """The conversation as text, ending with the assistant prefix (``add_generation_prompt=True``).
+
+        A template that rejects a conversation (many raise on, e.g., roles that do not alternate) makes a
+        PermanentError: that prompt fails and is recorded, the run goes on.
+        """
         try:
             text = self._tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-        except Exception as exc:  # jinja2 template errors (raise_exception in the template) and type errors
-            raise ConfigError(
+        except Exception as exc:  # jinja2 errors, raise_exception() in the template, type errors
+            raise PermanentError(
                 f"the chat template of {self.path} cannot render this conversation ({type(exc).__name__}: "
                 f"{exc}); check that the tokenizer matches the model and the data"
             ) from exc
@@ -66,9 +70,8 @@ def _load(path: Path) -> Any:
     except Exception as exc:  # transformers raises OSError, ValueError or KeyError for unusable directories
         raise ConfigError(
             f"no usable tokenizer at {str(path)!r} ({type(exc).__name__}: {' '.join(str(exc).split())}); "
-            "point `tokenizer:` at a "
-            "directory with tokenizer.json and tokenizer_config.json (or a model id already in the local "
-            "Hugging Face cache; nothing is downloaded)"
+            "point `tokenizer:` at a directory with tokenizer.json and tokenizer_config.json (or a model id "
+            "already in the local Hugging Face cache; nothing is downloaded)"
         ) from exc
     if not getattr(tokenizer, "chat_template", None):
         raise ConfigError(

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tokenmill.errors import ConfigError
+from tokenmill.errors import ConfigError, PermanentError
 from tokenmill.templating import ChatTemplater
 
 tokenizers = pytest.importorskip("tokenizers")
@@ -110,11 +110,11 @@ def test_a_tokenizer_without_chat_template_is_a_config_error(tmp_path: Path) -> 
         ChatTemplater(plain)
 
 
-def test_a_template_that_rejects_the_conversation_is_a_config_error(tmp_path: Path) -> None:
+def test_a_template_that_rejects_one_conversation_fails_only_that_prompt(tmp_path: Path) -> None:
     strict = (
         "{% if messages[0]['role'] != 'user' %}{{ raise_exception('first turn must be user') }}{% endif %}" + CHATML
     )
     templater = ChatTemplater(_save_tokenizer(tmp_path / "strict", strict))
     assert templater.render([{"role": "user", "content": "ok"}]).startswith("<|im_start|>user")
-    with pytest.raises(ConfigError, match=r"cannot render this conversation .*first turn must be user"):
+    with pytest.raises(PermanentError, match=r"cannot render this conversation .*first turn must be user"):
         templater.render([{"role": "system", "content": "s"}, {"role": "user", "content": "u"}])

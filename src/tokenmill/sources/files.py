@@ -36,13 +36,8 @@ _GLOB_CHARS = frozenset("*?[")
 class InputFile:
     """One file to read and the reader it needs."""
 
-    path: Path
+    path: Path  # as listed (not resolved), so row sources read like input.path
     format: FileFormat
-
-    @property
-    def name(self) -> str:
-        """The path as shown in row sources (``name:line``)."""
-        return str(self.path)
 
 
 def format_of(path: Path) -> FileFormat | None:
@@ -62,20 +57,20 @@ def resolve_files(path: str, fmt: Literal["auto", "jsonl", "json", "parquet"]) -
             "or use input.hf for a Hugging Face dataset"
         )
     path = os.path.expanduser(path)
-    if _GLOB_CHARS.intersection(path):
+    if os.path.isfile(path):  # a literal name wins, even one with glob characters in it
+        found = [Path(path)]
+    elif os.path.isdir(path):
+        found = [p for p in _walk(Path(path)) if _wanted_in_dir(p, fmt)]
+        if not found:
+            kinds = ", ".join(s for s, f in _SUFFIXES if fmt in ("auto", f))
+            raise InputError(f"directory {path!r} holds no data files ({kinds}); check input.path")
+    elif _GLOB_CHARS.intersection(path):
         found = [Path(p) for p in glob.glob(path, recursive=True) if os.path.isfile(p)]
         if not found:
             raise InputError(
                 f"input.path {path!r} matches no files; check the pattern "
                 f"(relative patterns are expanded from {os.getcwd()})"
             )
-    elif os.path.isdir(path):
-        found = [p for p in _walk(Path(path)) if _wanted_in_dir(p, fmt)]
-        if not found:
-            kinds = ", ".join(s for s, f in _SUFFIXES if fmt in ("auto", f))
-            raise InputError(f"directory {path!r} holds no data files ({kinds}); check input.path")
-    elif os.path.isfile(path):
-        found = [Path(path)]
     else:
         raise InputError(
             f"input.path {path!r} does not exist; check the path (relative paths are resolved from {os.getcwd()})"

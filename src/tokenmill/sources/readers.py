@@ -14,6 +14,7 @@ from tokenmill.config import InputSpec
 from tokenmill.errors import InputError
 from tokenmill.sources.files import InputFile
 from tokenmill.sources.jsonarray import read_json_array
+from tokenmill.sources.mapping import mapping_fields
 from tokenmill.sources.rows import RawRow, RowReader, decode_json_line, open_binary
 
 _BOM = b"\xef\xbb\xbf"
@@ -102,20 +103,20 @@ def parquet_columns(name: str, names: list[str], spec: InputSpec) -> list[str] |
     Chat rows keep the whole original row in ``Prompt.meta`` for export, so every column is read for
     them; plain prompt rows need only the prompt and id columns.
     """
-    wanted: dict[str, str] = {}
+    fields = mapping_fields(spec)
+    wanted: dict[str, str] = {}  # column -> the option that names it
     if spec.id_field is not None:
         wanted[spec.id_field] = "id_field"
     if spec.mapping == "auto":
-        present = [f for f in _mapping_fields(spec) if f in names]
+        present = [f for f in fields.values() if f in names]
         if not present:
-            fields = ", ".join(repr(f) for f in _mapping_fields(spec))
             raise InputError(
-                f"{name} has none of the columns {fields} (it has: {', '.join(names)}); "
+                f"{name} has none of the columns {', '.join(map(repr, fields.values()))} (it has: {', '.join(names)}); "
                 "set input.mapping and input.messages_field / conversations_field / prompt_field"
             )
         chat = present[0] != spec.prompt_field
     else:
-        wanted[getattr(spec, f"{spec.mapping}_field")] = f"{spec.mapping}_field"
+        wanted[fields[spec.mapping]] = f"{spec.mapping}_field"
         chat = spec.mapping != "prompt"
     for column, option in wanted.items():
         if column not in names:
@@ -125,7 +126,3 @@ def parquet_columns(name: str, names: list[str], spec: InputSpec) -> list[str] |
     if chat:
         return None
     return list(dict.fromkeys([spec.prompt_field, *wanted]))
-
-
-def _mapping_fields(spec: InputSpec) -> list[str]:
-    return [spec.messages_field, spec.conversations_field, spec.prompt_field]
