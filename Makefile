@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 PIP    := $(VENV)/bin/pip
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml constraints.txt | sha1sum | cut -c1-12)
 
-.PHONY: demo test check lint typecheck unit bench clean venv
+.PHONY: demo test check lint typecheck unit bench clean venv system-deps
 
 venv: $(STAMP)
 
@@ -28,8 +28,12 @@ typecheck: venv
 unit: venv
 	$(VENV)/bin/pytest -q tests/unit
 
+# Debian packages some tests drive (headless Chromium renders the run report); installed only when missing.
+system-deps:
+	test -x /usr/bin/chromium || (apt-get update && apt-get install -y --no-install-recommends chromium)
+
 # The whole suite: lint, types, then every test tier.
-test: venv lint typecheck
+test: venv system-deps lint typecheck
 	$(VENV)/bin/pytest -q -p no:cacheprovider tests
 
 bench: venv
