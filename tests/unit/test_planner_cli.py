@@ -125,3 +125,26 @@ def test_a_config_path_and_a_user_gpu_file(tmp_path: Path) -> None:
     assert data["gpu"]["key"] == "lab-card"
     assert data["model"]["recurrent_layers"] == 0
     assert data["what_if"] == []
+
+
+def test_dataset_lengths_counted_with_a_tokenizer(tmp_path: Path) -> None:
+    pytest.importorskip("transformers")
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    from tokenmill.planner.sample import measure_prompts
+
+    words = Tokenizer(models.WordLevel({"[UNK]": 0, "user": 1, ":": 2, "hello": 3, "world": 4}, unk_token="[UNK]"))
+    words.pre_tokenizer = pre_tokenizers.Whitespace()
+    fast = PreTrainedTokenizerFast(tokenizer_object=words, unk_token="[UNK]")
+    fast.chat_template = "{% for m in messages %}{{ m['role'] }} : {{ m['content'] }} {% endfor %}"
+    fast.save_pretrained(str(tmp_path / "tok"))
+    data = tmp_path / "chat.jsonl"
+    rows = [
+        {"messages": [{"role": "user", "content": "hello world hello"}]},  # user : hello world hello -> 5
+        {"prompt": "hello world"},  # plain text is encoded as is -> 2
+    ]
+    data.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    sample = measure_prompts(str(data), rows=10, tokenizer=str(tmp_path / "tok"))
+    assert (sample.rows, sample.mean_tokens, sample.total_rows) == (2, 3.5, 2)
+    assert "tokenizer" in sample.method

@@ -238,10 +238,12 @@ def best_radix_off_running(
     n = int(rest_bytes * u / (workload.avg_context * pools.kv_bytes_per_token + u * pools.state_bytes_per_slot))
     n = max(1, min(n, math.ceil(workload.prompts / replicas)))
     while n > 1:
-        cap = build_capacity(model, gpu, flags.with_(max_running_requests=n), config)
-        if cap.kv_bound_running(workload.avg_context, u) >= n:
+        fits = build_capacity(model, gpu, flags.with_(max_running_requests=n), config).kv_bound_running(
+            workload.avg_context, u
+        )
+        if fits >= n:
             break
-        n -= 1
+        n = max(1, min(n - 1, fits))
     return n
 
 

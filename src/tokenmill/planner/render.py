@@ -97,7 +97,8 @@ def capacity_table(r: PlanResult) -> Table:
             f" ({r.prefill_s_per_request:.3f} s prefill a request)",
         ),
     )
-    t.add_row("fleet", f"{_n(r.fleet_tok_s)} tok/s on {r.gpus} GPU(s) ({r.replicas} server(s) of {cap.gpus})")
+    servers = f"{r.replicas} server{'s' if r.replicas > 1 else ''} of {cap.gpus} GPU{'s' if cap.gpus > 1 else ''}"
+    t.add_row("fleet", f"{_n(r.fleet_tok_s)} tok/s ({servers})")
     t.add_row("ETA", f"{human_duration(r.eta_s)} for {r.workload.output_tokens / 1e6:,.2f} M output tokens")
     return t
 
