@@ -5,7 +5,9 @@ PY     := $(VENV)/bin/python
 PIP    := $(VENV)/bin/pip
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml constraints.txt | sha1sum | cut -c1-12)
 
-.PHONY: demo test check lint typecheck unit bench clean venv system-deps
+.PHONY: demo test check lint typecheck unit bench clean venv
+
+include engine.mk system-deps
 
 venv: $(STAMP)
 

@@ -65,10 +65,16 @@ def run_cli(*args: str, timeout: float = 120, env: dict[str, str] | None = None)
 
 
 def read_records(out: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """All completion records (sealed and open shards) and all failure records."""
+    """All completion records (sealed and open shards) and all failure records.
+
+    A killed writer may leave a torn last line in the open shard (the next run cuts it); it is not a record.
+    """
     done: list[dict[str, Any]] = []
     for shard in sorted(out.glob("completions_*.jsonl*")):
-        done += [orjson.loads(line) for line in shard.read_bytes().splitlines() if line]
+        data = shard.read_bytes()
+        if shard.suffix == ".open" and not data.endswith(b"\n"):
+            data = data[: data.rfind(b"\n") + 1]
+        done += [orjson.loads(line) for line in data.splitlines() if line]
     failed_file = out / "failed.jsonl"
     failed = (
         [orjson.loads(line) for line in failed_file.read_bytes().splitlines() if line] if failed_file.exists() else []

@@ -38,7 +38,7 @@ def demo(n_servers: int, output: str, limit: int | None, fresh: bool, live: bool
     with sim_fleet(n_servers, sim_args, log_dir=out) as sims:
         job = JobSpec.model_validate(
             {
-                "input": {"path": str(sample_dataset_path()), "limit": limit},
+                "input": {"path": str(sample_dataset_path()), "id_field": "id", "limit": limit},
                 "servers": [s.url for s in sims],
                 "api": "openai-chat",
                 "model": "tokenmill-sim",
