@@ -5,9 +5,9 @@ PY     := $(VENV)/bin/python
 PIP    := $(VENV)/bin/pip
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml constraints.txt | sha1sum | cut -c1-12)
 
-.PHONY: demo test check lint typecheck unit bench clean venv
+.PHONY: demo test check lint typecheck unit bench clean venv system-deps
 
-include engine.mk system-deps
+include engine.mk
 
 venv: $(STAMP)
 
@@ -34,8 +34,8 @@ unit: venv
 system-deps:
 	test -x /usr/bin/chromium || (apt-get update && apt-get install -y --no-install-recommends chromium)
 
-# The whole suite: lint, types, then every test tier.
-test: venv system-deps lint typecheck
+# The whole suite: lint, types, then every test tier (the real vLLM CPU engine included).
+test: venv system-deps engine engine-model lint typecheck
 	$(VENV)/bin/pytest -q -p no:cacheprovider tests
 
 bench: venv
