@@ -94,11 +94,15 @@ def test_dataset_sample_sets_the_workload(tmp_path: Path) -> None:
     assert w["input_len"] == 100  # 400 characters at 4 a token
     assert w["prompts"] == 30  # counted from the file
     assert "measured on 10 rows of prompts.jsonl" in w["source"] and "chars/token" in w["source"]
+    given = json.loads(run("-m", "qwen3-32b", "-g", "h200", "--dataset", str(data), "--input-len", "50", "--json"))
+    assert (given["workload"]["input_len"], given["workload"]["prompts"]) == (50, 30)
 
 
 def test_missing_arguments_and_unknown_names() -> None:
     out = CliRunner().invoke(cli, ["plan", "--model", "qwen3.6-27b"])
     assert out.exit_code == 2 and "give --model and --gpu" in out.output
+    named = run("-g", "h200", "--flags", "--model-path Qwen/Qwen3.6-27B --tp 1", "--no-what-if", "--json")
+    assert json.loads(named)["model"]["name"] == "Qwen3.6-27B"
     out = CliRunner().invoke(cli, ["plan", "--model", "qwen3.6-27b", "--gpu", "tpu"])
     assert isinstance(out.exception, ConfigError) and "unknown GPU 'tpu'" in str(out.exception)
     out = CliRunner().invoke(cli, ["plan", "-m", "qwen3.6-27b", "-g", "h100", "--flags", "--mem-fraction-static x"])

@@ -111,3 +111,12 @@ def test_workload_validation() -> None:
     assert Workload(10, 1000, 500).avg_context == 1250
     with pytest.raises(ConfigError):
         Workload(0, 1000, 500)
+
+
+def test_ceiling_is_per_gpu_under_tp() -> None:
+    one = plan(QWEN27, PRO6000, parse_flags("--disable-radix-cache"), WORKLOAD, CONFIG)
+    two = plan(QWEN27, PRO6000, parse_flags("--disable-radix-cache --tp-size 2"), WORKLOAD, CONFIG, gpu_count=2)
+    assert all(p.tok_s_per_gpu < two.ceiling_tok_s_per_gpu for p in two.curve)
+    # every per-request byte is split over the two GPUs, so the per-GPU ceiling stays where it was
+    assert two.ceiling_tok_s_per_gpu == pytest.approx(one.ceiling_tok_s_per_gpu, rel=1e-9)
+    assert two.decode_tok_s == two.step.tokens_per_s

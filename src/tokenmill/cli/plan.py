@@ -31,17 +31,19 @@ def _workload(
     sample_rows: int | None,
 ) -> Workload:
     sources = []
-    if dataset is not None and input_len is None:
-        from tokenmill.planner.sample import measure_prompts
+    if dataset is not None:
+        from tokenmill.planner.sample import count_prompts, measure_prompts
 
-        measured = measure_prompts(dataset, rows=sample_rows or config.dataset_sample_rows, tokenizer=tokenizer)
-        input_len = measured.mean_tokens
-        sources.append(f"input measured on {measured.rows} rows of {Path(dataset).name}, {measured.method}")
-        if prompts is None and measured.total_rows:
-            prompts = measured.total_rows
-            sources.append("prompt count from the dataset")
-    elif dataset is not None:
-        sources.append("--input-len overrides the dataset")
+        if input_len is None:
+            measured = measure_prompts(dataset, rows=sample_rows or config.dataset_sample_rows, tokenizer=tokenizer)
+            input_len = measured.mean_tokens
+            sources.append(f"input measured on {measured.rows} rows of {Path(dataset).name}, {measured.method}")
+            total = measured.total_rows
+        else:
+            total = count_prompts(dataset) if prompts is None else None
+        if prompts is None and total:
+            prompts = total
+            sources.append(f"{total:,} prompts counted in the dataset")
     if prompts is None or input_len is None or output_len is None:
         sources.append("defaults for what was not given")
     return Workload(
@@ -171,12 +173,13 @@ def plan(
         if list_gpus:
             _list_gpus(console, catalog)
         return
+    engine = parse_flags(list(flags))
+    model = model or engine.model_path  # `--flags "--model-path Qwen/Qwen3.6-27B ..."` names the model too
     if not model or not gpu:
         raise click.UsageError("give --model and --gpu (see --list-models and --list-gpus)")
     config = PlannerConfig.model_validate({} if auto_strategy is None else {"auto_strategy": auto_strategy})
     spec = load_model(model)
     card = catalog.get(gpu)
-    engine = parse_flags(list(flags))
     workload = _workload(config, prompts, input_len, output_len, dataset, tokenizer, sample_rows)
     eta_source = "--eta" if eta is not None else "default, uncalibrated"
     rows = tuple(what_if(spec, card, engine, workload, config, gpu_count=gpu_count, eta=eta)) if with_what_if else ()

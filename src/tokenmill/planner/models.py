@@ -28,7 +28,6 @@ StateDtype = Literal["fp32", "bf16", "fp16"]
 KvDtype = Literal["bf16", "fp8"]
 
 WEIGHT_DTYPES: tuple[WeightDtype, ...] = ("bf16", "fp8", "fp4")
-STATE_DTYPES: tuple[StateDtype, ...] = ("fp32", "bf16", "fp16")
 
 #: Bytes per parameter of quantized decoder linears. fp8: block scales are negligible; fp4 is NVFP4,
 #: 4 bits plus one fp8 scale per 16 values = 4.5 bits. Embeddings, lm_head and vision stay bf16.

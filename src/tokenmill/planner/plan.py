@@ -62,7 +62,6 @@ class PlanResult:
     binding: str
     limits: dict[str, int]
     step: StepBreakdown
-    decode_tok_s: float  # one replica, decode only
     prefill_s_per_request: float
     output_tok_s: float  # one replica, with prefill dilution
     curve: tuple[CurvePoint, ...]
@@ -71,6 +70,11 @@ class PlanResult:
     @property
     def gpus(self) -> int:
         return self.replicas * self.capacity.gpus
+
+    @property
+    def decode_tok_s(self) -> float:
+        """One replica, decode only (no prefill dilution)."""
+        return self.step.tokens_per_s
 
     @property
     def tok_s_per_gpu(self) -> float:
@@ -121,7 +125,7 @@ def operating_point(cap: ServerCapacity, workload: Workload, replicas: int, conf
         CurvePoint(b, (s := cap.step(b, round(b * workload.avg_context))).tokens_per_s / cap.gpus, s.bound)
         for b in saturation_points(running)
     )
-    ceiling = asymptotic_tok_s(cap.cost, cap.roofline, workload.avg_context)
+    ceiling = asymptotic_tok_s(cap.cost, cap.roofline, workload.avg_context) / cap.gpus
     return PlanResult(
         capacity=cap,
         workload=workload,
@@ -130,7 +134,6 @@ def operating_point(cap: ServerCapacity, workload: Workload, replicas: int, conf
         binding=binding,
         limits=limits,
         step=st,
-        decode_tok_s=st.tokens_per_s,
         prefill_s_per_request=prefill,
         output_tok_s=output,
         curve=curve,

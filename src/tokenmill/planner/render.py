@@ -16,6 +16,7 @@ from tokenmill.planner.hardware import GIB, GpuSpec
 from tokenmill.planner.memory import MIB
 from tokenmill.planner.models import ModelSpec, param_counts, weight_bytes
 from tokenmill.planner.plan import Comparison, PlanResult, WhatIfRow
+from tokenmill.progress import fmt_duration
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,18 +28,6 @@ class PlanReport:
     what_if: tuple[WhatIfRow, ...]
     config: PlannerConfig
     eta_source: str
-
-
-def human_duration(seconds: float) -> str:
-    if not math.isfinite(seconds):
-        return "never"
-    if seconds < 120:
-        return f"{seconds:.0f} s"
-    if seconds < 7200:
-        return f"{seconds / 60:.0f} min"
-    if seconds < 3 * 86400:
-        return f"{seconds / 3600:.1f} h"
-    return f"{seconds / 86400:.1f} days"
 
 
 def _n(x: float) -> str:
@@ -99,7 +88,8 @@ def capacity_table(r: PlanResult) -> Table:
     )
     servers = f"{r.replicas} server{'s' if r.replicas > 1 else ''} of {cap.gpus} GPU{'s' if cap.gpus > 1 else ''}"
     t.add_row("fleet", f"{_n(r.fleet_tok_s)} tok/s ({servers})")
-    t.add_row("ETA", f"{human_duration(r.eta_s)} for {r.workload.output_tokens / 1e6:,.2f} M output tokens")
+    eta = fmt_duration(r.eta_s if math.isfinite(r.eta_s) else None)
+    t.add_row("ETA", f"{eta} for {r.workload.output_tokens / 1e6:,.2f} M output tokens")
     return t
 
 
@@ -322,6 +312,7 @@ def _model_dict(m: ModelSpec) -> dict[str, Any]:
         "recurrent_layers": m.recurrent.layers if m.recurrent else 0,
         "recurrent_kind": m.recurrent.kind if m.recurrent else None,
         "assumed": list(m.assumed),
+        "sources": list(m.sources),
     }
 
 

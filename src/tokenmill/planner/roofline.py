@@ -169,7 +169,7 @@ def diluted_output_rate(decode_tok_s: float, prefill_s_per_request: float, outpu
 
 
 def asymptotic_tok_s(cost: DecodeCost, params: RooflineParams, avg_context: float) -> float:
-    """Memory-bound ceiling as running -> infinity: eta*BW / per-request bytes (independent of weights)."""
+    """One replica's memory-bound ceiling as running grows: eta*BW / per-request bytes per GPU (no weights)."""
     per_request = (
         cost.state_rw_bytes_per_request + cost.logits_bytes_per_request + avg_context * cost.kv_bytes_per_token
     )

@@ -35,7 +35,7 @@ def _chars(prompt: Prompt) -> int:
 
 def measure_prompts(path: str, *, rows: int, tokenizer: str | None) -> LengthSample:
     """Mean prompt tokens over the first ``rows`` usable rows of ``path`` (bad rows are skipped)."""
-    from tokenmill.sources import count_rows, iter_prompts
+    from tokenmill.sources import iter_prompts
 
     spec = InputSpec(path=path, limit=rows, on_bad_row="skip")
     prompts = [p for p in iter_prompts(spec) if isinstance(p, Prompt)]
@@ -55,5 +55,11 @@ def measure_prompts(path: str, *, rows: int, tokenizer: str | None) -> LengthSam
             lengths.append(len(templater.encode(text)))
         mean = sum(lengths) / len(lengths)
         method = f"counted with the tokenizer in {tokenizer}"
-    total = count_rows(InputSpec(path=path, on_bad_row="skip"))
-    return LengthSample(len(prompts), max(1.0, mean), method, total)
+    return LengthSample(len(prompts), max(1.0, mean), method, count_prompts(path))
+
+
+def count_prompts(path: str) -> int | None:
+    """Rows in the whole input (bad ones included), or None when the input does not say."""
+    from tokenmill.sources import count_rows
+
+    return count_rows(InputSpec(path=path, on_bad_row="skip"))
