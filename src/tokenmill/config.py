@@ -44,9 +44,10 @@ class InputSpec(_Model):
     prompt_field: str = "prompt"
     id_field: str | None = Field(default=None, description="Column with stable ids (default: row index)")
     system_prompt: str | None = Field(default=None, description="Prepended as a system message")
-    conversation_turns: Literal["first", "history"] = Field(
+    conversation_turns: Literal["first", "history", "all"] = Field(
         default="first",
-        description="first: system + first user turn; history: everything up to the last user turn",
+        description="first: system + first user turn; history: everything up to the last user turn; "
+        "all: every user turn, each regenerated in order (what `regenerate: all` sets)",
     )
     offset: int = Field(default=0, ge=0, description="Skip this many rows first (trial runs)")
     limit: int | None = Field(default=None, ge=1, description="Read at most this many rows (trial runs)")
@@ -116,6 +117,11 @@ class JobSpec(_Model):
     output: OutputSpec
     retry: RetrySpec = Field(default_factory=RetrySpec)
     save_token_ids: bool = False
+    regenerate: Literal["first", "all"] = Field(
+        default="first",
+        description="first: one generation per row; all: every user turn of a conversation is sent in order "
+        "with the previously generated assistant turns, so the whole conversation comes from the model",
+    )
     status_interval_s: float = Field(default=10.0, gt=0, description="Status line period off a terminal")
 
     @field_validator("servers")
@@ -127,6 +133,10 @@ class JobSpec(_Model):
     def _has_servers(self) -> JobSpec:
         if not self.servers and not self.servers_file:
             raise ValueError("give servers (a list of base URLs) or servers_file")
+        if self.regenerate == "all":
+            if self.input.conversation_turns == "history":
+                raise ValueError("regenerate: all sends every user turn itself; drop input.conversation_turns: history")
+            self.input.conversation_turns = "all"
         return self
 
     def resolved_servers(self) -> list[str]:
