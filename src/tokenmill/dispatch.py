@@ -18,14 +18,14 @@ import time
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 import aiohttp
 
 from tokenmill.backends.base import Backend, MisconfiguredError, ServerFault
 from tokenmill.config import RetrySpec
 from tokenmill.errors import PermanentError, RequestError, ServerError, TokenmillError, TransientError
-from tokenmill.records import Completion, Failure, Prompt
+from tokenmill.records import Completion, Failure, Generation, Prompt
 
 log = logging.getLogger("tokenmill.dispatch")
 
@@ -66,9 +66,16 @@ class Work:
 
     prompt: Prompt
     attempts: int = 0
-    strikes: int = 0  # failures that count against max_attempts
+    strikes: int = 0  # failures that count against max_attempts (per turn)
     last_server: str | None = None
     first_wall: float | None = None
+    sending: Prompt | None = None  # a later turn's conversation (regenerate: all); None: the prompt itself
+    turns: list[dict[str, Any]] | None = None  # answered turns so far (regenerate: all)
+    affinity: str | None = None  # the server holding this conversation's prefix in its cache
+
+    @property
+    def current(self) -> Prompt:
+        return self.sending if self.sending is not None else self.prompt
 
 
 @dataclass(slots=True)
@@ -191,11 +198,11 @@ class Dispatcher:
 
     def _pick(self, work: Work) -> ServerState | None:
         best: ServerState | None = None
-        best_key: tuple[bool, int, int] | None = None
+        best_key: tuple[bool, bool, int, int] | None = None
         for s in self.servers:
             if not s.usable or s.inflight >= s.limit:
                 continue
-            key = (s.url != work.last_server, s.limit - s.inflight, -s.errors)
+            key = (s.url == work.affinity, s.url != work.last_server, s.limit - s.inflight, -s.errors)
             if best_key is None or key > best_key:
                 best, best_key = s, key
         return best
@@ -263,7 +270,7 @@ class Dispatcher:
             work.first_wall = self.wall()
         start = self.clock()
         try:
-            gen = await self.backend.generate(self._session, server.url, work.prompt)
+            gen = await self.backend.generate(self._session, server.url, work.current)
         except MisconfiguredError as exc:
             self._set_aside(server, exc.message, misconfigured=True)
             work.attempts -= 1
@@ -282,40 +289,60 @@ class Dispatcher:
             self._fatal = exc
             self.request_stop()
         else:
-            latency = self.clock() - start
-            server.consecutive_failures = 0
-            server.completed += 1
-            self.stats.completed += 1
-            if gen.prompt_tokens:
-                server.prompt_tokens += gen.prompt_tokens
-                self.stats.prompt_tokens += gen.prompt_tokens
-            if gen.completion_tokens:
-                server.completion_tokens += gen.completion_tokens
-                self.stats.completion_tokens += gen.completion_tokens
-            self.sink.write(
-                Completion(
-                    id=work.prompt.id,
-                    prompt=work.prompt.payload(),
-                    completion=gen.text,
-                    finish_reason=gen.finish_reason,
-                    prompt_tokens=gen.prompt_tokens,
-                    completion_tokens=gen.completion_tokens,
-                    model=self.model,
-                    sampling=self.sampling,
-                    server=server.url,
-                    latency_s=round(latency, 4),
-                    attempts=work.attempts,
-                    started_at=round(work.first_wall, 3),
-                    finished_at=round(self.wall(), 3),
-                    reasoning_content=gen.reasoning_content,
-                    prompt_token_ids=gen.prompt_token_ids,
-                    completion_token_ids=gen.completion_token_ids,
-                )
-            )
+            self._on_success(work, server, gen, self.clock() - start)
         finally:
             server.inflight -= 1
             self._inflight -= 1
             self._wake.set()
+
+    def _on_success(self, work: Work, server: ServerState, gen: Generation, latency: float) -> None:
+        server.consecutive_failures = 0
+        server.completed += 1
+        server.prompt_tokens += gen.prompt_tokens or 0
+        server.completion_tokens += gen.completion_tokens or 0
+        self.stats.prompt_tokens += gen.prompt_tokens or 0
+        self.stats.completion_tokens += gen.completion_tokens or 0
+        followups = work.prompt.followups
+        if followups:
+            turns = work.turns if work.turns is not None else []
+            work.turns = turns
+            turns.append(turn_record(gen, server.url, latency))
+            if len(turns) <= len(followups):  # the next user turn, with the answers so far as history
+                history = work.current.messages or []
+                conversation = [*history, {"role": "assistant", "content": gen.text}, followups[len(turns) - 1]]
+                work.sending = Prompt(id=work.prompt.id, messages=conversation, source=work.prompt.source)
+                work.affinity, work.strikes = server.url, 0
+                self._ready.appendleft(work)
+                return
+        self.stats.completed += 1
+        answered = work.turns
+        prompt_tokens, completion_tokens = gen.prompt_tokens, gen.completion_tokens
+        if answered:
+            prompt_tokens = sum(t["prompt_tokens"] or 0 for t in answered)
+            completion_tokens = sum(t["completion_tokens"] or 0 for t in answered)
+        self.sink.write(
+            Completion(
+                id=work.prompt.id,
+                prompt=[*work.prompt.messages, *followups]
+                if followups and work.prompt.messages
+                else work.prompt.payload(),
+                completion=gen.text,
+                finish_reason=gen.finish_reason,
+                prompt_tokens=prompt_tokens,
+                completion_tokens=completion_tokens,
+                model=self.model,
+                sampling=self.sampling,
+                server=server.url,
+                latency_s=round(latency, 4),
+                attempts=work.attempts,
+                started_at=round(work.first_wall or self.wall(), 3),
+                finished_at=round(self.wall(), 3),
+                reasoning_content=gen.reasoning_content,
+                prompt_token_ids=gen.prompt_token_ids,
+                completion_token_ids=gen.completion_token_ids,
+                turns=answered,
+            )
+        )
 
     def _on_transient(self, work: Work, server: ServerState, exc: TransientError) -> None:
         server.errors += 1
@@ -384,6 +411,24 @@ class Dispatcher:
                     server.problem = None
                     server.consecutive_failures = 0
                     self._wake.set()
+
+
+def turn_record(gen: Generation, server: str, latency: float) -> dict[str, Any]:
+    """One answered turn of a multi-turn regeneration, as kept in ``Completion.turns``."""
+    turn: dict[str, Any] = {
+        "completion": gen.text,
+        "finish_reason": gen.finish_reason,
+        "prompt_tokens": gen.prompt_tokens,
+        "completion_tokens": gen.completion_tokens,
+        "server": server,
+        "latency_s": round(latency, 4),
+    }
+    if gen.reasoning_content is not None:
+        turn["reasoning_content"] = gen.reasoning_content
+    if gen.completion_token_ids is not None:
+        turn["prompt_token_ids"] = gen.prompt_token_ids
+        turn["completion_token_ids"] = gen.completion_token_ids
+    return turn
 
 
 async def probe_health(session: aiohttp.ClientSession, url: str) -> bool:

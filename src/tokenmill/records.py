@@ -23,6 +23,7 @@ class Prompt:
     text: str | None = None
     source: str = ""  # "file:line" (or "dataset:index"), for messages that name the row
     meta: dict[str, Any] | None = None  # original row fields kept for export (optional)
+    followups: list[Message] | None = None  # later user turns, each answered in turn (regenerate: all)
 
     def payload(self) -> list[Message] | str:
         """The prompt as sent: messages for chat, text otherwise."""
@@ -64,6 +65,7 @@ class Completion:
     reasoning_content: str | None = None
     prompt_token_ids: list[int] | None = None
     completion_token_ids: list[int] | None = None
+    turns: list[dict[str, Any]] | None = None  # regenerate: all — one entry per user turn, in order
     status: str = "ok"
 
 

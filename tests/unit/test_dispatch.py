@@ -190,3 +190,52 @@ async def test_stop_keeps_results_and_reports_unfinished() -> None:
     finished = await task
     assert finished is False
     assert len(sink.done) == 3  # the in-flight ones finished during the grace period; no new ones started
+
+
+async def test_regenerate_all_answers_every_turn_in_order_on_one_server() -> None:
+    sent: list[list[dict[str, Any]]] = []
+
+    def script(server: str, p: Prompt, b: ScriptedBackend) -> Any:
+        sent.append(list(p.messages or []))
+        return None
+
+    backend = ScriptedBackend(script)
+    sink = Sink()
+    d = make(["http://a", "http://b"], backend, sink)
+    convo = Prompt(
+        id="c1",
+        messages=[{"role": "system", "content": "be brief"}, {"role": "user", "content": "q1"}],
+        followups=[{"role": "user", "content": "q2"}, {"role": "user", "content": "q3"}],
+    )
+
+    async def one() -> AsyncIterator[Prompt]:
+        yield convo
+
+    assert await d.run(one())
+    assert [m["content"] for m in sent[1]] == ["be brief", "q1", "answer c1", "q2"]
+    assert [m["content"] for m in sent[2]] == ["be brief", "q1", "answer c1", "q2", "answer c1", "q3"]
+    (rec,) = sink.done
+    assert rec.turns is not None and len(rec.turns) == 3
+    assert [m["content"] for m in rec.prompt] == ["be brief", "q1", "q2", "q3"]  # type: ignore[index]
+    assert rec.completion_tokens == 15 and rec.prompt_tokens == 9
+    assert len({t["server"] for t in rec.turns}) == 1, "later turns stay on the server holding the prefix"
+    assert d.stats.completed == 1
+
+
+async def test_regenerate_all_failure_in_a_later_turn_fails_the_conversation() -> None:
+    def script(server: str, p: Prompt, b: ScriptedBackend) -> Any:
+        if len(p.messages or []) > 1:
+            return PermanentError("HTTP 400: too long", status=400, server=server)
+        return None
+
+    backend = ScriptedBackend(script)
+    sink = Sink()
+    d = make(["http://a"], backend, sink)
+
+    async def one() -> AsyncIterator[Prompt]:
+        yield Prompt(
+            id="c", messages=[{"role": "user", "content": "q1"}], followups=[{"role": "user", "content": "q2"}]
+        )
+
+    assert await d.run(one())
+    assert not sink.done and [f.id for f in sink.failed] == ["c"]

@@ -11,7 +11,9 @@ Mappings (``input.mapping``):
 
 Turns kept (``input.conversation_turns``): ``first`` keeps the system turns before the first user turn and
 that user turn; ``history`` keeps every turn up to and including the last user turn (trailing assistant
-turns are dropped). ``input.system_prompt`` is prepended when the kept turns hold no system turn. Every
+turns are dropped); ``all`` keeps the leading system turns and the first user turn as the prompt and every
+later user turn (original assistant turns dropped) as ``Prompt.followups``, answered one after the other by
+the dispatcher. ``input.system_prompt`` is prepended when the kept turns hold no system turn. Every
 turn is validated (an object with a known role and string content); kept user turns must not be blank.
 
 A chat row becomes ``Prompt(messages=...)`` with only ``role`` and ``content`` per turn, and keeps the
@@ -89,7 +91,12 @@ class RowMapper:
         messages = _select(turns, field, self._turns)
         if self._system is not None and all(m["role"] != "system" for m in messages):
             messages.insert(0, {"role": "system", "content": self._system})
-        return Prompt(id=pid, messages=messages, source=source, meta={"row": row})
+        followups = None
+        if self._turns == "all":
+            first_user = next(i for i, m in enumerate(messages) if m["role"] == "user")
+            followups = [m for m in messages[first_user + 1 :] if m["role"] == "user"]
+            messages = messages[: first_user + 1]
+        return Prompt(id=pid, messages=messages, source=source, meta={"row": row}, followups=followups or None)
 
     def _pick(self, row: dict[str, Any]) -> tuple[str, str, object]:
         """(mapping kind, field name, value) for this row: the first candidate field present and not null."""
@@ -146,7 +153,7 @@ def _turn(entry: object, where: str, sharegpt: bool) -> Message:
 
 
 def _select(turns: list[Message], field: str, mode: str) -> list[Message]:
-    """``first``: leading system turns + the first user turn; ``history``: all up to the last user turn."""
+    """``first``: leading system turns + the first user turn; ``history``/``all``: all up to the last user turn."""
     users = [i for i, turn in enumerate(turns) if turn["role"] == "user"]
     if not users:
         raise RowProblem(f"field {field!r} has no user turn")
