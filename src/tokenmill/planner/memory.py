@@ -43,6 +43,7 @@ PING_PONG_SLOTS_LAZY = 1  # extra_buffer_lazy: the second buffer is taken on dem
 AUTO_MAX_RUNNING_MIN = 2048
 AUTO_MAX_RUNNING_MAX = 4096
 AUTO_MAX_RUNNING_PER_CONTEXT = 512
+LARGEST_AUTO_CUDA_GRAPH_BS = 512  # the largest --cuda-graph-max-bs SGLang picks itself
 
 
 class DoesNotFitError(ConfigError):
@@ -122,8 +123,8 @@ def auto_cuda_graph_max_bs(gpu_mib: int, tp: int) -> int:
     if gib < 60:
         return 32 if small_tp else 160
     if gib < 160:
-        return 256 if small_tp else 512
-    return 512
+        return 256 if small_tp else LARGEST_AUTO_CUDA_GRAPH_BS
+    return LARGEST_AUTO_CUDA_GRAPH_BS
 
 
 def reserved_mib(gpu_mib: int, flags: EngineFlags) -> float:

@@ -16,7 +16,7 @@ from tokenmill.errors import ConfigError
 from tokenmill.planner.capacity import ServerCapacity, build_capacity
 from tokenmill.planner.flags import EngineFlags, command_line
 from tokenmill.planner.hardware import GpuSpec
-from tokenmill.planner.memory import DoesNotFitError, auto_cuda_graph_max_bs
+from tokenmill.planner.memory import LARGEST_AUTO_CUDA_GRAPH_BS, DoesNotFitError, auto_cuda_graph_max_bs
 from tokenmill.planner.models import WEIGHT_DTYPES, ModelSpec, StateDtype, WeightDtype
 from tokenmill.planner.roofline import StepBreakdown, asymptotic_tok_s, diluted_output_rate, saturation_points
 
@@ -346,11 +346,16 @@ def _row(
         if strategy == "radix off":
             n = best_radix_off_running(model, gpu, flags, workload, replicas, config)
             graph_bs = flags.cuda_graph_max_bs or auto_cuda_graph_max_bs(gpu.memory_mib, flags.tp_size)
+            if n > graph_bs and graph_bs < LARGEST_AUTO_CUDA_GRAPH_BS:
+                # capture CUDA graphs up to N, as far as SGLang itself would go (larger decode batches run
+                # without them); the bigger capture reserves a little more memory, so N is recomputed and
+                # the capture trimmed to it (a smaller capture only frees memory)
+                flags = flags.with_(cuda_graph_max_bs=min(n, LARGEST_AUTO_CUDA_GRAPH_BS))
+                n = best_radix_off_running(model, gpu, flags, workload, replicas, config)
+                graph_bs = max(graph_bs, min(n, LARGEST_AUTO_CUDA_GRAPH_BS))
+                flags = flags.with_(cuda_graph_max_bs=graph_bs)
             if n > graph_bs:
-                # capture CUDA graphs up to N (larger decode batches would run without them); the
-                # bigger capture reserves a little more memory, so N is recomputed with it
-                n = best_radix_off_running(model, gpu, flags.with_(cuda_graph_max_bs=n), workload, replicas, config)
-                flags = flags.with_(cuda_graph_max_bs=max(n, graph_bs))
+                notes.append(f"decode batches over {graph_bs} run without CUDA graphs (slower; not modeled)")
             flags = flags.with_(max_running_requests=n)
         cap = build_capacity(model, gpu, flags, config, eta)
         result = operating_point(cap, workload, replicas, config)
