@@ -9,7 +9,8 @@ import click
 
 from tokenmill.errors import TokenmillError
 
-# command name -> module under tokenmill.cli exposing a click command called `command`
+# command name -> module under tokenmill.cli exposing a click command called like the command
+# ("module:attribute" where the attribute has another name)
 _COMMANDS = {
     "run": "run",
     "verify": "verify",
@@ -18,6 +19,7 @@ _COMMANDS = {
     "demo": "demo",
     "plan": "plan",
     "calibrate": "calibrate",
+    "export": "export:export_cmd",
 }
 
 
@@ -28,11 +30,12 @@ class _Lazy(click.Group):
         return sorted(_COMMANDS)
 
     def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
-        mod_name = _COMMANDS.get(name)
-        if mod_name is None:
+        target = _COMMANDS.get(name)
+        if target is None:
             return None
+        mod_name, _, attr = target.partition(":")
         mod = importlib.import_module(f"tokenmill.cli.{mod_name}")
-        cmd = getattr(mod, name.replace("-", "_"))
+        cmd = getattr(mod, attr or name.replace("-", "_"))
         assert isinstance(cmd, click.Command)
         return cmd
 
