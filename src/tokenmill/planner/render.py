@@ -140,7 +140,7 @@ def _row_cells(row: WhatIfRow, base: float) -> list[str]:
     ]
 
 
-def _ranked_table(title: str, base: float, rows: list[WhatIfRow], caption: str | None) -> Group:
+def _ranked_table(title: str, base: float, rows: list[tuple[int, WhatIfRow]], caption: str | None) -> Group:
     t = Table(
         title=title, title_justify="left", caption=caption, box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True
     )
@@ -155,8 +155,8 @@ def _ranked_table(title: str, base: float, rows: list[WhatIfRow], caption: str |
     flags = Table(show_header=False, box=None, pad_edge=False)
     flags.add_column("#", justify="right", style="bold")
     flags.add_column("flags", overflow="fold")
-    for i, row in enumerate(rows, 1):
-        label = f"{'*' if row.is_base else ''}{i}"
+    for rank, row in rows:
+        label = f"{'*' if row.is_base else ''}{rank}"
         t.add_row(label, *_row_cells(row, base), style="bold" if row.is_base else None)
         flags.add_row(label, _flags_text(row.command))
     return Group(t, Text("flags for each row (append to your launch command):", style="italic"), flags, Text(""))
@@ -177,15 +177,16 @@ def strategy_table(base: float, rows: tuple[WhatIfRow, ...]) -> Group | None:
             == (base_row.ssm_dtype, base_row.weight_dtype, base_row.mem_fraction)
         )
     ]
-    return _ranked_table("Strategies at your dtypes and memory fraction (* = your flags)", base, same, None)
+    title = "Strategies at your dtypes and memory fraction (* = your flags)"
+    return _ranked_table(title, base, list(enumerate(same, 1)), None)
 
 
 def what_if_table(base: float, rows: tuple[WhatIfRow, ...], shown: int) -> Group:
     """Ranked what-if rows; ``base`` is the per-GPU rate of the user's flags (0 when they do not fit)."""
-    fitting = [row for row in rows if row.result is not None]
+    fitting = list(enumerate((row for row in rows if row.result is not None), 1))
     visible = fitting[:shown]
-    if not any(row.is_base for row in visible):
-        visible += [row for row in fitting if row.is_base]
+    if not any(row.is_base for _, row in visible):
+        visible += [(rank, row) for rank, row in fitting if row.is_base]
     failed = len(rows) - len(fitting)
     parts = []
     if len(fitting) > len(visible):
