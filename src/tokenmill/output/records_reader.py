@@ -1,0 +1,48 @@
+"""Read the completion records of an output directory in shard order (sealed shards, then the open one).
+
+Only whole lines count: a torn last line of the open shard (a write cut short) is not a record.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from tokenmill.errors import OutputError
+from tokenmill.output.layout import FAILED, list_dir
+
+
+def shard_paths(root: Path) -> list[Path]:
+    """Every shard file, sealed and open, in index order."""
+    listing = list_dir(root)
+    names = {i: name for i, (name, _) in listing.sealed.items()}
+    names.update(listing.open)
+    return [root / names[i] for i in sorted(names)]
+
+
+def _lines(path: Path) -> Iterator[tuple[int, bytes]]:
+    try:
+        with path.open("rb") as fh:
+            for lineno, line in enumerate(fh, 1):
+                if line.endswith(b"\n"):
+                    yield lineno, line
+    except OSError as exc:
+        raise OutputError(f"cannot read {path}: {exc.strerror or exc}") from exc
+
+
+def iter_records(root: Path, failed: bool = False) -> Iterator[dict[str, Any]]:
+    """Completion records (or, with ``failed``, the records of failed.jsonl); a bad line names file and line."""
+    paths = [root / FAILED] if failed else shard_paths(root)
+    for path in paths:
+        if not path.exists():
+            continue
+        for lineno, line in _lines(path):
+            try:
+                obj = orjson.loads(line)
+            except ValueError as exc:
+                raise OutputError(f"{path}:{lineno} is not valid JSON ({exc}); run `tokenmill verify`") from exc
+            if isinstance(obj, dict):
+                yield obj

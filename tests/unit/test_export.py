@@ -1,0 +1,147 @@
+"""Export: every format, multi-turn interleaving, reasoning and token ids, filters and their counts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pyarrow.parquet as pq
+import pytest
+
+from tokenmill.export import ExportOptions, conversation, export
+from tokenmill.output import OutputDir
+from tokenmill.records import Completion, Failure
+
+SYSTEM = {"role": "system", "content": "be brief"}
+
+
+def completion(rid: str, **kw: Any) -> Completion:
+    base: dict[str, Any] = {
+        "id": rid,
+        "prompt": [SYSTEM, {"role": "user", "content": f"question {rid}"}],
+        "completion": f"answer {rid}",
+        "finish_reason": "stop",
+        "prompt_tokens": 10,
+        "completion_tokens": 20,
+        "model": "m",
+        "sampling": {},
+        "server": "http://s",
+        "latency_s": 0.1,
+        "attempts": 1,
+        "started_at": 0.0,
+        "finished_at": 1.0,
+    }
+    base.update(kw)
+    return Completion(**base)
+
+
+@pytest.fixture
+def out(tmp_path: Path) -> Path:
+    root = tmp_path / "out"
+    od = OutputDir(root, shard_size=2)
+    od.open()
+    od.write(completion("a", reasoning_content="thinking a", prompt_token_ids=[1, 2], completion_token_ids=[3, 4]))
+    od.write(completion("b", finish_reason="length", completion_tokens=512))
+    od.write(completion("t", prompt="plain text prompt", completion_tokens=5))
+    od.write(
+        completion(
+            "multi",
+            prompt=[SYSTEM, {"role": "user", "content": "q1"}, {"role": "user", "content": "q2"}],
+            completion="a2",
+            completion_tokens=7,
+            turns=[
+                {"completion": "a1", "finish_reason": "stop", "reasoning_content": "r1", "completion_tokens": 3},
+                {"completion": "a2", "finish_reason": "stop", "completion_tokens": 4},
+            ],
+        )
+    )
+    od.write(completion("empty", completion="   "))
+    od.fail(Failure("f", "x", "PermanentError", "HTTP 400: too long", 400, "http://s", 1, 1.0))
+    od.close(seal=False)  # leave an open shard: its whole lines are exported too
+    return root
+
+
+def specforge_valid(convo: list[dict[str, Any]]) -> bool:
+    """SpecForge's conversation rules: non-empty string contents, leading system turns, then user/assistant
+    strictly alternating, starting with user."""
+    if not convo or any(not isinstance(m.get("content"), str) or not m["content"] for m in convo):
+        return False
+    i = 0
+    while i < len(convo) and convo[i]["role"] == "system":
+        i += 1
+    rest = [m["role"] for m in convo[i:]]
+    return bool(rest) and all(r == ("user" if k % 2 == 0 else "assistant") for k, r in enumerate(rest))
+
+
+def rows(path: Path) -> dict[str, dict[str, Any]]:
+    return {r["id"]: r for r in map(orjson.loads, path.read_bytes().splitlines())}
+
+
+def test_multi_turn_interleaves_generated_answers() -> None:
+    rec = {
+        "prompt": [SYSTEM, {"role": "user", "content": "q1"}, {"role": "user", "content": "q2"}],
+        "turns": [{"completion": "a1", "reasoning_content": "r1"}, {"completion": "a2"}],
+    }
+    convo = conversation(rec, reasoning=True)
+    assert [(m["role"], m["content"]) for m in convo] == [
+        ("system", "be brief"),
+        ("user", "q1"),
+        ("assistant", "a1"),
+        ("user", "q2"),
+        ("assistant", "a2"),
+    ]
+    assert convo[2]["reasoning_content"] == "r1"
+    assert "reasoning_content" not in conversation(rec, reasoning=False)[2]
+
+
+def test_specforge_rows_pass_its_loader_rules(out: Path, tmp_path: Path) -> None:
+    dest = tmp_path / "sf.jsonl"
+    counts = export(out, dest, ExportOptions(format="specforge"))
+    got = rows(dest)
+    assert set(got) == {"a", "b", "t", "multi"}
+    assert all(specforge_valid(r["conversations"]) for r in got.values())
+    assert counts.kept == 4
+    assert counts.dropped == {"empty completion": 1, "failed (see failed.jsonl)": 1}
+    assert got["a"]["prompt_token_ids"] == [1, 2] and got["a"]["completion_token_ids"] == [3, 4]
+    assert got["a"]["conversations"][-1]["reasoning_content"] == "thinking a"
+    assert got["t"]["conversations"] == [
+        {"role": "user", "content": "plain text prompt"},
+        {"role": "assistant", "content": "answer t"},
+    ]
+
+
+def test_filters_and_reasoning_drop(out: Path, tmp_path: Path) -> None:
+    dest = tmp_path / "msgs.jsonl"
+    counts = export(
+        out, dest, ExportOptions(format="openai-messages", reasoning="drop", drop_truncated=True, min_tokens=6)
+    )
+    got = rows(dest)
+    assert set(got) == {"a", "multi"}
+    assert counts.dropped["truncated (finish_reason length)"] == 1
+    assert counts.dropped["fewer than 6 completion tokens"] == 1
+    assert all("reasoning_content" not in m for r in got.values() for m in r["messages"])
+
+
+def test_sharegpt_roles(out: Path, tmp_path: Path) -> None:
+    dest = tmp_path / "sg.jsonl"
+    export(out, dest, ExportOptions(format="sharegpt", token_ids=False))
+    multi = rows(dest)["multi"]
+    assert [t["from"] for t in multi["conversations"]] == ["system", "human", "gpt", "human", "gpt"]
+    assert "prompt_token_ids" not in rows(dest)["a"]
+
+
+def test_parquet_and_hf(out: Path, tmp_path: Path) -> None:
+    dest = tmp_path / "data.parquet"
+    export(out, dest, ExportOptions(format="parquet"))
+    table = pq.read_table(dest)
+    assert table.num_rows == 4
+    by_id = {r["id"]: r for r in table.to_pylist()}
+    assert by_id["a"]["completion_token_ids"] == [3, 4]
+    assert [m["role"] for m in by_id["multi"]["messages"]] == ["system", "user", "assistant", "user", "assistant"]
+    import datasets
+
+    hf = tmp_path / "hf"
+    export(out, hf, ExportOptions(format="hf"))
+    ds = datasets.load_from_disk(str(hf))
+    assert sorted(ds["id"]) == ["a", "b", "multi", "t"]
