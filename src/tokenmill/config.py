@@ -7,11 +7,12 @@ A job file is YAML validated by :class:`JobSpec`; :func:`load_job` turns pydanti
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_serializer, field_validator, model_validator
 
 from tokenmill.errors import ConfigError
 
@@ -93,11 +94,64 @@ class RetrySpec(_Model):
     probe_interval_s: float = Field(default=5.0, gt=0, description="How often a quarantined server is probed")
 
 
+class UploadSpec(_Model):
+    """How sealed shards are copied to ``output.remote``: retries, and how long the end of a run waits."""
+
+    backoff_base_s: float = Field(default=1.0, gt=0, description="First wait after a failed store operation")
+    backoff_max_s: float = Field(
+        default=60.0, gt=0, description="Longest wait between retries; while the run goes on, retries never stop"
+    )
+    drain_timeout_s: float = Field(
+        default=600.0,
+        ge=0,
+        description="At the end of a run, how long to wait for pending uploads; then the run ends locally "
+        "and rerunning the same command uploads the rest",
+    )
+    manifest_interval_s: float = Field(
+        default=30.0,
+        ge=0,
+        description="Least time between two rewrites of the remote manifest while shards keep coming "
+        "(bounds the manifest traffic of long runs; it is always rewritten when the queue empties)",
+    )
+
+
+_SECRET_KEY = re.compile(r"secret|token|password|passwd|credential|key|sas|signature|auth", re.IGNORECASE)
+
+
+def _mask(value: Any, key: str = "") -> Any:
+    """``value`` with every entry under a secret-looking key replaced by ``***``."""
+    if isinstance(value, dict):
+        return {k: _mask(v, str(k)) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_mask(v, key) for v in value]
+    if value is not None and _SECRET_KEY.search(key):
+        return "***"
+    return value
+
+
 class OutputSpec(_Model):
     """Where completions go."""
 
     dir: str = Field(description="Output directory (the source of truth for resume)")
     shard_size: int = Field(default=500, ge=1, description="Completions per sealed shard")
+    remote: str | None = Field(
+        default=None,
+        description="fsspec URL of a prefix each sealed shard is uploaded to in the background "
+        "(s3://bucket/prefix/, gs://, az://, hf://, file://); credentials come from the environment",
+    )
+    storage_options: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Passed to fsspec for output.remote, e.g. {endpoint_url: http://127.0.0.1:9000} for an "
+        "S3-compatible server; values of key/secret/token-like names are masked in job.json and logs",
+    )
+    delete_after_upload: bool = Field(
+        default=False, description="Delete a local shard once its upload is verified (sha256 of the remote copy)"
+    )
+    upload: UploadSpec = Field(default_factory=UploadSpec)
+
+    @field_serializer("storage_options")
+    def _masked(self, value: dict[str, Any]) -> dict[str, Any]:
+        return dict(_mask(value))
 
 
 class JobSpec(_Model):

@@ -92,6 +92,19 @@ class DispatchStats:
     recent_failures: deque[str] = field(default_factory=lambda: deque(maxlen=5))
 
 
+@dataclass(frozen=True, slots=True)
+class RequestOutcome:
+    """One finished attempt, handed to the optional observer (latency histograms, finish reasons)."""
+
+    server: str
+    latency_s: float
+    ok: bool
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    finish_reason: str | None = None
+    error: str | None = None  # the error's type name for a failed attempt (retried or not)
+
+
 class Dispatcher:
     """Sends every prompt of a source to the fleet and records each result exactly once in the sink."""
 
@@ -109,6 +122,7 @@ class Dispatcher:
         wall: Callable[[], float] = time.time,
         rng: random.Random | None = None,
         probe: Callable[[aiohttp.ClientSession, str], Awaitable[bool]] | None = None,
+        observer: Callable[[RequestOutcome], None] | None = None,
     ) -> None:
         if not servers:
             raise ServerError("no servers to send work to")
@@ -122,6 +136,7 @@ class Dispatcher:
         self.wall = wall
         self.rng = rng or random.Random()
         self.probe = probe or probe_health
+        self.observer = observer  # sees every finished attempt; never changes what the loop does
         self.stats = DispatchStats()
         self._ready: deque[Work] = deque()
         self._delayed = 0
@@ -276,10 +291,12 @@ class Dispatcher:
             work.attempts -= 1
             self._requeue(work, 0.0)
         except PermanentError as exc:
+            self._observe(server, start, None, exc)
             server.consecutive_failures = 0
             server.failed += 1
             self._record_failure(work, exc, server)
         except TransientError as exc:
+            self._observe(server, start, None, exc)
             self._on_transient(work, server, exc)
         except TokenmillError as exc:  # e.g. a ConfigError while building the request: stop the run
             self._fatal = exc
@@ -289,11 +306,30 @@ class Dispatcher:
             self._fatal = exc
             self.request_stop()
         else:
+            self._observe(server, start, gen, None)
             self._on_success(work, server, gen, self.clock() - start)
         finally:
             server.inflight -= 1
             self._inflight -= 1
             self._wake.set()
+
+    def _observe(self, server: ServerState, start: float, gen: Generation | None, exc: Exception | None) -> None:
+        if self.observer is None:
+            return
+        outcome = RequestOutcome(
+            server=server.url,
+            latency_s=self.clock() - start,
+            ok=gen is not None,
+            prompt_tokens=gen.prompt_tokens if gen else None,
+            completion_tokens=gen.completion_tokens if gen else None,
+            finish_reason=gen.finish_reason if gen else None,
+            error=type(exc).__name__ if exc is not None else None,
+        )
+        try:
+            self.observer(outcome)
+        except Exception:  # an observer's bug is reported once and the observer dropped; dispatch goes on
+            log.exception("request observer failed; it is switched off for the rest of the run")
+            self.observer = None
 
     def _on_success(self, work: Work, server: ServerState, gen: Generation, latency: float) -> None:
         server.consecutive_failures = 0

@@ -14,6 +14,8 @@ cause (``raise X(...) from exc``). Whether a failure may be retried is a propert
     │   └── PermanentError              not retryable: the server rejected this prompt (4xx)
     ├── ServerError                     a server cannot be used at all (bad URL, no model, fleet start failed)
     └── StoreError                      the remote object store failed or refused an operation
+        ├── StoreUnavailable            retryable: unreachable, throttled, access refused, bucket missing
+        └── StoreConflict               not retryable: a remote object is in the way (foreign data, other job)
 """
 
 from __future__ import annotations
@@ -75,3 +77,13 @@ class ServerError(TokenmillError):
 
 class StoreError(TokenmillError):
     """The remote object store failed or refused an operation."""
+
+
+class StoreUnavailable(StoreError):
+    """The store could not do an operation now (unreachable, throttled, refused); retrying may succeed."""
+
+    retryable = True
+
+
+class StoreConflict(StoreError):
+    """A remote object is in the way (different content, another job's prefix); it is never overwritten."""
