@@ -129,6 +129,23 @@ def _mask(value: Any, key: str = "") -> Any:
     return value
 
 
+class ControlSpec(_Model):
+    """How ``concurrency: auto`` sets each server's in-flight target."""
+
+    initial: int = Field(default=64, ge=1, description="Target before a server's capacity is known")
+    min: int = Field(default=1, ge=1)
+    max: int = Field(default=4096, ge=1)
+    queue_frac: float = Field(
+        default=0.05, ge=0, description="Queue kept above what a server runs, as a fraction of its capacity"
+    )
+    queue_min: int = Field(default=4, ge=0, description="Smallest queue kept (hides the request round trip)")
+    queue_max: int = Field(default=64, ge=0)
+    throttle_factor: float = Field(default=0.7, gt=0, lt=1, description="Target multiplier after a 429/503")
+    grow_factor: float = Field(
+        default=1.25, gt=1, description="Growth per round while a server without a known cap is client-limited"
+    )
+
+
 class OutputSpec(_Model):
     """Where completions go."""
 
@@ -160,6 +177,12 @@ class JobSpec(_Model):
     input: InputSpec
     servers: list[str] = Field(default_factory=list, description="Base URLs, e.g. http://10.0.0.1:30000")
     servers_file: str | None = Field(default=None, description="A file with one base URL per line")
+    servers_file_poll_s: float = Field(
+        default=0.5,
+        gt=0,
+        description="How often servers_file is re-read during a run: servers added, removed or marked "
+        "`# draining` / `# down` by `tokenmill fleet` are followed",
+    )
     api: ApiKind = "openai-chat"
     model: str = Field(default="default", description="Model name sent in requests")
     tokenizer: str | None = Field(
@@ -167,7 +190,12 @@ class JobSpec(_Model):
     )
     sampling: SamplingSpec = Field(default_factory=SamplingSpec)
     api_key_env: str | None = Field(default=None, description="Name of the env var holding the API key")
-    concurrency: int = Field(default=64, ge=1, description="In-flight requests per server")
+    concurrency: int | Literal["auto"] = Field(
+        default="auto",
+        description="In-flight requests per server: auto learns each server's capacity from its metrics; "
+        "a number fixes it",
+    )
+    control: ControlSpec = Field(default_factory=lambda: ControlSpec())
     output: OutputSpec
     retry: RetrySpec = Field(default_factory=RetrySpec)
     save_token_ids: bool = False
@@ -177,6 +205,9 @@ class JobSpec(_Model):
         "with the previously generated assistant turns, so the whole conversation comes from the model",
     )
     status_interval_s: float = Field(default=10.0, gt=0, description="Status line period off a terminal")
+    monitor: MonitorSpec = Field(
+        default_factory=lambda: MonitorSpec(), description="Scrapes, event log, metrics exporter, doctor"
+    )
 
     @field_validator("servers")
     @classmethod
@@ -315,6 +346,80 @@ class PlannerConfig(_Model):
     calibrate_interval_s: float = Field(default=2.0, gt=0, description="Scrape period of `calibrate --server`")
 
 
+class DoctorSpec(_Model):
+    """Thresholds of the doctor's rules (``tokenmill.doctor.rules``); fractions are of a pool or of a cap."""
+
+    pool_full: float = Field(default=0.90, gt=0, le=1, description="A pool (KV or state) this full counts as full")
+    pool_roomy: float = Field(
+        default=0.80, gt=0, le=1, description="A pool below this has room to spare (it is not what binds)"
+    )
+    at_cap: float = Field(
+        default=0.90, gt=0, le=1, description="Running requests at least this share of max running is at the cap"
+    )
+    queue_waiting: float = Field(
+        default=1.0, ge=0, description="A mean server queue at least this long means requests are waiting"
+    )
+    client_at_limit: float = Field(
+        default=0.95, gt=0, le=1, description="Client in-flight at least this share of its limit is at the limit"
+    )
+    prefill_ratio: float = Field(
+        default=4.0, gt=0, description="Prompt tokens/s at least this many times output tokens/s is prefill-heavy"
+    )
+    retractions_per_min: float = Field(
+        default=1.0, gt=0, description="Retractions (SGLang) or preemptions (vLLM) per minute worth a verdict"
+    )
+    flap_transitions: int = Field(
+        default=3, ge=2, description="Up/down changes within flap_window_s that make a server flapping"
+    )
+    flap_window_s: float = Field(default=600.0, gt=0, description="Window for counting up/down changes")
+    down_after_s: float = Field(default=10.0, ge=0, description="Unreachable this long counts as down")
+    client_cpu: float = Field(
+        default=0.90, gt=0, description="Client process CPU (share of one core) that makes the client the limit"
+    )
+    loop_lag_s: float = Field(
+        default=0.25, gt=0, description="Event-loop lag that makes the client the limit (late timers)"
+    )
+    low_cache_hit: float = Field(
+        default=0.10, ge=0, le=1, description="A prefix-cache hit rate below this means the radix cache buys little"
+    )
+    feed_headroom: float = Field(
+        default=1.25, ge=1, description="Recommended client in-flight per server, as a multiple of its max running"
+    )
+    confirm_rounds: int = Field(
+        default=2, ge=1, description="Scrape rounds a verdict must hold before it is shown or cleared"
+    )
+    oneshot_samples: int = Field(default=4, ge=2, description="Scrapes per server in `tokenmill doctor`")
+    oneshot_interval_s: float = Field(default=2.0, gt=0, description="Seconds between those scrapes")
+
+
+class MonitorSpec(_Model):
+    """Watching the fleet during a run: scrapes, rates, the event log, the exporter and the doctor."""
+
+    enabled: bool = Field(default=True, description="Scrape the servers' /metrics (off: client-side numbers only)")
+    scrape_interval_s: float = Field(default=3.0, ge=0.2, description="Seconds between two scrapes of a server")
+    scrape_timeout_s: float = Field(default=2.0, gt=0, description="A scrape slower than this counts as failed")
+    rate_window_s: float = Field(default=30.0, gt=0, description="Window over which rates (tok/s, ...) are taken")
+    event_interval_s: float = Field(
+        default=10.0, gt=0, description="Seconds between two snapshots in OUT/events.jsonl (the report's data)"
+    )
+    history_points: int = Field(default=60, ge=2, description="Throughput points in the dashboard's sparkline")
+    metrics_port: int | None = Field(
+        default=None, ge=0, le=65535, description="Serve tokenmill_* Prometheus metrics on this port (0: any free)"
+    )
+    metrics_host: str = Field(
+        default="127.0.0.1", description="Address the metrics port binds (loopback unless you mean otherwise)"
+    )
+    gpu: str | None = Field(
+        default=None, description="GPU of the servers (e.g. h100), for the doctor's predicted gains"
+    )
+    planner_model: str | None = Field(
+        default=None,
+        description="Model for the doctor's predictions (bundled name or config.json; default: the servers' "
+        "model_path when the planner knows it)",
+    )
+    doctor: DoctorSpec = Field(default_factory=DoctorSpec)
+
+
 def normalize_url(url: str) -> str:
     """``host:port`` → ``http://host:port``; strips a trailing slash and a trailing ``/v1``."""
     url = url.strip().rstrip("/")
@@ -380,3 +485,115 @@ def set_dotted(data: dict[str, Any], key: str, value: Any) -> None:
             node[part] = nxt
         node = nxt
     node[parts[-1]] = value
+
+
+FleetEngine = Literal["sglang", "vllm", "sim"]
+FlagValue = str | int | float | bool | None
+
+
+class FleetProfile(_Model):
+    """A fleet of inference servers (``tokenmill fleet``): engine, model, flags, GPUs and layout, ports, restarts.
+
+    Each server runs the engine's command template with its own ``CUDA_VISIBLE_DEVICES`` (``tp_size``
+    consecutive GPUs of ``gpus``), its own port and its log in ``state_dir``.
+    """
+
+    engine: FleetEngine = Field(description="sglang, vllm, or sim (tokenmill's simulated SGLang server)")
+    model: str = Field(description="Model path or Hub id given to every server (sim: the served model name)")
+    flags: dict[str, FlagValue] = Field(
+        default_factory=dict,
+        description="Engine flags for every server, e.g. {mem-fraction-static: 0.9}; true: a bare --flag; "
+        "false or null: left out",
+    )
+    extra_args: list[str] = Field(default_factory=list, description="Arguments appended verbatim after the flags")
+    command: str | None = Field(
+        default=None,
+        description="Command template; placeholders {python} {model} {host} {port} {tp} {gpus} {index} {flags} "
+        "(default: the engine's own launch command)",
+    )
+    python: str | None = Field(
+        default=None, description="Interpreter that runs the engine (default: the one running tokenmill)"
+    )
+    env: dict[str, str | None] = Field(
+        default_factory=dict, description="Environment of every server: a value sets a variable, null removes it"
+    )
+    gpus: list[int] | int = Field(
+        default=1, description="GPU ids to use (a number N means 0..N-1); one server per tp_size GPUs"
+    )
+    tp_size: int = Field(default=1, ge=1, description="GPUs per server (tensor parallelism)")
+    host: str = Field(default="127.0.0.1", description="Address each server binds (0.0.0.0 to serve other hosts)")
+    base_port: int = Field(
+        default=30000, ge=0, le=65535, description="Server i listens on base_port + i; 0 picks free ports"
+    )
+    health_path: str = Field(default="/health", description="Path that answers 200 once a server is ready")
+    start_timeout_s: float = Field(
+        default=900.0, gt=0, description="How long a server may take to become healthy (large models load slowly)"
+    )
+    stop_timeout_s: float = Field(default=30.0, gt=0, description="Grace after SIGTERM before SIGKILL")
+    max_restarts: int = Field(
+        default=5, ge=0, description="Restarts in a row after crashes before a server is given up"
+    )
+    restart_backoff_s: float = Field(default=2.0, ge=0, description="Wait before the first restart; doubles each time")
+    restart_backoff_max_s: float = Field(default=60.0, ge=0, description="Longest wait between two restarts")
+    restart_reset_s: float = Field(
+        default=300.0, gt=0, description="A server up this long has its count of restarts in a row reset"
+    )
+    drain_timeout_s: float = Field(
+        default=300.0, ge=0, description="Rolling re-flag: longest wait for a server's requests to finish"
+    )
+    drain_notice_s: float = Field(
+        default=2.0, ge=0, description="Rolling re-flag: time the clients get to notice a drain before idle counts"
+    )
+    state_dir: str = Field(
+        default="tokenmill-fleet", description="Directory for the endpoints file, state file and server logs"
+    )
+    log_tail_lines: int = Field(default=30, ge=1, description="Log lines quoted when a server fails")
+
+    @field_validator("gpus")
+    @classmethod
+    def _gpu_list(cls, v: list[int] | int) -> list[int]:
+        ids = list(range(v)) if isinstance(v, int) else list(v)
+        if not ids:
+            raise ValueError("give at least one GPU id (or a count)")
+        if len(set(ids)) != len(ids) or min(ids) < 0:
+            raise ValueError("GPU ids must be distinct and not negative")
+        return ids
+
+    @model_validator(mode="after")
+    def _layout(self) -> FleetProfile:
+        gpus = self.gpu_ids()
+        if len(gpus) % self.tp_size:
+            raise ValueError(f"{len(gpus)} GPUs do not split into groups of tp_size={self.tp_size}")
+        if self.base_port and self.base_port + self.servers() - 1 > 65535:
+            raise ValueError("base_port + number of servers goes past port 65535")
+        return self
+
+    def gpu_ids(self) -> list[int]:
+        """The GPU ids as a list (the validator has normalised a count already)."""
+        return list(range(self.gpus)) if isinstance(self.gpus, int) else list(self.gpus)
+
+    def servers(self) -> int:
+        """How many servers the layout makes."""
+        return len(self.gpu_ids()) // self.tp_size
+
+    def gpu_groups(self) -> list[tuple[int, ...]]:
+        """The GPUs of each server, in server order."""
+        ids = self.gpu_ids()
+        return [tuple(ids[i : i + self.tp_size]) for i in range(0, len(ids), self.tp_size)]
+
+
+def load_profile(path: str | Path) -> FleetProfile:
+    """Read and validate a YAML fleet profile; raises ConfigError naming each bad field."""
+    p = Path(path)
+    try:
+        data = yaml.safe_load(p.read_text()) or {}
+    except OSError as exc:
+        raise ConfigError(f"cannot read fleet profile {p}: {exc}") from exc
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{p} is not valid YAML: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ConfigError(f"{p} must hold a mapping of fleet fields (engine, model, flags, gpus, ...)")
+    try:
+        return FleetProfile.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(format_validation_error(exc, str(p))) from exc

@@ -1,0 +1,116 @@
+"""Adaptive concurrency (``concurrency: auto``): each server's in-flight target, learned from its metrics.
+
+The right number of requests in flight at a server is what it can actually run plus a small queue that
+hides the round trip. Too few and its GPU idles; too many and requests wait in its queue, adding latency and
+becoming lost work when the client restarts. Each monitor round, per server:
+
+1. a 429 or 503 since the last round (the server refuses work): multiply the target by ``throttle_factor``;
+2. the server reports its cap (SGLang ``max_running_requests``): capacity is that cap — unless it holds a
+   queue while running clearly fewer (admission bound by the KV or state pool) or retracts/preempts requests,
+   in which case capacity is what it actually runs;
+3. no cap, but running/queued metrics (vLLM): a standing queue means capacity is what it runs; no queue while
+   the client fills its target means the client limits, so the target grows by ``grow_factor``;
+4. no metrics at all: the target stays at ``initial`` (recovering there after a throttle).
+
+target = capacity + clamp(ceil(queue_frac x capacity), queue_min, queue_max), within [min, max].
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from tokenmill.config import ControlSpec
+from tokenmill.dispatch import ServerState
+from tokenmill.monitor.fleet import ServerView
+
+log = logging.getLogger("tokenmill.control")
+
+# Running below this fraction of the cap while a queue stands means admission is bound by a memory pool.
+POOL_BOUND_FRACTION = 0.9
+
+
+@dataclass(frozen=True, slots=True)
+class Observation:
+    """What one round tells about one server."""
+
+    max_running: int | None
+    running: float | None
+    queued: float | None
+    preempting: bool
+    throttled: int  # 429/503 answers since the last round
+    client_full: bool  # the client had the whole target in flight
+
+
+def queue_for(capacity: int, spec: ControlSpec) -> int:
+    """The queue kept above ``capacity``."""
+    return max(spec.queue_min, min(spec.queue_max, math.ceil(spec.queue_frac * capacity)))
+
+
+def next_target(current: int, obs: Observation, spec: ControlSpec) -> tuple[int, str]:
+    """The new in-flight target for one server and the reason, as shown on the dashboard."""
+    if obs.throttled:
+        return _clamp(math.floor(current * spec.throttle_factor), spec), f"throttled ({obs.throttled}x 429/503)"
+    running = obs.running
+    if obs.max_running:
+        capacity, why = obs.max_running, f"server cap {obs.max_running}"
+        if running is not None and obs.preempting:
+            capacity, why = max(1, round(running)), "retracting: what it runs"
+        elif (
+            running is not None
+            and obs.queued is not None
+            and obs.queued >= queue_for(capacity, spec)
+            and running < POOL_BOUND_FRACTION * obs.max_running
+        ):
+            capacity, why = max(1, round(running)), f"pool-bound at {running:.0f} of cap {obs.max_running}"
+        return _clamp(capacity + queue_for(capacity, spec), spec), why
+    if running is not None and obs.queued is not None:
+        capacity = max(1, round(running))
+        if obs.queued >= queue_for(capacity, spec):
+            return _clamp(capacity + queue_for(capacity, spec), spec), "queue standing: what it runs"
+        if obs.client_full:
+            return _clamp(math.ceil(current * spec.grow_factor), spec), "client-limited: growing"
+        return current, "steady"
+    if current < spec.initial:
+        return _clamp(math.ceil(current * spec.grow_factor), spec), "no metrics: recovering"
+    return current, "no metrics"
+
+
+def _clamp(value: int, spec: ControlSpec) -> int:
+    return max(spec.min, min(spec.max, value))
+
+
+class ConcurrencyController:
+    """Sets ``ServerState.limit`` for every server after each monitor round."""
+
+    def __init__(self, servers: Sequence[ServerState], spec: ControlSpec) -> None:
+        self.spec = spec
+        self.servers = {s.url: s for s in servers}
+        self._throttled_seen = {s.url: s.throttled for s in servers}
+        self.reasons: dict[str, str] = {}
+        for s in servers:
+            s.limit = _clamp(spec.initial, spec)
+
+    def update(self, views: Sequence[ServerView]) -> None:
+        """Apply one monitor round (called from the monitor's task, never from the request path)."""
+        for view in views:
+            state = self.servers.get(view.url)
+            if state is None or not view.healthy:
+                continue
+            throttled = state.throttled - self._throttled_seen.get(view.url, 0)
+            self._throttled_seen[view.url] = state.throttled
+            obs = Observation(
+                max_running=view.max_running,
+                running=view.running,
+                queued=view.queued,
+                preempting=bool(view.preemptions_per_min),
+                throttled=throttled,
+                client_full=state.inflight >= state.limit,
+            )
+            target, why = next_target(state.limit, obs, self.spec)
+            if target != state.limit:
+                log.info("%s: in-flight target %d -> %d (%s)", view.url, state.limit, target, why)
+                state.limit = target
+            self.reasons[view.url] = why
