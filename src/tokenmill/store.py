@@ -1,0 +1,324 @@
+"""The remote object store: one prefix of any fsspec URL (s3://, gs://, az://, hf://, file://).
+
+This is the only module that imports fsspec. Everything it does is relative to the prefix, by plain object
+names that cannot climb out of it; every foreign exception becomes a :class:`StoreError`:
+:class:`StoreUnavailable` (worth retrying: unreachable, throttled, access refused) or :class:`StoreConflict`
+(never retried: an object is in the way).
+
+Writes never replace an object blindly:
+- :meth:`Store.put_file_if_absent` / :meth:`Store.put_bytes_if_absent` create an object only where none
+  exists. On S3 this is a conditional put (``If-None-Match: *``, atomic); on a local path a temporary file
+  hard-linked into place (atomic, and a killed copy never leaves a partial object); on other stores an
+  existence check right before the put.
+- :meth:`Store.replace_bytes` overwrites an object only while it still has the tag read before (on S3
+  ``If-Match`` on the ETag), so a concurrent writer is detected instead of overwritten.
+
+Credentials come from the environment or the store's own credential chain (``AWS_*`` variables, profiles,
+instance roles, ``GOOGLE_APPLICATION_CREDENTIALS``, ...). ``storage_options`` go to fsspec unchanged: e.g.
+``{"endpoint_url": "http://127.0.0.1:9000"}`` for an S3-compatible server (``AWS_ENDPOINT_URL`` works too).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import re
+import shutil
+import uuid
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, BinaryIO, TypeVar
+
+from tokenmill.errors import StoreConflict, StoreError, StoreUnavailable
+
+T = TypeVar("T")
+
+# An object name is one path segment or several joined by "/", each made of these characters.
+_SEGMENT = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]*")
+# Modules whose exceptions mean "the store failed" (as opposed to a bug in the caller).
+_FOREIGN = ("botocore", "aiobotocore", "aiohttp", "urllib3", "requests", "s3fs", "gcsfs", "adlfs", "azure", "google")
+_READ_BLOCK = 1 << 20
+_LOCAL_TMP = ".tokenmill-part-"  # prefix of the temporary files of a local put (cleaned by remove_partials)
+
+Hook = Callable[[str, str], None]
+
+
+def check_name(name: str) -> str:
+    """Return ``name`` if it is a safe object name under a prefix, else raise :class:`StoreError`."""
+    parts = name.split("/")
+    if not name or not all(_SEGMENT.fullmatch(p) for p in parts):
+        raise StoreError(
+            f"refusing object name {name!r}: names under the remote prefix are plain segments of letters, "
+            "digits, '.', '_' and '-' (no '..', no leading '/' or '.')"
+        )
+    return name
+
+
+def display_url(url: str) -> str:
+    """``url`` without any ``user:password@`` part, for messages and logs."""
+    return re.sub(r"^([a-zA-Z0-9+.-]+://)[^/@]*@", r"\1", url)
+
+
+@dataclass(frozen=True, slots=True)
+class Tagged:
+    """An object's bytes and the tag that a conditional replace must match (None where not supported)."""
+
+    data: bytes
+    tag: str | None
+
+
+class Store:
+    """One remote prefix. Blocking: call it from a worker thread, never from the event loop.
+
+    ``hook(operation, name)`` is called before every remote operation; an exception it raises is handled
+    exactly like one from the store (a seam for fault injection).
+    """
+
+    def __init__(self, url: str, storage_options: Mapping[str, Any] | None = None, *, hook: Hook | None = None):
+        self.url = url if url.endswith("/") else url + "/"
+        self.shown = display_url(self.url)
+        self._hook = hook
+        try:
+            from fsspec.core import url_to_fs
+        except ImportError as exc:  # pragma: no cover - fsspec comes with datasets
+            raise StoreError("output.remote needs fsspec: pip install 'tokenmill[s3]'") from exc
+        try:
+            self._fs, root = url_to_fs(self.url, **dict(storage_options or {}))
+        except ImportError as exc:
+            proto = self.url.split("://", 1)[0]
+            extra = " (pip install 'tokenmill[s3]')" if proto in ("s3", "s3a") else ""
+            raise StoreError(f"no fsspec driver for {proto}:// is installed{extra}: {exc}") from exc
+        except (ValueError, TypeError) as exc:
+            raise StoreError(
+                f"cannot open output.remote {self.shown}: {exc}; check the URL and storage_options"
+            ) from exc
+        self._root = str(root).rstrip("/")
+        protocols = self._fs.protocol if isinstance(self._fs.protocol, tuple) else (self._fs.protocol,)
+        self._s3 = "s3" in protocols
+        self._local = "file" in protocols or "local" in protocols
+
+    @property
+    def conditional(self) -> bool:
+        """True when puts are atomic create-if-absent on this store (S3, local); else check-then-put."""
+        return self._s3 or self._local
+
+    def where(self, name: str) -> str:
+        """The full URL of ``name`` (for messages)."""
+        return self.shown + name
+
+    # -- reading -----------------------------------------------------------------------------------------
+
+    def list(self) -> dict[str, int]:
+        """Every object under the prefix (recursively): relative name -> size in bytes."""
+
+        def run() -> dict[str, int]:
+            self._fs.invalidate_cache()
+            try:
+                found = self._fs.find(self._root, detail=True)
+            except FileNotFoundError:
+                return {}
+            out: dict[str, int] = {}
+            for path, info in found.items():
+                rel = str(path)[len(self._root) :].lstrip("/")
+                if rel and info.get("type", "file") != "directory":
+                    out[rel] = int(info.get("size") or 0)
+            return out
+
+        return self._call("list", "", run)
+
+    def size(self, name: str) -> int | None:
+        """The size of ``name``, or None when there is no such object."""
+
+        def run() -> int | None:
+            self._fs.invalidate_cache(self._path(name))
+            try:
+                info = self._fs.info(self._path(name))
+            except FileNotFoundError:
+                return None
+            return int(info.get("size") or 0)
+
+        return self._call("stat", name, run)
+
+    def read(self, name: str) -> Tagged | None:
+        """A small object's bytes and replace tag, or None when it does not exist."""
+
+        def run() -> Tagged | None:
+            path = self._path(name)
+            self._fs.invalidate_cache(path)
+            try:
+                tag = self._fs.info(path).get("ETag") if self._s3 else None
+                data = self._fs.cat_file(path)
+            except FileNotFoundError:
+                return None
+            return Tagged(bytes(data), str(tag) if tag else None)
+
+        return self._call("read", name, run)
+
+    def sha256(self, name: str) -> str | None:
+        """The sha256 of an object's content, read in full (streamed); None when it does not exist."""
+
+        def run() -> str | None:
+            digest = hashlib.sha256()
+            try:
+                with self._fs.open(self._path(name), "rb", block_size=8 * _READ_BLOCK) as fh:
+                    while chunk := fh.read(_READ_BLOCK):
+                        digest.update(chunk)
+            except FileNotFoundError:
+                return None
+            return digest.hexdigest()
+
+        return self._call("read", name, run)
+
+    # -- writing -----------------------------------------------------------------------------------------
+
+    def put_file_if_absent(self, local: Path, name: str) -> bool:
+        """Upload ``local`` as ``name`` unless an object is already there. True when it was written."""
+        path = self._path(name)
+        if self._local:
+            return self._call("put", name, lambda: _link_into_place(Path(path), lambda fh: _copy_from(local, fh)))
+        if self._s3:
+            return self._call("put", name, lambda: _created(lambda: self._fs.put_file(str(local), path, mode="create")))
+        return self._call("put", name, lambda: self._check_then(path, lambda: self._fs.put_file(str(local), path)))
+
+    def put_bytes_if_absent(self, name: str, data: bytes) -> bool:
+        """Create ``name`` holding ``data`` unless an object is already there. True when it was written."""
+        path = self._path(name)
+        if self._local:
+            return self._call("put", name, lambda: _link_into_place(Path(path), lambda fh: fh.write(data)))
+        if self._s3:
+            return self._call("put", name, lambda: _created(lambda: self._fs.pipe_file(path, data, mode="create")))
+        return self._call("put", name, lambda: self._check_then(path, lambda: self._fs.pipe_file(path, data)))
+
+    def replace_bytes(self, name: str, data: bytes, tag: str | None) -> None:
+        """Overwrite ``name`` with ``data``, on S3 only while its ETag is still ``tag``."""
+        path = self._path(name)
+
+        def run() -> None:
+            if self._local:
+                _replace_local(Path(path), data)
+            elif self._s3 and tag:
+                try:
+                    self._fs.pipe_file(path, data, IfMatch=tag)
+                except OSError as exc:
+                    if "pre-condition" in str(exc) or "precondition" in str(exc).lower():
+                        raise StoreConflict(
+                            f"{self.where(name)} was changed by someone else while this job was updating it: "
+                            "another job writes to the same prefix. Stop it, or use another output.remote."
+                        ) from exc
+                    raise
+            else:
+                self._fs.pipe_file(path, data)
+
+        self._call("put", name, run)
+
+    def remove(self, name: str) -> None:
+        """Delete ``name`` if it exists (used only for this job's own objects)."""
+
+        def run() -> None:
+            with contextlib.suppress(FileNotFoundError):
+                self._fs.rm_file(self._path(name))
+
+        self._call("delete", name, run)
+
+    def remove_partials(self) -> int:
+        """Delete temporary files a killed local put left behind; returns how many."""
+        if not self._local:
+            return 0
+        removed = 0
+        for rel in self.list():
+            if rel.rsplit("/", 1)[-1].startswith(_LOCAL_TMP):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(f"{self._root}/{rel}")
+                    removed += 1
+        return removed
+
+    # -- internals ---------------------------------------------------------------------------------------
+
+    def _path(self, name: str) -> str:
+        return f"{self._root}/{check_name(name)}" if self._root else check_name(name)
+
+    def _check_then(self, path: str, put: Callable[[], object]) -> bool:
+        if self._fs.exists(path):
+            return False
+        put()
+        return True
+
+    def _call(self, op: str, name: str, fn: Callable[[], T]) -> T:
+        """Run one remote operation, translating whatever the store raises."""
+        try:
+            if self._hook is not None:
+                self._hook(op, name)
+            return fn()
+        except StoreError:
+            raise
+        except PermissionError as exc:
+            raise StoreUnavailable(
+                f"{op} {self.where(name)}: access denied ({_reason(exc)}); check the credentials in the "
+                "environment (e.g. AWS_PROFILE or AWS_ACCESS_KEY_ID) and the bucket's permissions"
+            ) from exc
+        except FileNotFoundError as exc:
+            raise StoreUnavailable(
+                f"{op} {self.where(name)}: not found ({_reason(exc)}); check that the bucket exists and the URL "
+                "is spelled right"
+            ) from exc
+        except Exception as exc:
+            if not isinstance(exc, OSError | TimeoutError | ConnectionError) and not _is_foreign(exc):
+                raise
+            raise StoreUnavailable(f"{op} {self.where(name)} failed: {_reason(exc)}") from exc
+
+
+def _reason(exc: BaseException) -> str:
+    text = str(exc).strip() or type(exc).__name__
+    return text if len(text) <= 300 else text[:300] + "..."
+
+
+def _is_foreign(exc: BaseException) -> bool:
+    return any(cls.__module__.split(".", 1)[0] in _FOREIGN for cls in type(exc).__mro__)
+
+
+def _created(put: Callable[[], object]) -> bool:
+    try:
+        put()
+    except FileExistsError:
+        return False
+    return True
+
+
+def _copy_from(local: Path, fh: BinaryIO) -> None:
+    with local.open("rb") as src:
+        shutil.copyfileobj(src, fh, _READ_BLOCK)
+
+
+def _link_into_place(path: Path, write: Callable[[BinaryIO], object]) -> bool:
+    """Write a temporary sibling, then hard-link it to ``path``: atomic, and never replaces ``path``."""
+    if path.exists():
+        return False
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with _temporary(path, write) as tmp:
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            return False
+    return True
+
+
+def _replace_local(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with _temporary(path, lambda fh: fh.write(data)) as tmp:
+        os.replace(tmp, path)
+
+
+@contextlib.contextmanager
+def _temporary(path: Path, write: Callable[[BinaryIO], object]) -> Iterator[Path]:
+    tmp = path.with_name(f"{_LOCAL_TMP}{path.name}.{uuid.uuid4().hex[:12]}")
+    try:
+        with tmp.open("wb") as fh:
+            write(fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+        yield tmp
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()

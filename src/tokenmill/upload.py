@@ -1,0 +1,433 @@
+"""The background uploader: copy each sealed shard to ``output.remote`` while the run goes on.
+
+One worker thread does every blocking store call, so the event loop never waits on the store; the writer
+hands it shards through :meth:`Uploader.enqueue` (the ``on_seal`` callback), which only appends to a queue.
+
+The worker's life, in order:
+1. claim the prefix (:func:`tokenmill.remote.claim`): refuse another job's prefix, or foreign objects
+   unless ``--allow-existing-prefix``; create the remote manifest before any shard;
+2. reconcile: every shard in the local manifest that the remote manifest does not list with the same
+   sha256 (or whose object is gone) is queued, so a resumed run uploads exactly what is missing;
+3. upload queued shards oldest first with put-if-absent; when an object is already there, its content is
+   compared (sha256) and it is adopted when equal, reported and left alone when not;
+4. rewrite the remote manifest after shards (at most every ``manifest_interval_s`` while shards keep coming,
+   and whenever the queue empties), so the manifest never lists a shard that is not there;
+5. at the end (:meth:`Uploader.finish`): drain the queue for up to ``drain_timeout_s``, write the manifest,
+   and, when the run finished and every shard is up, write ``_SUCCESS`` last.
+
+A store error is retried with exponential backoff for as long as the run goes on (a store can be down for
+hours during a run of days); only the end of the run puts a deadline on it. Nothing here can stop the run:
+the local output stays the source of truth, and rerunning the same command uploads whatever is missing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TypeVar
+
+from tokenmill.config import OutputSpec
+from tokenmill.errors import StoreConflict, StoreError, StoreUnavailable
+from tokenmill.output import SealedShard, layout, manifest
+from tokenmill.remote import MANIFEST, MARKER, RemoteManifest, RemoteShard, claim, marker_body, marker_job
+from tokenmill.store import Store
+
+log = logging.getLogger("tokenmill.upload")
+
+T = TypeVar("T")
+
+
+class _Stopped(Exception):
+    """The worker was told to stop (abort, or the end-of-run deadline passed) while waiting to retry."""
+
+
+@dataclass(frozen=True, slots=True)
+class LocalShard:
+    """A sealed local shard to upload."""
+
+    name: str
+    path: Path
+    count: int
+    bytes: int
+    sha256: str
+
+
+@dataclass(slots=True)
+class UploadStatus:
+    """Where the upload stands (a copy; safe to read from any thread)."""
+
+    remote: str
+    local_shards: int = 0  # sealed shards the uploader knows of
+    uploaded: int = 0  # shards this run put
+    already: int = 0  # shards found remote with the same content
+    pending: int = 0
+    conflicts: dict[str, str] = field(default_factory=dict)  # shard -> why it is not uploaded
+    bytes: int = 0  # bytes this run put
+    put_seconds: float = 0.0  # time spent in those puts
+    retries: int = 0
+    deleted: int = 0  # local shards deleted after a verified upload
+    last_error: str | None = None
+    fatal: str | None = None  # the uploader gave up (prefix refused, or an unexpected failure)
+    marker: bool = False  # _SUCCESS is written
+    ready: bool = False  # the prefix was claimed and reconciled
+
+    @property
+    def complete(self) -> bool:
+        """Every known shard is in the remote prefix and listed in its manifest."""
+        return self.ready and not self.fatal and not self.conflicts and self.pending == 0
+
+    @property
+    def rate_mb_s(self) -> float:
+        """Upload throughput of this run's puts, in MB/s."""
+        return self.bytes / 1e6 / self.put_seconds if self.put_seconds > 0 else 0.0
+
+    def line(self) -> str:
+        """One status line for the end of a run."""
+        where = self.remote
+        moved = f"{self.uploaded} uploaded now ({self.bytes / 1e6:,.1f} MB, {self.rate_mb_s:,.1f} MB/s)"
+        if self.complete:
+            tail = ", _SUCCESS written" if self.marker else ""
+            return (
+                f"upload: all {self.local_shards} shards are at {where} ({moved}, {self.already} already there){tail}"
+            )
+        if self.fatal:
+            return f"upload stopped: {self.fatal}"
+        missing = self.pending + len(self.conflicts)
+        lines = [f"upload incomplete: {missing} of {self.local_shards} shards are not at {where} ({moved})"]
+        for name, why in list(self.conflicts.items())[:5]:
+            lines.append(f"  {name}: {why}")
+        if self.pending:
+            if self.last_error:
+                lines.append(f"  last store error: {self.last_error}")
+            lines.append("  the local output is complete; rerun the same command to upload what is missing")
+        return "\n".join(lines)
+
+
+class Uploader:
+    """Uploads sealed shards of one output directory to one remote prefix, from a worker thread.
+
+    Typical use by the runner::
+
+        up = Uploader(out_path, job.output, allow_existing_prefix=flag)
+        out = OutputDir(out_path, shard_size, on_seal=up.enqueue)
+        out.open(); job_id = ...; up.start(job_id)
+        ... run ...; out.close(seal=finished)
+        status = await up.drain(finished, {"failed": n})
+    """
+
+    def __init__(
+        self,
+        out_dir: Path,
+        spec: OutputSpec,
+        *,
+        allow_existing_prefix: bool = False,
+        store: Store | None = None,
+    ) -> None:
+        if not spec.remote and store is None:
+            raise StoreError("output.remote is not set")
+        self.out_dir = Path(out_dir)
+        self.spec = spec
+        self.allow_existing = allow_existing_prefix
+        self.store = store or Store(str(spec.remote), spec.storage_options)
+        self._cond = threading.Condition()
+        self._queue: list[LocalShard] = []
+        self._known: set[str] = set()
+        self._status = UploadStatus(remote=self.store.shown)
+        self._job_id = ""
+        self._manifest: RemoteManifest | None = None
+        self._tag: str | None = None
+        self._dirty = False
+        self._last_manifest = 0.0
+        self._marker_seen = False
+        self._finishing = False
+        self._finished_run = False
+        self._counts: dict[str, int] = {}
+        self._deadline: float | None = None
+        self._abort = False
+        self._thread: threading.Thread | None = None
+        self._failing = False
+
+    # -- the runner's side (event loop thread) -----------------------------------------------------------
+
+    def enqueue(self, shard: SealedShard) -> None:
+        """Queue a just-sealed shard (never blocks; the ``on_seal`` callback)."""
+        item = LocalShard(shard.name, shard.path, shard.count, shard.bytes, shard.sha256)
+        with self._cond:
+            self._add(item)
+            self._cond.notify_all()
+
+    def start(self, job_id: str) -> None:
+        """Start the worker for ``job_id`` (the owner recorded in the remote manifest)."""
+        if not job_id:
+            raise StoreError("the output directory's job.json has no job_id; it cannot own a remote prefix")
+        self._job_id = job_id
+        self._thread = threading.Thread(target=self._main, name="tokenmill-upload", daemon=True)
+        self._thread.start()
+
+    def status(self) -> UploadStatus:
+        """A snapshot of the upload status."""
+        with self._cond:
+            return self._snapshot()
+
+    async def drain(self, finished: bool, counts: dict[str, int] | None = None) -> UploadStatus:
+        """Wait (up to ``upload.drain_timeout_s``) for pending uploads, write the manifest and, when the run
+        ``finished``, the final marker; then stop the worker. Cancelling this stops the worker at once."""
+        self.finish(finished, counts)
+        thread = self._thread
+        if thread is not None:
+            try:
+                await asyncio.to_thread(thread.join)
+            except asyncio.CancelledError:
+                self.abort()
+                raise
+        return self.status()
+
+    def finish(self, finished: bool, counts: dict[str, int] | None = None) -> None:
+        """Tell the worker the run is over: drain, then stop (does not wait; see :meth:`drain`)."""
+        with self._cond:
+            self._finishing = True
+            self._finished_run = finished
+            self._counts = dict(counts or {})
+            self._deadline = time.monotonic() + self.spec.upload.drain_timeout_s
+            self._cond.notify_all()
+
+    def abort(self) -> None:
+        """Stop the worker after its current store call, uploaded or not."""
+        with self._cond:
+            self._abort = True
+            self._cond.notify_all()
+
+    def join(self, timeout: float | None = None) -> None:
+        """Wait for the worker thread to end."""
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    # -- the worker --------------------------------------------------------------------------------------
+
+    def _main(self) -> None:
+        try:
+            self._prepare()
+            self._loop()
+            self._final()
+        except _Stopped:
+            pass
+        except StoreConflict as exc:
+            self._fail(str(exc))
+        except Exception as exc:  # the uploader must never take the run down with it
+            log.exception("the uploader stopped on an unexpected error")
+            self._fail(f"unexpected error: {exc!r}; rerun the same command to upload what is missing")
+        finally:
+            with self._cond:
+                self._status.pending = len(self._queue)
+
+    def _fail(self, message: str) -> None:
+        log.error("upload to %s stopped: %s", self.store.shown, message)
+        with self._cond:
+            self._status.fatal = message
+
+    def _prepare(self) -> None:
+        claimed = self._retry("claim", lambda: claim(self.store, self._job_id, self.allow_existing))
+        if claimed.created:
+            log.info("claimed %s for job %s", self.store.shown, self._job_id)
+        if claimed.foreign:
+            log.info("%s holds %d object(s) of someone else; they are left alone", self.store.shown, claimed.foreign)
+        listing = self._retry("list", self.store.list)
+        self._retry("clean", self.store.remove_partials)
+        remote = claimed.manifest
+        self._manifest, self._tag = remote, claimed.tag
+        self._marker_seen = MARKER in listing
+        local = manifest.read(self.out_dir / layout.MANIFEST).entries
+        with self._cond:
+            ahead = self._queue  # shards sealed before the prefix was ready
+            self._queue, self._known = [], set()
+            self._status.local_shards = 0
+            for entry in sorted(local.values(), key=lambda e: e.shard):
+                item = LocalShard(entry.shard, self.out_dir / entry.shard, entry.count, entry.bytes, entry.sha256)
+                there = remote.shards.get(entry.shard)
+                if there is not None and there.sha256 == entry.sha256 and listing.get(entry.shard) == entry.bytes:
+                    self._known.add(entry.shard)
+                    self._status.local_shards += 1
+                    self._status.already += 1
+                elif there is not None and there.sha256 != entry.sha256:
+                    self._known.add(entry.shard)
+                    self._status.local_shards += 1
+                    self._conflict(entry.shard, "the remote manifest lists other content under this name")
+                else:
+                    self._add(item)
+            for item in ahead:
+                self._add(item)
+            self._status.ready = True
+            queued = len(self._queue)
+        if queued:
+            log.info("%d shard(s) to upload to %s", queued, self.store.shown)
+
+    def _loop(self) -> None:
+        while True:
+            with self._cond:
+                while not self._queue and not self._finishing and not self._abort:
+                    self._cond.wait()
+                if self._abort or (self._deadline is not None and time.monotonic() >= self._deadline):
+                    raise _Stopped
+                if not self._queue:
+                    return
+                item = self._queue[0]
+            self._upload(item)
+            with self._cond:
+                self._queue.pop(0)
+                empty = not self._queue
+            if self._dirty and (
+                empty or time.monotonic() - self._last_manifest >= self.spec.upload.manifest_interval_s
+            ):
+                self._write_manifest()
+
+    def _final(self) -> None:
+        if self._dirty:
+            self._write_manifest()
+        status = self.status()
+        if not (self._finished_run and status.complete):
+            return
+        manifest_now = self._manifest
+        assert manifest_now is not None
+        body = marker_body(self._job_id, manifest_now, self._counts)
+        found = self._retry("read", lambda: self.store.read(MARKER))
+        if found is None:
+            self._retry("write", lambda: self.store.put_bytes_if_absent(MARKER, body))
+        elif marker_job(found.data) == self._job_id:
+            self._retry("write", lambda: self.store.replace_bytes(MARKER, body, found.tag))
+        else:
+            raise StoreConflict(
+                f"{self.store.where(MARKER)} was not written by this job and is not replaced; every shard and the "
+                "manifest are uploaded, but the prefix has no marker of this job"
+            )
+        with self._cond:
+            self._status.marker = True
+        log.info("wrote %s", self.store.where(MARKER))
+
+    def _upload(self, item: LocalShard) -> None:
+        if not item.path.exists():
+            with self._cond:
+                self._conflict(item.name, f"the local file {item.path} is gone")
+            return
+        self._withdraw_marker()
+        started = time.monotonic()
+        wrote = self._retry("upload", lambda: self.store.put_file_if_absent(item.path, item.name))
+        took = time.monotonic() - started
+        if not wrote:
+            there = self._retry("read", lambda: self.store.sha256(item.name))
+            if there != item.sha256:
+                with self._cond:
+                    self._conflict(item.name, "an object with other content is there; it was not overwritten")
+                return
+        with self._cond:
+            if wrote:
+                self._status.uploaded += 1
+                self._status.bytes += item.bytes
+                self._status.put_seconds += took
+            else:
+                self._status.already += 1
+        assert self._manifest is not None
+        self._manifest.shards[item.name] = RemoteShard(item.count, item.bytes, item.sha256)
+        self._dirty = True
+        log.debug("uploaded %s (%d bytes, %.2f s)", item.name, item.bytes, took)
+
+    def _write_manifest(self) -> None:
+        current = self._manifest
+        assert current is not None
+
+        def put() -> None:
+            self.store.replace_bytes(MANIFEST, current.encode(), self._tag)
+            found = self.store.read(MANIFEST)
+            self._tag = found.tag if found else None
+
+        self._retry("write", put)
+        self._dirty = False
+        self._last_manifest = time.monotonic()
+
+    def _withdraw_marker(self) -> None:
+        """A finished corpus gets more shards (retry-failed): take this job's ``_SUCCESS`` down first."""
+        if not self._marker_seen:
+            return
+        found = self._retry("read", lambda: self.store.read(MARKER))
+        if found is not None and marker_job(found.data) == self._job_id:
+            self._retry("delete", lambda: self.store.remove(MARKER))
+            log.info("withdrew %s until the new shards are uploaded", self.store.where(MARKER))
+        self._marker_seen = False
+
+    # -- helpers (call with the lock held where noted) ---------------------------------------------------
+
+    def _add(self, item: LocalShard) -> None:
+        """Queue ``item`` unless already known (lock held)."""
+        if item.name in self._known:
+            return
+        self._known.add(item.name)
+        self._queue.append(item)
+        self._status.local_shards += 1
+
+    def _conflict(self, name: str, why: str) -> None:
+        """Record a shard that cannot be uploaded (lock held)."""
+        self._status.conflicts[name] = why
+        log.error("not uploading %s to %s: %s", name, self.store.shown, why)
+
+    def _snapshot(self) -> UploadStatus:
+        s = self._status
+        return UploadStatus(
+            remote=s.remote,
+            local_shards=s.local_shards,
+            uploaded=s.uploaded,
+            already=s.already,
+            pending=len(self._queue),
+            conflicts=dict(s.conflicts),
+            bytes=s.bytes,
+            put_seconds=s.put_seconds,
+            retries=s.retries,
+            deleted=s.deleted,
+            last_error=s.last_error,
+            fatal=s.fatal,
+            marker=s.marker,
+            ready=s.ready,
+        )
+
+    def _retry(self, what: str, fn: Callable[[], T]) -> T:
+        """Call ``fn`` until it succeeds; StoreUnavailable is retried with exponential backoff."""
+        up = self.spec.upload
+        delay = up.backoff_base_s
+        while True:
+            try:
+                result = fn()
+            except StoreUnavailable as exc:
+                self._note_failure(what, exc, delay)
+                self._wait(delay)
+                delay = min(delay * 2, up.backoff_max_s)
+                continue
+            if self._failing:
+                self._failing = False
+                log.info("the store at %s answers again; uploads go on", self.store.shown)
+            return result
+
+    def _note_failure(self, what: str, exc: StoreUnavailable, delay: float) -> None:
+        with self._cond:
+            self._status.retries += 1
+            self._status.last_error = str(exc)
+        level = logging.WARNING if not self._failing or delay >= self.spec.upload.backoff_max_s else logging.DEBUG
+        log.log(level, "%s failed, retrying in %.1f s: %s", what, delay, exc)
+        self._failing = True
+
+    def _wait(self, delay: float) -> None:
+        """Sleep ``delay`` seconds unless told to stop; raise _Stopped when the run's deadline passes."""
+        end = time.monotonic() + delay
+        with self._cond:
+            while True:
+                if self._abort:
+                    raise _Stopped
+                now = time.monotonic()
+                if self._deadline is not None and now >= self._deadline:
+                    raise _Stopped
+                if now >= end:
+                    return
+                limit = end if self._deadline is None else min(end, self._deadline)
+                self._cond.wait(limit - now)

@@ -1,0 +1,256 @@
+"""The background uploader against a real S3 API (moto's server on loopback, through s3fs)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from tests.s3server import S3, moto_server
+
+from tokenmill.config import OutputSpec
+from tokenmill.output import OutputDir
+from tokenmill.records import Completion
+from tokenmill.remote import MANIFEST, MARKER
+from tokenmill.store import Store
+from tokenmill.upload import Uploader, UploadStatus
+
+PREFIX = "corpus/run-1/"
+JOB = "job-aaaa"
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[S3]:
+    with moto_server() as s3:
+        yield s3
+
+
+@pytest.fixture
+def s3(server: S3) -> S3:
+    return server.fresh()
+
+
+def completion(i: int) -> Completion:
+    return Completion(
+        id=f"p{i:05d}",
+        prompt=[{"role": "user", "content": f"question {i}"}],
+        completion=f"answer {i} " * 20,
+        finish_reason="stop",
+        prompt_tokens=10,
+        completion_tokens=40,
+        model="m",
+        sampling={},
+        server="http://127.0.0.1:1",
+        latency_s=0.1,
+        attempts=1,
+        started_at=1.0,
+        finished_at=1.1,
+    )
+
+
+def spec(s3: S3, tmp: Path, **upload: Any) -> OutputSpec:
+    knobs = {"backoff_base_s": 0.01, "backoff_max_s": 0.05, "drain_timeout_s": 20, "manifest_interval_s": 0, **upload}
+    return OutputSpec(
+        dir=str(tmp / "out"), shard_size=10, remote=s3.url(PREFIX), storage_options=s3.options(), upload=knobs
+    )
+
+
+def write(out: OutputDir, start: int, n: int) -> None:
+    for i in range(start, start + n):
+        out.write(completion(i))
+
+
+def run_upload(
+    s3: S3,
+    tmp: Path,
+    records: tuple[int, int],
+    *,
+    hook: Callable[[str, str], None] | None = None,
+    job: str = JOB,
+    finished: bool = True,
+    allow_existing: bool = False,
+    **upload: Any,
+) -> UploadStatus:
+    """One 'run': open the output, start the uploader, write records, seal, drain."""
+    sp = spec(s3, tmp, **upload)
+    up = Uploader(
+        Path(sp.dir),
+        sp,
+        allow_existing_prefix=allow_existing,
+        store=Store(sp.remote or "", sp.storage_options, hook=hook),
+    )
+    out = OutputDir(sp.dir, sp.shard_size, on_seal=up.enqueue)
+    out.open()
+    up.start(job)
+    write(out, *records)
+    out.close(seal=True)
+    up.finish(finished, {"failed": 0})
+    up.join(timeout=60)
+    return up.status()
+
+
+def local_shards(tmp: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted((tmp / "out").glob("completions_*.jsonl"))}
+
+
+def remote_manifest(s3: S3) -> dict[str, Any]:
+    return dict(orjson.loads(s3.get(PREFIX + MANIFEST)))
+
+
+def test_every_sealed_shard_is_uploaded_byte_for_byte_then_the_marker(s3: S3, tmp_path: Path) -> None:
+    puts: list[str] = []
+    status = run_upload(s3, tmp_path, (0, 45), hook=lambda op, name: puts.append(f"{op} {name}"))
+    assert status.complete and status.marker, status.line()
+    local = local_shards(tmp_path)
+    assert len(local) == 5  # 4 full shards of 10 and the partial one sealed at the end
+    for name, data in local.items():
+        assert s3.get(PREFIX + name) == data
+    man = remote_manifest(s3)
+    assert man["job_id"] == JOB
+    assert set(man["shards"]) == set(local)
+    assert man["shards"]["completions_000004.jsonl"]["count"] == 5
+    marker = orjson.loads(s3.get(PREFIX + MARKER))
+    assert (marker["job_id"], marker["shards"], marker["completions"]) == (JOB, 5, 45)
+    # the manifest is claimed before any shard, and the marker is the very last write
+    writes = [p for p in puts if p.startswith("put ")]
+    assert writes[0] == f"put {MANIFEST}" and writes[-1] == f"put {MARKER}"
+    assert "upload: all 5 shards" in status.line()
+
+
+def test_a_resumed_run_uploads_exactly_what_is_missing(s3: S3, tmp_path: Path) -> None:
+    def store_down(op: str, name: str) -> None:
+        if op == "put" and name.startswith("completions_00000") and name >= "completions_000002.jsonl":
+            raise ConnectionRefusedError("store down")
+
+    first = run_upload(s3, tmp_path, (0, 40), hook=store_down, drain_timeout_s=0.3)
+    assert not first.complete and first.pending == 2 and first.uploaded == 2
+    assert "rerun the same command to upload what is missing" in first.line()
+    assert "store down" in first.line()
+    assert not any(k.endswith(MARKER) for k in s3.objects())
+    puts: list[str] = []
+    second = run_upload(s3, tmp_path, (40, 10), hook=lambda op, name: puts.append(f"{op} {name}"))
+    assert second.complete and second.marker
+    shard_puts = sorted(p for p in puts if p.startswith("put completions_"))
+    assert shard_puts == [f"put completions_00000{i}.jsonl" for i in (2, 3, 4)]
+    assert (second.uploaded, second.already) == (3, 2)
+    assert set(remote_manifest(s3)["shards"]) == set(local_shards(tmp_path))
+
+
+def test_an_upload_that_landed_before_a_crash_is_adopted_not_repeated(s3: S3, tmp_path: Path) -> None:
+    run_upload(s3, tmp_path, (0, 20))
+    man = remote_manifest(s3)
+    del man["shards"]["completions_000001.jsonl"]  # as if killed between the put and the manifest write
+    s3.put(PREFIX + MANIFEST, orjson.dumps(man))
+    status = run_upload(s3, tmp_path, (20, 0))
+    assert status.complete and (status.uploaded, status.already) == (0, 2)
+    assert "completions_000001.jsonl" in remote_manifest(s3)["shards"]
+
+
+def test_transient_store_errors_are_retried_until_they_pass(s3: S3, tmp_path: Path) -> None:
+    failures = {"left": 6}
+    lock = threading.Lock()
+
+    def flaky(op: str, name: str) -> None:
+        with lock:
+            if failures["left"] > 0:
+                failures["left"] -= 1
+                raise TimeoutError("read timed out")
+
+    status = run_upload(s3, tmp_path, (0, 30), hook=flaky)
+    assert status.complete and status.marker
+    assert status.retries == 6
+    assert set(s3.objects(PREFIX)) == {PREFIX + n for n in [*local_shards(tmp_path), MANIFEST, MARKER]}
+
+
+def test_foreign_objects_refuse_the_prefix_unless_allowed(s3: S3, tmp_path: Path) -> None:
+    s3.put(PREFIX + "report.csv", b"a,b\n")
+    s3.put(PREFIX + "old/part-0.parquet", b"PAR1")
+    refused = run_upload(s3, tmp_path, (0, 10))
+    assert refused.fatal and "already holds 2 object(s) this job did not write" in refused.fatal
+    assert "--allow-existing-prefix" in refused.fatal
+    assert set(s3.objects(PREFIX)) == {PREFIX + "report.csv", PREFIX + "old/part-0.parquet"}
+    allowed = run_upload(s3, tmp_path, (10, 10), allow_existing=True)
+    assert allowed.complete, allowed.line()
+    assert s3.get(PREFIX + "report.csv") == b"a,b\n"
+    assert s3.get(PREFIX + "old/part-0.parquet") == b"PAR1"
+
+
+def test_a_foreign_object_under_a_shard_name_is_never_overwritten(s3: S3, tmp_path: Path) -> None:
+    s3.put(PREFIX + "completions_000001.jsonl", b"someone else's bytes\n")
+    status = run_upload(s3, tmp_path, (0, 30), allow_existing=True)
+    assert not status.complete and not status.marker
+    assert list(status.conflicts) == ["completions_000001.jsonl"]
+    assert "not overwritten" in status.line()
+    assert s3.get(PREFIX + "completions_000001.jsonl") == b"someone else's bytes\n"
+    assert set(remote_manifest(s3)["shards"]) == {"completions_000000.jsonl", "completions_000002.jsonl"}
+
+
+def test_an_identical_object_already_there_is_adopted(s3: S3, tmp_path: Path) -> None:
+    run_upload(s3, tmp_path / "a", (0, 10), job="other-job")
+    same = s3.get(PREFIX + "completions_000000.jsonl")
+    other = s3.fresh()
+    other.put(PREFIX + "completions_000000.jsonl", same)
+    status = run_upload(other, tmp_path / "b", (0, 10), allow_existing=True)
+    assert status.complete and (status.uploaded, status.already) == (0, 1)
+
+
+def test_another_jobs_prefix_is_refused_even_when_existing_objects_are_allowed(s3: S3, tmp_path: Path) -> None:
+    run_upload(s3, tmp_path / "a", (0, 10), job="job-one")
+    before = {k: s3.get(k) for k in s3.objects()}
+    status = run_upload(s3, tmp_path / "b", (0, 10), job="job-two", allow_existing=True)
+    assert status.fatal and "belongs to another job (job id job-one" in status.fatal
+    assert {k: s3.get(k) for k in s3.objects()} == before
+
+
+def test_a_store_down_at_the_end_gives_up_at_the_deadline(s3: S3, tmp_path: Path) -> None:
+    def down(op: str, name: str) -> None:
+        if name != MANIFEST:
+            raise ConnectionRefusedError("connection refused")
+
+    started = time.monotonic()
+    status = run_upload(s3, tmp_path, (0, 20), hook=down, drain_timeout_s=0.5)
+    assert time.monotonic() - started < 15
+    assert status.pending == 2 and not status.complete and status.retries >= 1
+    assert "connection refused" in (status.last_error or "")
+
+
+def test_a_finished_corpus_that_gets_more_shards_withdraws_its_marker_first(s3: S3, tmp_path: Path) -> None:
+    run_upload(s3, tmp_path, (0, 10))
+    assert PREFIX + MARKER in s3.objects()
+    order: list[str] = []
+    status = run_upload(s3, tmp_path, (10, 10), hook=lambda op, name: order.append(f"{op} {name}"))
+    assert status.complete and status.marker
+    assert order.index(f"delete {MARKER}") < order.index("put completions_000001.jsonl")
+    assert orjson.loads(s3.get(PREFIX + MARKER))["completions"] == 20
+
+
+def test_an_unfinished_run_uploads_its_shards_but_writes_no_marker(s3: S3, tmp_path: Path) -> None:
+    status = run_upload(s3, tmp_path, (0, 20), finished=False)
+    assert status.complete and not status.marker
+    assert PREFIX + MARKER not in s3.objects()
+
+
+async def test_drain_runs_off_the_event_loop(s3: S3, tmp_path: Path) -> None:
+    sp = spec(s3, tmp_path)
+    gate = threading.Event()
+    up = Uploader(Path(sp.dir), sp, store=Store(sp.remote or "", sp.storage_options, hook=lambda o, n: gate.wait(10)))
+    out = OutputDir(sp.dir, sp.shard_size, on_seal=up.enqueue)
+    out.open()
+    up.start(JOB)
+    write(out, 0, 20)  # enqueue must not wait for the (blocked) store
+    out.close(seal=True)
+    import asyncio
+
+    task = asyncio.ensure_future(up.drain(True))
+    ticks = 0
+    while ticks < 5:  # the loop keeps running while the worker is blocked
+        await asyncio.sleep(0)
+        ticks += 1
+    assert not task.done()
+    gate.set()
+    status = await asyncio.wait_for(task, 30)
+    assert status.complete and status.marker
