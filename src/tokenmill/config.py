@@ -107,6 +107,12 @@ class UploadSpec(_Model):
         description="At the end of a run, how long to wait for pending uploads; then the run ends locally "
         "and rerunning the same command uploads the rest",
     )
+    start_wait_s: float = Field(
+        default=30.0,
+        ge=0,
+        description="How long a run waits at its start for the store to confirm the prefix is this job's; a "
+        "refused prefix stops the run there, a store that does not answer in time is retried in the background",
+    )
     manifest_interval_s: float = Field(
         default=30.0,
         ge=0,
