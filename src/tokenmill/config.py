@@ -90,6 +90,9 @@ class RetrySpec(_Model):
     backoff_max_s: float = Field(default=30.0, gt=0)
     connect_timeout_s: float = Field(default=10.0, gt=0)
     read_timeout_s: float = Field(default=1800.0, gt=0, description="Per request; long generations take time")
+    max_response_mb: float = Field(
+        default=64.0, gt=0, description="A response body larger than this is refused (a broken or hostile server)"
+    )
     quarantine_after: int = Field(default=5, ge=1, description="Consecutive failures before quarantine")
     probe_interval_s: float = Field(default=5.0, gt=0, description="How often a quarantined server is probed")
 

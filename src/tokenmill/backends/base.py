@@ -14,13 +14,13 @@ HTTP and aiohttp errors are translated here, once:
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import aiohttp
 import orjson
 
-from tokenmill.config import SamplingSpec
+from tokenmill.config import RetrySpec, SamplingSpec
 from tokenmill.errors import PermanentError, RequestError, TransientError
 from tokenmill.records import Generation, Prompt
 
@@ -42,6 +42,7 @@ class BackendOptions:
     api_key: str | None = None
     save_token_ids: bool = False
     tokenizer: str | None = None
+    max_response_bytes: int = field(default_factory=lambda: int(RetrySpec().max_response_mb * (1 << 20)))
 
 
 def error_message(body: bytes, limit: int = 500) -> str:
@@ -111,14 +112,33 @@ class Backend(ABC):
                 out[name] = value
         return out
 
+    async def _read_limited(self, resp: aiohttp.ClientResponse, server: str) -> bytes:
+        """The body, refusing more than ``max_response_bytes`` (so no server can exhaust the client's memory)."""
+        limit = self.options.max_response_bytes
+        if resp.content_length is not None and resp.content_length > limit:
+            raise TransientError(
+                f"response of {resp.content_length} bytes exceeds the {limit}-byte limit (retry.max_response_mb)",
+                server=server,
+            )
+        chunks: list[bytes] = []
+        size = 0
+        async for chunk in resp.content.iter_chunked(1 << 20):
+            size += len(chunk)
+            if size > limit:
+                raise TransientError(
+                    f"response exceeds the {limit}-byte limit (retry.max_response_mb)", server=server
+                )
+            chunks.append(chunk)
+        return b"".join(chunks)
+
     async def generate(self, session: aiohttp.ClientSession, server: str, prompt: Prompt) -> Generation:
         """POST one prompt to ``server`` and return its generation, or raise a RequestError subclass."""
         sent = self.body(prompt)
         payload = orjson.dumps(sent)
         try:
             async with session.post(server + self.path, data=payload, headers=self.headers) as resp:
-                raw = await resp.read()
                 status = resp.status
+                raw = await self._read_limited(resp, server)
         except aiohttp.SocketTimeoutError as exc:
             raise TransientError(f"no response within the read timeout ({exc})", server=server) from exc
         except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError) as exc:
