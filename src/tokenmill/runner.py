@@ -27,6 +27,7 @@ from tokenmill.output import OutputDir, ResumeState
 from tokenmill.progress import Display, Snapshot, Tracker
 from tokenmill.records import Prompt, Skip
 from tokenmill.summary import Summary, write_summary
+from tokenmill.upload import Uploader, UploadStatus
 
 log = logging.getLogger("tokenmill.run")
 
@@ -46,6 +47,7 @@ class RunResult:
     finished: bool  # every input row is now completed, failed or skipped
     summary: Summary
     resume: ResumeState
+    upload: UploadStatus | None = None  # when output.remote is set
 
 
 def _identity(job: JobSpec) -> dict[str, Any]:
@@ -112,6 +114,7 @@ async def run_job(
     job: JobSpec,
     *,
     allow_changed_job: bool = False,
+    allow_existing_prefix: bool = False,
     live: bool | None = None,
     install_signals: bool = True,
     clock: Callable[[], float] = time.monotonic,
@@ -119,11 +122,16 @@ async def run_job(
 ) -> RunResult:
     """Run ``job`` until every prompt is recorded or a stop is requested; safe to rerun after any crash."""
     out_path = Path(job.output.dir)
-    out = OutputDir(out_path, shard_size=job.output.shard_size)
+    uploader = (
+        Uploader(out_path, job.output, allow_existing_prefix=allow_existing_prefix) if job.output.remote else None
+    )
+    out = OutputDir(out_path, shard_size=job.output.shard_size, on_seal=uploader.enqueue if uploader else None)
     state = out.open()
     for msg in state.repaired:
         log.warning("output repaired: %s", msg)
-    check_job_identity(out_path, job, allow_changed_job)
+    job_id = check_job_identity(out_path, job, allow_changed_job)
+    if uploader is not None:
+        await _start_upload(uploader, job_id, out)
     servers = job.resolved_servers()
     backend = make_backend(
         job.api,
@@ -216,4 +224,23 @@ async def run_job(
         raise InputError(f"the input holds no rows ({job.input.path or job.input.hf}); check input.path / input.hf")
     summary = Summary.build(job, final, dispatcher, before, finished)
     write_summary(out_path, summary)
-    return RunResult(finished=finished, summary=summary, resume=state)
+    upload = await _finish_upload(uploader, finished, state) if uploader is not None else None
+    return RunResult(finished=finished, summary=summary, resume=state, upload=upload)
+
+
+async def _start_upload(uploader: Uploader, job_id: str, out: OutputDir) -> None:
+    """Start the uploader; a refused remote prefix stops the run before anything is generated."""
+    uploader.start(job_id)
+    try:
+        await uploader.started()
+    except BaseException:
+        uploader.abort()
+        out.close(seal=False)
+        raise
+
+
+async def _finish_upload(uploader: Uploader, finished: bool, state: ResumeState) -> UploadStatus:
+    """Wait for pending uploads (bounded by upload.drain_timeout_s) and say where the upload stands."""
+    status = await uploader.drain(finished, {"failed": state.failed, "skipped": len(state.skipped_sources)})
+    log.log(logging.INFO if status.complete else logging.WARNING, "%s", status.line())
+    return status

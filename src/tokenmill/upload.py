@@ -151,6 +151,7 @@ class Uploader:
         self._abort = False
         self._thread: threading.Thread | None = None
         self._failing = False
+        self._settled = threading.Event()  # the prefix is claimed and reconciled, or refused
 
     # -- the runner's side (event loop thread) -----------------------------------------------------------
 
@@ -169,6 +170,22 @@ class Uploader:
         self._thread = threading.Thread(target=self._main, name="tokenmill-upload", daemon=True)
         self._thread.start()
 
+    async def started(self) -> None:
+        """Wait (up to ``upload.start_wait_s``) for the prefix to be claimed. A refused prefix raises
+        :class:`StoreConflict` (nothing should be generated for it); a store that does not answer in time is
+        only logged, and the worker keeps trying while the run goes on."""
+        settled = await asyncio.to_thread(self._settled.wait, self.spec.upload.start_wait_s)
+        status = self.status()
+        if status.fatal:
+            raise StoreConflict(status.fatal)
+        if not settled:
+            log.warning(
+                "the store at %s has not answered for %.0f s (%s); generating anyway, uploads retry in the background",
+                self.store.shown,
+                self.spec.upload.start_wait_s,
+                status.last_error or "no error yet",
+            )
+
     def status(self) -> UploadStatus:
         """A snapshot of the upload status."""
         with self._cond:
@@ -178,6 +195,14 @@ class Uploader:
         """Wait (up to ``upload.drain_timeout_s``) for pending uploads, write the manifest and, when the run
         ``finished``, the final marker; then stop the worker. Cancelling this stops the worker at once."""
         self.finish(finished, counts)
+        pending = self.status().pending
+        if pending:
+            log.info(
+                "waiting for %d pending upload(s) to %s (up to %.0f s)",
+                pending,
+                self.store.shown,
+                self.spec.upload.drain_timeout_s,
+            )
         thread = self._thread
         if thread is not None:
             try:
@@ -224,6 +249,7 @@ class Uploader:
         finally:
             with self._cond:
                 self._status.pending = len(self._queue)
+            self._settled.set()
 
     def _fail(self, message: str) -> None:
         log.error("upload to %s stopped: %s", self.store.shown, message)
@@ -263,6 +289,7 @@ class Uploader:
                 self._add(item)
             self._status.ready = True
             queued = len(self._queue)
+        self._settled.set()
         if queued:
             log.info("%d shard(s) to upload to %s", queued, self.store.shown)
 

@@ -47,6 +47,11 @@ def job_options(fn: Any) -> Any:
         click.option("--max-tokens", type=int, help="sampling.max_tokens"),
         click.option("--on-bad-row", type=click.Choice(["error", "skip"]), help="Stop at a bad row, or record it."),
         click.option("--allow-changed-job", is_flag=True, help="Allow a job with other settings in the same output."),
+        click.option(
+            "--allow-existing-prefix",
+            is_flag=True,
+            help="Upload to an output.remote prefix that already holds other objects (none is ever overwritten).",
+        ),
         click.option("--live/--no-live", default=None, help="Force the live display on or off."),
         click.option("--log-level", default="INFO", show_default=True),
     ]
@@ -55,22 +60,37 @@ def job_options(fn: Any) -> Any:
     return fn
 
 
-def execute(job: JobSpec, allow_changed_job: bool, live: bool | None, log_level: str) -> None:
-    """Run a job and print its summary; exit 0 when finished, 3 when stopped before the end."""
+def execute(
+    job: JobSpec, allow_changed_job: bool, live: bool | None, log_level: str, allow_existing_prefix: bool = False
+) -> None:
+    """Run a job and print its summary; exit 0 when finished (and uploaded), 3 when there is more to do."""
     from tokenmill.runner import run_job
 
     setup_logging(log_level, Path(job.output.dir) / "tokenmill.log")
-    result = asyncio.run(run_job(job, allow_changed_job=allow_changed_job, live=live))
+    result = asyncio.run(
+        run_job(job, allow_changed_job=allow_changed_job, allow_existing_prefix=allow_existing_prefix, live=live)
+    )
     click.echo(result.summary.markdown())
+    if result.upload is not None:
+        click.echo(result.upload.line(), err=True)
     if not result.finished:
         click.echo("stopped before the end: rerun the same command to resume.", err=True)
+        sys.exit(3)
+    if result.upload is not None and not result.upload.complete:
         sys.exit(3)
 
 
 @click.command()
 @click.argument("job_file", type=click.Path(dir_okay=False))
 @job_options
-def run(job_file: str, allow_changed_job: bool, live: bool | None, log_level: str, **fields: Any) -> None:
+def run(
+    job_file: str,
+    allow_changed_job: bool,
+    allow_existing_prefix: bool,
+    live: bool | None,
+    log_level: str,
+    **fields: Any,
+) -> None:
     """Generate a completion for every prompt of JOB_FILE, exactly once.
 
     Rerun the same command after any interruption: the output directory is the record of what is done,
@@ -81,13 +101,20 @@ def run(job_file: str, allow_changed_job: bool, live: bool | None, log_level: st
         tokenmill run job.yaml --limit 100 -o trial/
     """
     job = load_job(job_file, _overrides(**fields))
-    execute(job, allow_changed_job, live, log_level)
+    execute(job, allow_changed_job, live, log_level, allow_existing_prefix)
 
 
 @click.command(name="retry-failed")
 @click.argument("job_file", type=click.Path(dir_okay=False))
 @job_options
-def retry_failed(job_file: str, allow_changed_job: bool, live: bool | None, log_level: str, **fields: Any) -> None:
+def retry_failed(
+    job_file: str,
+    allow_changed_job: bool,
+    allow_existing_prefix: bool,
+    live: bool | None,
+    log_level: str,
+    **fields: Any,
+) -> None:
     """Re-queue the failed prompts of JOB_FILE's output and run them again.
 
     The current failed.jsonl is kept as failed.retry-N.jsonl; prompts that fail again are recorded anew.
@@ -100,4 +127,4 @@ def retry_failed(job_file: str, allow_changed_job: bool, live: bool | None, log_
         click.echo("no failed prompts to retry", err=True)
         return
     click.echo(f"failed records moved to {archived}; retrying them", err=True)
-    execute(job, allow_changed_job, live, log_level)
+    execute(job, allow_changed_job, live, log_level, allow_existing_prefix)

@@ -31,21 +31,35 @@ def _input_ids(job_file: str) -> Iterator[str | Skip]:
     type=click.Path(dir_okay=False),
     help="Job file whose input is read to check that every prompt is recorded exactly once.",
 )
+@click.option(
+    "--remote",
+    is_flag=True,
+    help="Also compare the sealed shards with the output.remote prefix (sizes, sha256 of every object, manifest).",
+)
+@click.option("--remote-url", help="The prefix to compare with, when it is not the one recorded in OUT/job.json.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
-def verify(out: Path, job_file: str | None, as_json: bool) -> None:
+def verify(out: Path, job_file: str | None, remote: bool, remote_url: str | None, as_json: bool) -> None:
     """Check the output directory OUT: every sealed shard against its manifest line (sha256, count, bytes),
     every line readable, no torn line, no id recorded twice. With --input JOB.yaml, also check that every
-    input prompt is completed, failed or skipped exactly once, and that nothing else is there.
+    input prompt is completed, failed or skipped exactly once, and that nothing else is there. With --remote,
+    also check that the remote prefix holds every sealed shard, byte for byte, and nothing else of this job
+    (credentials come from the environment, as in the run).
 
     Exits 0 when everything checks out, 1 when a problem was found.
 
     \b
     Example:
-        tokenmill verify out/ --input job.yaml
+        tokenmill verify out/ --input job.yaml --remote
     """
     from tokenmill.output import verify as run_verify
 
     report = run_verify(out, _input_ids(job_file) if job_file else None)
+    if remote or remote_url:
+        from tokenmill.remote_verify import remote_target, verify_remote
+        from tokenmill.store import Store
+
+        url, options, job_id = remote_target(out, remote_url)
+        verify_remote(report, out, Store(url, options), job_id)
     if as_json:
         click.echo(orjson.dumps(report.to_dict(), option=orjson.OPT_INDENT_2).decode())
     else:

@@ -35,6 +35,13 @@ HINTS: dict[str, str] = {
     "duplicate": "an id was recorded more than once (a second writer, or files copied in): keep one record",
     "missing": "input ids with no completion, failure or skip: rerun the job to generate them",
     "unexpected": "ids in the output that are not in this input: check that --input names the same job",
+    "remote-missing": "a sealed shard is not at the remote prefix: rerun the same command to upload it",
+    "remote-mismatch": "the remote object differs from the local shard: find out who wrote it; it is never "
+    "overwritten, so move it away and rerun to upload the local one",
+    "remote-unlisted": "uploaded but not yet in the remote manifest (a stop right after the upload): rerun",
+    "remote-extra": "a shard object at the prefix that this output does not hold: check output.remote",
+    "remote-manifest": "the remote manifest is missing, of another job, or disagrees with the local one",
+    "remote-marker": "_SUCCESS disagrees with the local output: rerun the same command to rewrite it",
 }
 
 
