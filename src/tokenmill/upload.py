@@ -33,7 +33,7 @@ from typing import TypeVar
 
 from tokenmill.config import OutputSpec
 from tokenmill.errors import StoreConflict, StoreError, StoreUnavailable
-from tokenmill.output import SealedShard, layout, manifest
+from tokenmill.output import SealedShard, layout, manifest, offload
 from tokenmill.remote import MANIFEST, MARKER, RemoteManifest, RemoteShard, claim, marker_body, marker_job
 from tokenmill.store import Store
 
@@ -92,6 +92,8 @@ class UploadStatus:
         moved = f"{self.uploaded} uploaded now ({self.bytes / 1e6:,.1f} MB, {self.rate_mb_s:,.1f} MB/s)"
         if self.complete:
             tail = ", _SUCCESS written" if self.marker else ""
+            if self.deleted:
+                tail += f"; {self.deleted} local shard(s) deleted after a verified upload"
             return (
                 f"upload: all {self.local_shards} shards are at {where} ({moved}, {self.already} already there){tail}"
             )
@@ -152,6 +154,7 @@ class Uploader:
         self._thread: threading.Thread | None = None
         self._failing = False
         self._settled = threading.Event()  # the prefix is claimed and reconciled, or refused
+        self._deletable: list[LocalShard] = []  # verified remote copies, deleted once the manifest lists them
 
     # -- the runner's side (event loop thread) -----------------------------------------------------------
 
@@ -350,6 +353,8 @@ class Uploader:
                 with self._cond:
                     self._conflict(item.name, "an object with other content is there; it was not overwritten")
                 return
+        if self.spec.delete_after_upload and not self._verified(item, None if wrote else item.sha256):
+            return
         with self._cond:
             if wrote:
                 self._status.uploaded += 1
@@ -374,6 +379,28 @@ class Uploader:
         self._retry("write", put)
         self._dirty = False
         self._last_manifest = time.monotonic()
+        self._delete_local()
+
+    def _verified(self, item: LocalShard, known_sha: str | None) -> bool:
+        """Read the remote copy back; queue the local shard for deletion when it is the same."""
+        there = known_sha or self._retry("read", lambda: self.store.sha256(item.name))
+        if there != item.sha256:
+            with self._cond:
+                self._conflict(item.name, "the uploaded object reads back with another sha256; the local shard is kept")
+            return False
+        self._deletable.append(item)
+        return True
+
+    def _delete_local(self) -> None:
+        """Delete local shards whose verified copies the remote manifest now lists (recorded first)."""
+        for item in self._deletable:
+            offload.record(self.out_dir, item.name, item.sha256, self.store.where(item.name))
+            item.path.unlink(missing_ok=True)
+            with self._cond:
+                self._status.deleted += 1
+        if self._deletable:
+            log.info("deleted %d local shard(s) after a verified upload", len(self._deletable))
+        self._deletable = []
 
     def _withdraw_marker(self) -> None:
         """A finished corpus gets more shards (retry-failed): take this job's ``_SUCCESS`` down first."""

@@ -13,7 +13,7 @@ import pytest
 from tests.s3server import S3, moto_server
 
 from tokenmill.config import OutputSpec
-from tokenmill.output import OutputDir
+from tokenmill.output import OutputDir, verify
 from tokenmill.records import Completion
 from tokenmill.remote import MANIFEST, MARKER
 from tokenmill.store import Store
@@ -52,10 +52,15 @@ def completion(i: int) -> Completion:
     )
 
 
-def spec(s3: S3, tmp: Path, **upload: Any) -> OutputSpec:
+def spec(s3: S3, tmp: Path, delete_after_upload: bool = False, **upload: Any) -> OutputSpec:
     knobs = {"backoff_base_s": 0.01, "backoff_max_s": 0.05, "drain_timeout_s": 20, "manifest_interval_s": 0, **upload}
     return OutputSpec(
-        dir=str(tmp / "out"), shard_size=10, remote=s3.url(PREFIX), storage_options=s3.options(), upload=knobs
+        dir=str(tmp / "out"),
+        shard_size=10,
+        remote=s3.url(PREFIX),
+        storage_options=s3.options(),
+        upload=knobs,
+        delete_after_upload=delete_after_upload,
     )
 
 
@@ -254,3 +259,26 @@ async def test_drain_runs_off_the_event_loop(s3: S3, tmp_path: Path) -> None:
     gate.set()
     status = await asyncio.wait_for(task, 30)
     assert status.complete and status.marker
+
+
+def test_delete_after_upload_keeps_resume_and_verify_whole(s3: S3, tmp_path: Path) -> None:
+    status = run_upload(s3, tmp_path, (0, 30), delete_after_upload=True)
+    assert status.complete and status.deleted == 3, status.line()
+    out = tmp_path / "out"
+    assert local_shards(tmp_path) == {}
+    assert sorted(orjson.loads(line)["shard"] for line in (out / "offloaded.jsonl").read_bytes().splitlines()) == [
+        f"completions_00000{i}.jsonl" for i in range(3)
+    ]
+    assert len(remote_shards_of(s3)) == 3
+    # a later run resumes: the offloaded ids stay done and the shard names are not reused
+    again = run_upload(s3, tmp_path, (25, 15), delete_after_upload=True)
+    assert again.complete and again.uploaded == 1
+    assert sorted(remote_shards_of(s3)) == [f"completions_00000{i}.jsonl" for i in range(4)]
+    assert orjson.loads(s3.get(PREFIX + "completions_000003.jsonl").splitlines()[0])["id"] == "p00030"
+    report = verify(out, (f"p{i:05d}" for i in range(40)))
+    assert report.ok, report.render()
+    assert "4 sealed shard(s) were deleted here after a verified upload" in report.render()
+
+
+def remote_shards_of(s3: S3) -> dict[str, int]:
+    return {k[len(PREFIX) :]: v for k, v in s3.objects(PREFIX).items() if "completions_" in k}

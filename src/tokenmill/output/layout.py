@@ -6,6 +6,7 @@ OUT/manifest.jsonl                  one line per sealed shard, derived from the 
 OUT/failed.jsonl                    prompts that could not be completed
 OUT/failed.retry-1.jsonl            failures set aside by ``retry-failed`` (history, not state)
 OUT/skipped.jsonl                   input rows skipped under ``on_bad_row: skip``
+OUT/offloaded.jsonl                 shards deleted after a verified upload (``output.delete_after_upload``)
 OUT/.lock                           held by the one process writing to OUT
 """
 
@@ -21,6 +22,7 @@ from tokenmill.errors import OutputError
 MANIFEST = "manifest.jsonl"
 FAILED = "failed.jsonl"
 SKIPPED = "skipped.jsonl"
+OFFLOADED = "offloaded.jsonl"
 LOCK = ".lock"
 # What an interrupted atomic rewrite (tmp file + rename) can leave behind; safe to delete on open.
 LEFTOVERS = frozenset({MANIFEST + ".tmp", SKIPPED + ".tmp"})

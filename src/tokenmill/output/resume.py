@@ -16,7 +16,7 @@ from pathlib import Path
 import orjson
 
 from tokenmill.errors import OutputError
-from tokenmill.output import layout, manifest
+from tokenmill.output import layout, manifest, offload
 from tokenmill.output.fsio import atomic_write, cut, output_error
 from tokenmill.output.manifest import ManifestEntry
 from tokenmill.output.scan import Kind, Scan, require_clean, scan
@@ -66,11 +66,13 @@ def recover(root: Path) -> Recovered:
     state = ResumeState()
     _remove_leftovers(root, listing, state)
     open_index = _single_open_shard(root, listing)
-    _load_sealed(root, listing, state)
+    offloaded = offload.read(root)
+    _load_sealed(root, listing, state, offloaded)
     open_shard = _load_open(root, open_index, state)
     failed_ids = _load_failed(root, state)
     _load_skipped(root, state)
-    return Recovered(state=state, open_shard=open_shard, next_index=listing.next_index, failed_ids=failed_ids)
+    next_index = max(listing.next_index, offload.next_index(offloaded))
+    return Recovered(state=state, open_shard=open_shard, next_index=next_index, failed_ids=failed_ids)
 
 
 def _remove_leftovers(root: Path, listing: layout.Listing, state: ResumeState) -> None:
@@ -101,7 +103,7 @@ def _single_open_shard(root: Path, listing: layout.Listing) -> int | None:
     return None
 
 
-def _load_sealed(root: Path, listing: layout.Listing, state: ResumeState) -> None:
+def _load_sealed(root: Path, listing: layout.Listing, state: ResumeState, offloaded: set[str]) -> None:
     path = root / layout.MANIFEST
     read = manifest.read(path)
     dirty = bool(read.bad or read.duplicates)
@@ -113,7 +115,9 @@ def _load_sealed(root: Path, listing: layout.Listing, state: ResumeState) -> Non
         )
     if read.duplicates:
         state.repaired.append(f"dropped {len(read.duplicates)} repeated line(s) from {layout.MANIFEST}")
-    _check_missing(root, listing, read.entries)
+    on_disk = {name for name, _ in listing.sealed.values()}
+    remote_only = {n: e for n, e in read.entries.items() if n in offloaded and n not in on_disk}
+    _check_missing(root, listing, {n: e for n, e in read.entries.items() if n not in remote_only})
     entries: list[ManifestEntry] = []
     for index in sorted(listing.sealed):
         name, size = listing.sealed[index]
@@ -122,6 +126,7 @@ def _load_sealed(root: Path, listing: layout.Listing, state: ResumeState) -> Non
             entry = _index_shard(root / name, entry, size, state)
             dirty = True
         entries.append(entry)
+    entries = sorted([*entries, *remote_only.values()], key=lambda e: e.shard)
     for entry in entries:
         state.done.update(entry.ids)
         state.completed += entry.count

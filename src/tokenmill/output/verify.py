@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from tokenmill.errors import OutputError
-from tokenmill.output import layout, manifest
+from tokenmill.output import layout, manifest, offload
 from tokenmill.output.manifest import ManifestRead
 from tokenmill.output.scan import Scan, scan
 from tokenmill.records import Skip
@@ -177,7 +177,16 @@ class _Checker:
         if read.tail:
             self.report.add("torn", where, f"torn last line ({read.tail} bytes)")
         on_disk = {name for name, _ in listing.sealed.values()}
-        for name in sorted(set(read.entries) - on_disk):
+        offloaded = offload.read(self.out) - on_disk
+        for name in sorted(offloaded & set(read.entries)):
+            self.counts["offloaded_shards"] = self.counts.get("offloaded_shards", 0) + 1
+            self._record(read.entries[name].ids, name)
+        if offloaded:
+            self.report.notes.append(
+                f"{len(offloaded)} sealed shard(s) were deleted here after a verified upload; "
+                "check the remote copies with --remote"
+            )
+        for name in sorted(set(read.entries) - on_disk - offloaded):
             entry = read.entries[name]
             self.report.add("missing-shard", name, f"listed in the manifest ({entry.count} records) but not on disk")
 
