@@ -1,7 +1,8 @@
-"""Progress of a run: windowed rates and ETA, a live ``rich`` display on a terminal, status lines elsewhere,
-and the final Markdown summary table.
+"""Progress of a run: one :class:`Snapshot` per tick (client counters, windowed rates, ETA and, when the
+fleet is watched, each server's scraped numbers and the doctor's verdicts), shown as a live ``rich``
+dashboard on a terminal and as status lines elsewhere.
 
-Everything here reads counters the dispatcher keeps; nothing here is on the request path.
+Everything here reads counters the dispatcher and the monitor keep; nothing here is on the request path.
 """
 
 from __future__ import annotations
@@ -9,50 +10,47 @@ from __future__ import annotations
 import logging
 import sys
 import time
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from rich.console import Console, Group
+from rich.console import Console
 from rich.live import Live
-from rich.progress_bar import ProgressBar
-from rich.table import Table
-from rich.text import Text
 
 from tokenmill.dispatch import Dispatcher
+from tokenmill.monitor.stats import History, Window
+
+if TYPE_CHECKING:
+    from tokenmill.doctor.model import Verdict
+    from tokenmill.monitor.runtime import RunMonitor
 
 log = logging.getLogger("tokenmill.progress")
 
-
-class Window:
-    """Rate of a monotonically increasing counter over the last ``span_s`` seconds."""
-
-    def __init__(self, span_s: float = 30.0) -> None:
-        self.span_s = span_s
-        self.samples: deque[tuple[float, float]] = deque()
-
-    def add(self, t: float, value: float) -> None:
-        self.samples.append((t, value))
-        while len(self.samples) > 2 and t - self.samples[1][0] >= self.span_s:
-            self.samples.popleft()
-
-    def rate(self) -> float:
-        if len(self.samples) < 2:
-            return 0.0
-        (t0, v0), (t1, v1) = self.samples[0], self.samples[-1]
-        return (v1 - v0) / (t1 - t0) if t1 > t0 else 0.0
+__all__ = ["Display", "ServerRow", "Snapshot", "Tracker", "Window", "fmt_duration", "status_line"]
 
 
 @dataclass(slots=True)
 class ServerRow:
+    """One server: the client's counters, and the server's own numbers when it is scraped."""
+
     url: str
     inflight: int
     limit: int
     completed: int
     errors: int
-    tok_s: float
+    tok_s: float  # client-side: output tokens of completed requests per second
     usable: bool
     problem: str | None
+    healthy: bool | None = None  # None: not scraped
+    running: float | None = None
+    max_running: int | None = None
+    queued: float | None = None
+    kv_usage: float | None = None
+    state_usage: float | None = None
+    server_tok_s: float | None = None  # the server's decode rate
+    prompt_tok_s: float | None = None
+    gpus: int = 1
+    output_tokens: float = 0.0  # tokens the server decoded while watched
 
 
 @dataclass(slots=True)
@@ -68,19 +66,39 @@ class Snapshot:
     retries: int
     inflight: int
     comp_s: float
-    tok_s: float
+    tok_s: float  # client-effective output tok/s
     eta_s: float | None
     servers: list[ServerRow]
     waiting: bool
     last_failure: str | None
+    server_tok_s: float | None = None  # the fleet's decode tok/s from the servers' counters
+    history: tuple[float, ...] = ()  # throughput, oldest first (the sparkline)
+    verdicts: tuple[Verdict, ...] = ()
+    cpu: float | None = None  # client process, share of one core
+    loop_lag_s: float | None = None
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    limit: int = 0  # the client's total in-flight limit
+
+    @property
+    def gpus(self) -> int:
+        return sum(r.gpus for r in self.servers)
 
 
 class Tracker:
-    """Samples the dispatcher's counters and derives rates, per server and in total."""
+    """Samples the dispatcher's counters (and the monitor's views) and derives rates and the ETA."""
 
-    def __init__(self, dispatcher: Dispatcher, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        dispatcher: Dispatcher,
+        clock: Callable[[], float] = time.monotonic,
+        monitor: RunMonitor | None = None,
+        history_points: int = 60,
+        history_every_s: float = 3.0,
+    ) -> None:
         self.d = dispatcher
         self.clock = clock
+        self.monitor = monitor
         self.started = clock()
         self.total: int | None = None
         self.done_before = 0
@@ -88,22 +106,41 @@ class Tracker:
         self._comp = Window()
         self._tok = Window()
         self._per_server = {s.url: Window() for s in dispatcher.servers}
+        self._history = History(history_points)
+        self._history_every = history_every_s
+        self._next_history = self.started
 
     def snapshot(self) -> Snapshot:
         now = self.clock()
         st = self.d.stats
         self._comp.add(now, st.completed + st.failed)
         self._tok.add(now, st.completion_tokens)
+        views = {v.url: v for v in self.monitor.fleet.views} if self.monitor is not None else {}
         rows = []
         for s in self.d.servers:
-            w = self._per_server[s.url]
+            w = self._per_server.setdefault(s.url, Window())
             w.add(now, s.completion_tokens)
-            rows.append(ServerRow(s.url, s.inflight, s.limit, s.completed, s.errors, w.rate(), s.usable, s.problem))
+            row = ServerRow(s.url, s.inflight, s.limit, s.completed, s.errors, w.rate(), s.usable, s.problem)
+            v = views.get(s.url)
+            if v is not None and v.scrapes:
+                row.healthy = v.healthy
+                row.running, row.max_running, row.queued = v.running, v.max_running, v.queued
+                row.kv_usage, row.state_usage = v.kv_usage, v.state_usage
+                row.server_tok_s, row.prompt_tok_s = v.output_tok_s, v.prompt_tok_s
+                row.gpus, row.output_tokens = v.gpus, v.output_tokens
+            rows.append(row)
         done = self.done_before + st.completed + st.failed
         comp_s = self._comp.rate()
         eta = None
         if self.total is not None and comp_s > 0:
             eta = max(0.0, (self.total - done - self.skipped) / comp_s)
+        rates = [r.server_tok_s for r in rows if r.server_tok_s is not None]
+        server_tok_s = sum(rates) if rates else None
+        tok_s = self._tok.rate()
+        if now >= self._next_history:
+            self._next_history = now + self._history_every
+            self._history.add(server_tok_s if server_tok_s is not None else tok_s)
+        mon = self.monitor
         return Snapshot(
             elapsed_s=now - self.started,
             done=done,
@@ -114,11 +151,19 @@ class Tracker:
             retries=st.retries,
             inflight=self.d.inflight,
             comp_s=comp_s,
-            tok_s=self._tok.rate(),
+            tok_s=tok_s,
             eta_s=eta,
             servers=rows,
             waiting=st.waiting_since is not None,
             last_failure=st.recent_failures[-1] if st.recent_failures else None,
+            server_tok_s=server_tok_s,
+            history=tuple(self._history.values),
+            verdicts=tuple(mon.doctor.shown) if mon is not None else (),
+            cpu=mon.cpu_share if mon is not None else None,
+            loop_lag_s=mon.fleet.loop_lag_s if mon is not None else None,
+            prompt_tokens=st.prompt_tokens,
+            completion_tokens=st.completion_tokens,
+            limit=sum(s.limit for s in self.d.servers),
         )
 
 
@@ -140,47 +185,22 @@ def status_line(snap: Snapshot) -> str:
     """One concise line for logs (nohup, CI)."""
     total = f"/{snap.total}" if snap.total is not None else ""
     usable = sum(1 for r in snap.servers if r.usable)
+    server = f" (servers decode {snap.server_tok_s:,.0f})" if snap.server_tok_s is not None else ""
     line = (
-        f"done {snap.done}{total} | {snap.comp_s:.1f} compl/s | {snap.tok_s:.0f} out tok/s | "
+        f"done {snap.done}{total} | {snap.comp_s:.1f} compl/s | {snap.tok_s:.0f} out tok/s{server} | "
         f"in flight {snap.inflight} | failed {snap.failed} | retries {snap.retries} | "
         f"servers {usable}/{len(snap.servers)} | elapsed {fmt_duration(snap.elapsed_s)} | "
         f"ETA {fmt_duration(snap.eta_s)}"
     )
     if snap.waiting:
         line += " | WAITING: no server is usable"
+    if snap.verdicts:
+        line += f" | doctor: {snap.verdicts[0].title} ({snap.verdicts[0].where()})"
     return line
 
 
-def render(snap: Snapshot) -> Group:
-    """The live display: a progress bar, the headline numbers and one row per server."""
-    total = snap.total or max(snap.done, 1)
-    head = Text.assemble(
-        ("tokenmill ", "bold"),
-        f"{snap.done}/{snap.total if snap.total is not None else '?'} done  ",
-        (f"{snap.comp_s:.1f} compl/s  ", "cyan"),
-        (f"{snap.tok_s:,.0f} out tok/s  ", "green"),
-        f"in flight {snap.inflight}  ",
-        (f"failed {snap.failed}  ", "red" if snap.failed else ""),
-        f"retries {snap.retries}  elapsed {fmt_duration(snap.elapsed_s)}  ETA {fmt_duration(snap.eta_s)}",
-    )
-    table = Table(box=None, padding=(0, 1), header_style="bold")
-    for col in ("server", "in flight", "done", "out tok/s", "errors", "state"):
-        table.add_column(col, justify="left" if col in ("server", "state") else "right")
-    for r in snap.servers[:32]:
-        state = "ok" if r.usable else f"[red]set aside[/red] {r.problem or ''}"[:80]
-        table.add_row(r.url, f"{r.inflight}/{r.limit}", str(r.completed), f"{r.tok_s:,.0f}", str(r.errors), state)
-    if len(snap.servers) > 32:
-        table.add_row(f"... {len(snap.servers) - 32} more", "", "", "", "", "")
-    parts: list[Text | ProgressBar | Table] = [head, ProgressBar(total=total, completed=min(snap.done, total)), table]
-    if snap.waiting:
-        parts.append(Text("no server is usable: waiting and probing; nothing is marked failed", style="bold red"))
-    if snap.last_failure:
-        parts.append(Text(f"last error: {snap.last_failure}"[:200], style="dim"))
-    return Group(*parts)
-
-
 class Display:
-    """Live view on a terminal, else a status line every ``interval_s``; ``tick()`` is called about once a second."""
+    """Live dashboard on a terminal, else a status line every ``interval_s``; ``tick()`` runs about once a second."""
 
     def __init__(self, tracker: Tracker, interval_s: float, live: bool | None = None, console: Console | None = None):
         self.tracker = tracker
@@ -195,10 +215,16 @@ class Display:
             self._live = Live(console=self.console, refresh_per_second=2, transient=False)
             self._live.start()
 
+    def _render(self, snap: Snapshot) -> None:
+        from tokenmill.monitor.dashboard import render
+
+        assert self._live is not None
+        self._live.update(render(snap))
+
     def tick(self) -> Snapshot:
         snap = self.tracker.snapshot()
         if self._live is not None:
-            self._live.update(render(snap))
+            self._render(snap)
         elif snap.elapsed_s - self._last_line >= self.interval_s:
             self._last_line = snap.elapsed_s
             print(status_line(snap), file=sys.stderr, flush=True)
@@ -207,7 +233,7 @@ class Display:
     def stop(self) -> Snapshot:
         snap = self.tracker.snapshot()
         if self._live is not None:
-            self._live.update(render(snap))
+            self._render(snap)
             self._live.stop()
             self._live = None
         return snap

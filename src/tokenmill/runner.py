@@ -24,6 +24,7 @@ from tokenmill.dispatch import Dispatcher
 from tokenmill.errors import ConfigError, InputError, OutputError
 from tokenmill.feed import PromptFeed
 from tokenmill.output import OutputDir, ResumeState
+from tokenmill.monitor.runtime import RunMonitor
 from tokenmill.progress import Display, Snapshot, Tracker
 from tokenmill.records import Prompt, Skip
 from tokenmill.summary import Summary, write_summary
@@ -154,7 +155,14 @@ async def run_job(
         clock=clock,
     )
     feed = PromptFeed(_input_rows(job), state.done, out.skip)
-    tracker = Tracker(dispatcher, clock=clock)
+    monitor = RunMonitor(job, dispatcher, out_path, uuid.uuid4().hex[:12], clock=clock)
+    tracker = Tracker(
+        dispatcher,
+        clock=clock,
+        monitor=monitor,
+        history_points=job.monitor.history_points,
+        history_every_s=job.monitor.scrape_interval_s,
+    )
     before = (state.completed, state.failed)
     tracker.done_before = sum(before)
     display = Display(tracker, job.status_interval_s, live=live)
@@ -195,9 +203,11 @@ async def run_job(
             if now >= next_tick:
                 next_tick = now + TICK_INTERVAL_S
                 snap = display.tick()
+                monitor.tick(snap)
                 if on_tick is not None:
                     on_tick(snap)
 
+    await monitor.start(tracker.total, tracker.done_before)
     display.start()
     house = asyncio.create_task(housekeeping(), name="tokenmill-housekeeping")
     dispatch = asyncio.create_task(dispatcher.run(feed), name="tokenmill-dispatch")
@@ -215,6 +225,7 @@ async def run_job(
         if feed.counts.exhausted:
             tracker.total = feed.counts.rows
         final = display.stop()
+        await monitor.stop(final, finished)
         out.close(seal=finished)
         if install_signals:
             for sig in (signal.SIGINT, signal.SIGTERM):

@@ -36,6 +36,21 @@ SGLANG_NAMES: Mapping[str, str] = {
     "gen_throughput": "sglang:gen_throughput",
     # written only from the first retraction on; absent means none so far (or an older server)
     "preemptions_total": "sglang:num_retracted_requests_total",
+    "full_kv_usage": "sglang:full_token_usage",  # hybrids: the full-attention KV pool alone
+    "cache_hit_rate": "sglang:cache_hit_rate",
+    "kv_tokens_capacity": "sglang:max_total_num_tokens",
+    "sum_seq_lens": "sglang:decode_sum_seq_lens",
+    "state_slots_used": "sglang:mamba_used_tokens",  # slots, despite the name
+    "state_slots_available": "sglang:mamba_available_tokens",
+    "state_slots_evictable": "sglang:mamba_evictable_tokens",
+    "aborted_total": "sglang:num_aborted_requests_total",
+}
+# snapshot field -> (sample name, label, label value): one series of a labelled family, summed over the rest
+SGLANG_LABELLED: Mapping[str, tuple[str, str, str]] = {
+    # updated every scheduler iteration: the live throughput counters (generation_tokens_total moves only
+    # when a request finishes)
+    "decode_tokens_total": ("sglang:realtime_tokens_total", "mode", "decode"),
+    "prefill_tokens_total": ("sglang:realtime_tokens_total", "mode", "prefill_compute"),
 }
 VLLM_NAMES: Mapping[str, str] = {
     "running": "vllm:num_requests_running",
@@ -47,9 +62,22 @@ VLLM_NAMES: Mapping[str, str] = {
     "preemptions_total": "vllm:num_preemptions_total",
 }
 NAME_MAPS: Mapping[Engine, Mapping[str, str]] = {"sglang": SGLANG_NAMES, "vllm": VLLM_NAMES}
+LABELLED_MAPS: Mapping[Engine, Mapping[str, tuple[str, str, str]]] = {"sglang": SGLANG_LABELLED}
 PREFIXES: Mapping[Engine, str] = {"sglang": "sglang:", "vllm": "vllm:"}
 # fractions of a pool: several label sets report the fullest one, not a sum
-_MAX_FIELDS = frozenset({"kv_usage", "state_usage"})
+_MAX_FIELDS = frozenset({"kv_usage", "state_usage", "full_kv_usage", "cache_hit_rate"})
+
+
+def _family_names() -> frozenset[str]:
+    """Every sample name a map reads, with and without ``_total`` (a counter's ``# TYPE`` line has none)."""
+    names = {n for m in NAME_MAPS.values() for n in m.values()}
+    names |= {spec[0] for m in LABELLED_MAPS.values() for spec in m.values()}
+    return frozenset(names | {n.removesuffix("_total") for n in names})
+
+
+# Only these lines reach the parser: a server's histograms and per-stage series are most of its /metrics
+# text and none of it is read here, so the parse cost stays bounded by the name maps, not by the server.
+_WANTED = _family_names()
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +98,29 @@ class ServerSnapshot:
     preemptions_total: float | None = None  # vLLM preemptions / SGLang retractions
     max_running: int | None = None  # from SGLang's /server_info
     error: str | None = None  # why the snapshot is unhealthy or empty
+    full_kv_usage: float | None = None  # fraction of the full-attention KV pool (SGLang hybrids)
+    cache_hit_rate: float | None = None  # prefix-cache hit rate (SGLang)
+    kv_tokens_capacity: float | None = None  # KV pool size in tokens, summed over DP ranks (SGLang)
+    sum_seq_lens: float | None = None  # tokens held by the running requests (SGLang)
+    state_slots_used: float | None = None  # recurrent-state slots held (SGLang hybrids)
+    state_slots_available: float | None = None
+    state_slots_evictable: float | None = None  # held by the prefix cache, reclaimable
+    aborted_total: float | None = None
+    decode_tokens_total: float | None = None  # live decode counter (SGLang realtime_tokens_total)
+    prefill_tokens_total: float | None = None  # live prefill-compute counter
+
+    @property
+    def kv_pool_usage(self) -> float | None:
+        """The KV pool alone: SGLang's ``token_usage`` is the fullest of all pools on newer hybrid builds."""
+        return self.full_kv_usage if self.full_kv_usage is not None else self.kv_usage
+
+    @property
+    def state_slots_total(self) -> float | None:
+        """Size of the recurrent-state pool in slots, when the server exposes the slot counts."""
+        parts = (self.state_slots_used, self.state_slots_available, self.state_slots_evictable)
+        if self.state_slots_used is None or self.state_slots_available is None:
+            return None
+        return math.fsum(p for p in parts if p is not None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,16 +131,40 @@ class Rates:
     generation_tok_s: float | None
     prompt_tok_s: float | None
     requests_s: float | None
+    decode_tok_s: float | None = None  # from the live decode counter (SGLang)
+    prefill_tok_s: float | None = None
+    preemptions_s: float | None = None
+
+
+def _line_name(line: str) -> str:
+    if line.startswith("#"):
+        parts = line.split(None, 3)
+        return parts[2] if len(parts) > 2 else ""
+    return line.split("{", 1)[0].split(None, 1)[0] if line.strip() else ""
+
+
+def relevant_text(text: str) -> str:
+    """The lines of an exposition text that belong to a family the name maps read."""
+    return "".join(line + "\n" for line in text.splitlines() if _line_name(line) in _WANTED)
+
+
+_LABELLED_NAMES = frozenset(spec[0] for m in LABELLED_MAPS.values() for spec in m.values())
 
 
 def _sample_values(text: str) -> dict[str, list[float]]:
-    """Sample name -> values over all label sets. Raises ValueError on malformed exposition text."""
+    """Sample name -> values over all label sets. Raises ValueError on malformed exposition text.
+
+    Samples of a labelled family are also filed under ``name|label=value`` for the labelled maps.
+    """
     values: dict[str, list[float]] = {}
-    for family in text_string_to_metric_families(text):
+    for family in text_string_to_metric_families(relevant_text(text)):
         for sample in family.samples:
             value = float(sample.value)
             if not math.isnan(value):
                 values.setdefault(sample.name, []).append(value)
+                if sample.name in _LABELLED_NAMES:
+                    for label, label_value in sample.labels.items():
+                        values.setdefault(f"{sample.name}|{label}={label_value}", []).append(value)
     return values
 
 
@@ -112,6 +187,10 @@ def parse_metrics(text: str, taken_at: float) -> ServerSnapshot:
         series = values.get(name)
         if series:
             found[name_field] = max(series) if name_field in _MAX_FIELDS else math.fsum(series)
+    for name_field, (name, label, label_value) in LABELLED_MAPS.get(engine, {}).items():
+        series = values.get(f"{name}|{label}={label_value}")
+        if series:
+            found[name_field] = math.fsum(series)
     if engine == "unknown":
         return ServerSnapshot(
             engine=engine,
@@ -132,6 +211,16 @@ def parse_metrics(text: str, taken_at: float) -> ServerSnapshot:
         requests_total=found.get("requests_total"),
         gen_throughput=found.get("gen_throughput"),
         preemptions_total=found.get("preemptions_total"),
+        full_kv_usage=found.get("full_kv_usage"),
+        cache_hit_rate=found.get("cache_hit_rate"),
+        kv_tokens_capacity=found.get("kv_tokens_capacity"),
+        sum_seq_lens=found.get("sum_seq_lens"),
+        state_slots_used=found.get("state_slots_used"),
+        state_slots_available=found.get("state_slots_available"),
+        state_slots_evictable=found.get("state_slots_evictable"),
+        aborted_total=found.get("aborted_total"),
+        decode_tokens_total=found.get("decode_tokens_total"),
+        prefill_tokens_total=found.get("prefill_tokens_total"),
     )
 
 
@@ -170,11 +259,12 @@ async def scrape(
     clock: Callable[[], float],
     *,
     max_running: int | None = None,
+    server_info: bool = True,
 ) -> ServerSnapshot:
     """GET ``/metrics`` (and, for SGLang, ``/server_info``) from ``base_url``; never raises.
 
     Timeouts are the session's. ``/server_info`` is a heavy call: pass ``max_running`` from an earlier
-    snapshot of the same server to skip it.
+    snapshot of the same server to skip it, or ``server_info=False`` when the caller reads it itself.
     """
     base_url = base_url.rstrip("/")
     taken_at = clock()
@@ -198,7 +288,7 @@ async def scrape(
         )
     snap = parse_metrics(text, taken_at)
     if snap.engine == "sglang":
-        if max_running is None:
+        if max_running is None and server_info:
             max_running = await _server_info(session, base_url)
         return dataclasses.replace(snap, max_running=max_running)
     return snap
@@ -220,4 +310,7 @@ def rates(prev: ServerSnapshot, cur: ServerSnapshot) -> Rates | None:
         generation_tok_s=_per_second(prev.generation_tokens_total, cur.generation_tokens_total, dt),
         prompt_tok_s=_per_second(prev.prompt_tokens_total, cur.prompt_tokens_total, dt),
         requests_s=_per_second(prev.requests_total, cur.requests_total, dt),
+        decode_tok_s=_per_second(prev.decode_tokens_total, cur.decode_tokens_total, dt),
+        prefill_tok_s=_per_second(prev.prefill_tokens_total, cur.prefill_tokens_total, dt),
+        preemptions_s=_per_second(prev.preemptions_total, cur.preemptions_total, dt),
     )

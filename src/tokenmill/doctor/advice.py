@@ -1,0 +1,199 @@
+"""Concrete SGLang flag changes the rules recommend, with estimates from the observed numbers alone.
+
+Each builder returns a :class:`~tokenmill.doctor.model.Candidate`: the flags to type, and the server's full
+sizing flags after the change (so the planner, when it knows the model and GPU, can predict both sides).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from tokenmill.doctor.model import Candidate, ClientObs, ServerObs
+from tokenmill.monitor.info import NEW_STRATEGY_FLAG, OLD_STRATEGY_FLAG, ServerInfo, launch_flags
+
+# state slots SGLang reserves per running request (sglang.md §2.3)
+_SLOTS_PER_REQUEST = {"no_buffer": 3, "extra_buffer": 5, "extra_buffer_lazy": 4}
+_VALUE_FLAGS = frozenset(
+    {
+        OLD_STRATEGY_FLAG,
+        NEW_STRATEGY_FLAG,
+        "--max-running-requests",
+        "--mamba-ssm-dtype",
+        "--kv-cache-dtype",
+        "--mem-fraction-static",
+        "--mamba-full-memory-ratio",
+        "--schedule-conservativeness",
+        "--tp-size",
+        "--quantization",
+        "--page-size",
+        "--context-length",
+    }
+)
+
+
+def slots_per_request(info: ServerInfo | None) -> int | None:
+    """The divisor of SGLang's state-slot cap (1 with the radix cache off); None when unknown (``auto``)."""
+    if info is None:
+        return None
+    if info.disable_radix_cache:
+        return 1
+    if info.strategy == "extra_buffer" and info.disable_overlap_schedule:
+        return 4
+    return _SLOTS_PER_REQUEST.get(info.strategy or "")
+
+
+def state_slots(obs: ServerObs) -> int | None:
+    """State slots per rank: /server_info's max_mamba_cache_size, else the slot gauges."""
+    info, snap = obs.view.info, obs.view.snapshot
+    if info is not None and info.max_mamba_cache_size:
+        return info.max_mamba_cache_size
+    total = snap.state_slots_total if snap is not None else None
+    dp = info.dp_size if info is not None else 1
+    return int(total // dp) if total else None
+
+
+def kv_tokens(obs: ServerObs) -> int | None:
+    """KV pool tokens per rank."""
+    info, snap = obs.view.info, obs.view.snapshot
+    if info is not None and info.max_total_tokens:
+        return info.max_total_tokens
+    dp = info.dp_size if info is not None else 1
+    cap = snap.kv_tokens_capacity if snap is not None else None
+    return int(cap // dp) if cap else None
+
+
+def avg_context(obs: ServerObs, client: ClientObs) -> float | None:
+    """Tokens a running request holds: measured by the server, else prompt + half the output (client)."""
+    if obs.view.avg_context:
+        return obs.view.avg_context
+    if client.avg_prompt_tokens is not None and client.avg_output_tokens is not None:
+        return client.avg_prompt_tokens + client.avg_output_tokens / 2
+    return None
+
+
+def state_cap(obs: ServerObs) -> int | None:
+    """The cap the state pool alone imposes: slots // slots per request."""
+    slots, per = state_slots(obs), slots_per_request(obs.view.info)
+    return slots // per if slots and per else None
+
+
+def current_flags(obs: ServerObs) -> list[str]:
+    return launch_flags(obs.view.info) if obs.view.info is not None else []
+
+
+def set_flag(flags: Sequence[str], flag: str, value: str | None = None, drop: Sequence[str] = ()) -> list[str]:
+    """``flags`` with ``flag`` set to ``value`` (a switch when None) and every flag in ``drop`` removed."""
+    out: list[str] = []
+    skip = {flag, *drop}
+    i = 0
+    while i < len(flags):
+        tok = flags[i]
+        takes_value = tok in _VALUE_FLAGS
+        if tok in skip:
+            i += 2 if takes_value else 1
+            continue
+        out.append(tok)
+        if takes_value and i + 1 < len(flags):
+            out.append(flags[i + 1])
+            i += 1
+        i += 1
+    out += [flag] if value is None else [flag, value]
+    return out
+
+
+def radix_off(obs: ServerObs, client: ClientObs, fill: float) -> Candidate:
+    """``--disable-radix-cache --max-running-requests N``: N slots for N requests, KV gets the rest.
+
+    N from the observations keeps the state memory where it is (N <= today's slots) and fits N requests of
+    the measured context in ``fill`` of the KV pool, so it can only gain; the planner refines it.
+    """
+    flags = current_flags(obs)
+    info = obs.view.info
+    drop = [OLD_STRATEGY_FLAG, NEW_STRATEGY_FLAG]
+    change = ["--disable-radix-cache"]
+    if info is not None and (info.strategy or "").startswith("extra_buffer"):
+        # builds up to v0.5.10 refuse extra_buffer without the radix cache
+        flags = set_flag(flags, info.strategy_flag, "no_buffer", drop=drop)
+        change = [info.strategy_flag, "no_buffer", *change]
+    slots, kv, ctx = state_slots(obs), kv_tokens(obs), avg_context(obs, client)
+    n: int | None = slots
+    if slots and kv and ctx:
+        n = max(1, min(slots, math.floor(fill * kv / ctx)))
+    flags = set_flag(flags, "--disable-radix-cache")
+    if n is not None:
+        flags = set_flag(flags, "--max-running-requests", str(n))
+        change += ["--max-running-requests", str(n)]
+    return Candidate(
+        change=" ".join(change),
+        flags_after=tuple(flags),
+        est_max_running=n,
+        note="for prompts that share no prefixes (single-turn data); keeps the overlap scheduler",
+    )
+
+
+def lazy_buffer(obs: ServerObs) -> Candidate:
+    cap, per = state_cap(obs), slots_per_request(obs.view.info)
+    slots = state_slots(obs)
+    flags = set_flag(current_flags(obs), NEW_STRATEGY_FLAG, "extra_buffer_lazy", drop=[OLD_STRATEGY_FLAG])
+    return Candidate(
+        change=f"{NEW_STRATEGY_FLAG} extra_buffer_lazy",
+        flags_after=tuple(flags),
+        est_max_running=slots // 4 if slots and per and cap else None,
+        note="keeps the radix cache with 4 state slots per request instead of 5 (needs a build with PR #27118)",
+    )
+
+
+def bf16_state(obs: ServerObs) -> Candidate:
+    cap = obs.view.max_running
+    radix_on = obs.view.info is not None and obs.view.info.radix_cache
+    return Candidate(
+        change="--mamba-ssm-dtype bfloat16",
+        flags_after=tuple(set_flag(current_flags(obs), "--mamba-ssm-dtype", "bfloat16")),
+        # the same state budget holds twice the slots when the pool is ratio-sized
+        est_max_running=cap * 2 if cap and radix_on else None,
+        note="halves the SSM state per request; documented as less accurate than float32",
+    )
+
+
+def kv_fp8(obs: ServerObs) -> Candidate:
+    return Candidate(
+        change="--kv-cache-dtype fp8_e4m3",
+        flags_after=tuple(set_flag(current_flags(obs), "--kv-cache-dtype", "fp8_e4m3")),
+        note="twice the KV tokens in the same memory",
+    )
+
+
+def mem_fraction(obs: ServerObs, step: float = 0.03, ceiling: float = 0.93) -> Candidate | None:
+    info = obs.view.info
+    if info is None or info.mem_fraction_static is None or info.mem_fraction_static + step > ceiling:
+        return None
+    value = f"{info.mem_fraction_static + step:.2f}"
+    return Candidate(
+        change=f"--mem-fraction-static {value}",
+        flags_after=tuple(set_flag(current_flags(obs), "--mem-fraction-static", value)),
+        note="more memory for the pools; watch for out-of-memory errors in the server log",
+    )
+
+
+def state_ratio(obs: ServerObs, ratio: float) -> Candidate:
+    return Candidate(
+        change=f"--mamba-full-memory-ratio {ratio:g}",
+        flags_after=tuple(set_flag(current_flags(obs), "--mamba-full-memory-ratio", f"{ratio:g}")),
+        note="moves memory between the state pool and the KV pool (0.9 is SGLang's default)",
+    )
+
+
+def max_running(obs: ServerObs, n: int) -> Candidate:
+    return Candidate(
+        change=f"--max-running-requests {n}",
+        flags_after=tuple(set_flag(current_flags(obs), "--max-running-requests", str(n))),
+        est_max_running=n,
+    )
+
+
+def conservativeness(obs: ServerObs, value: float) -> Candidate:
+    return Candidate(
+        change=f"--schedule-conservativeness {value:g}",
+        flags_after=tuple(set_flag(current_flags(obs), "--schedule-conservativeness", f"{value:g}")),
+    )

@@ -1,0 +1,163 @@
+"""The doctor's inputs (what was observed) and outputs (verdicts with evidence, advice and predictions)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from tokenmill.monitor.fleet import ServerView
+
+Severity = Literal["critical", "warning", "info"]
+
+
+@dataclass(frozen=True, slots=True)
+class ClientSide:
+    """What the client knows about one server: its in-flight requests there and its limit."""
+
+    inflight: float | None = None  # mean over the window when known
+    limit: int | None = None
+    usable: bool = True
+    problem: str | None = None  # why the dispatcher set it aside
+
+
+@dataclass(frozen=True, slots=True)
+class ServerObs:
+    """One server: the monitor's view plus the client's side of it."""
+
+    view: ServerView
+    client: ClientSide = field(default_factory=ClientSide)
+
+    @property
+    def url(self) -> str:
+        return self.view.url
+
+
+@dataclass(frozen=True, slots=True)
+class ClientObs:
+    """The client process as a whole."""
+
+    cpu: float | None = None  # share of one core over the last interval
+    loop_lag_s: float | None = None  # how late the monitor's timer fired
+    avg_prompt_tokens: float | None = None
+    avg_output_tokens: float | None = None
+    remaining_prompts: int | None = None
+    completions_s: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Observation:
+    """Everything one doctor pass looks at."""
+
+    servers: tuple[ServerObs, ...]
+    client: ClientObs = field(default_factory=ClientObs)
+
+
+@dataclass(frozen=True, slots=True)
+class PlanPoint:
+    """A predicted operating point of one server."""
+
+    max_running: int
+    tok_s_per_gpu: float | None = None
+    binding: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Prediction:
+    """What one recommended change is predicted to do, and where the numbers come from."""
+
+    change: str  # the flags, as typed
+    before: PlanPoint
+    after: PlanPoint
+    source: Literal["planner", "observed"]
+    what: str = "max running"  # what before/after.max_running counts ("running" for a client-side limit)
+
+    def text(self) -> str:
+        b, a = self.before, self.after
+        parts = [f"{self.what} {b.max_running} -> {a.max_running}"]
+        if b.tok_s_per_gpu is not None and a.tok_s_per_gpu is not None:
+            gain = (a.tok_s_per_gpu / b.tok_s_per_gpu - 1) * 100 if b.tok_s_per_gpu > 0 else 0.0
+            parts.append(f"{b.tok_s_per_gpu:,.0f} -> {a.tok_s_per_gpu:,.0f} tok/s per GPU ({gain:+.0f}%)")
+        return ", ".join(parts) + f" [{self.source}]"
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """One concrete change a rule proposes: the flags to add or change, and the launch flags after it."""
+
+    change: str  # e.g. "--disable-radix-cache --max-running-requests 512"
+    flags_after: tuple[str, ...]  # the whole set of sizing flags after the change (for the planner)
+    est_max_running: int | None = None  # an estimate from the observed numbers alone
+    note: str | None = None
+    running_before: int | None = None  # the server runs only this many today (a client-side limit)
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """One rule matching one server (or the client)."""
+
+    summary: str  # the numbers in one line
+    evidence: tuple[tuple[str, str], ...]
+    advice: str
+    candidates: tuple[Candidate, ...] = ()
+    severity: Severity = "warning"
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """A rule's conclusion over the fleet: which servers, the evidence, what to do and what it should give."""
+
+    rule: str
+    binds: str  # the resource that limits throughput
+    title: str
+    severity: Severity
+    servers: tuple[str, ...]
+    of_servers: int
+    summary: str
+    evidence: tuple[tuple[str, str], ...]
+    advice: str
+    changes: tuple[str, ...] = ()
+    predictions: tuple[Prediction, ...] = ()
+
+    @property
+    def key(self) -> tuple[str, tuple[str, ...]]:
+        return (self.rule, self.servers)
+
+    def where(self) -> str:
+        if not self.servers:
+            return "client"
+        if len(self.servers) == 1:
+            return self.servers[0]
+        return f"{len(self.servers)}/{self.of_servers} servers"
+
+    def line(self) -> str:
+        """One line for the dashboard and the log."""
+        text = f"{self.title} ({self.where()}): {self.summary}"
+        if self.changes:
+            text += f" -> {self.changes[0]}"
+            if self.predictions:
+                text += f" ({self.predictions[0].text()})"
+        return text
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "rule": self.rule,
+            "binds": self.binds,
+            "title": self.title,
+            "severity": self.severity,
+            "servers": list(self.servers),
+            "of_servers": self.of_servers,
+            "summary": self.summary,
+            "evidence": [list(e) for e in self.evidence],
+            "advice": self.advice,
+            "changes": list(self.changes),
+            "predictions": [
+                {
+                    "change": p.change,
+                    "source": p.source,
+                    "before": {"max_running": p.before.max_running, "tok_s_per_gpu": p.before.tok_s_per_gpu},
+                    "after": {"max_running": p.after.max_running, "tok_s_per_gpu": p.after.tok_s_per_gpu},
+                    "text": p.text(),
+                }
+                for p in self.predictions
+            ],
+        }

@@ -1,0 +1,136 @@
+"""Predicted gains: the capacity planner run on a server's flags before and after a recommended change.
+
+This is the doctor's one seam to the planner. :class:`PlannerPredictor` needs the model (a bundled name
+or a config.json; by default the server's ``model_path``) and the GPU (given, or told by the simulated
+twin). Anything it cannot resolve gives no prediction rather than an error: the verdict still stands on
+the observed numbers.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Protocol
+
+from tokenmill.doctor import advice
+from tokenmill.doctor.model import Candidate, ClientObs, PlanPoint, Prediction, ServerObs
+
+if TYPE_CHECKING:
+    from tokenmill.config import PlannerConfig
+    from tokenmill.planner.hardware import GpuSpec
+    from tokenmill.planner.models import ModelSpec
+    from tokenmill.planner.plan import PlanResult
+
+log = logging.getLogger("tokenmill.doctor")
+
+STEADY_PROMPTS = 1_000_000  # the prompt count never binds a steady-state prediction
+DEFAULT_INPUT_LEN = 1024.0
+DEFAULT_OUTPUT_LEN = 1024.0
+
+
+class Predictor(Protocol):
+    def __call__(self, obs: ServerObs, client: ClientObs, candidate: Candidate) -> Prediction | None: ...
+
+
+def _two_digits(x: float) -> float:
+    return float(f"{x:.2g}")
+
+
+class PlannerPredictor:
+    """Predictions from :mod:`tokenmill.planner`; results are cached per (model, GPU, flags, workload)."""
+
+    def __init__(self, model: str | None = None, gpu: str | None = None, config: PlannerConfig | None = None):
+        self.model = model
+        self.gpu = gpu
+        self.config = config
+        self._specs: dict[str, ModelSpec | None] = {}
+        self._gpus: dict[str, GpuSpec | None] = {}
+        self._cache: dict[tuple[object, ...], Prediction | None] = {}
+
+    def _model(self, name: str) -> ModelSpec | None:
+        if name not in self._specs:
+            try:
+                from tokenmill.planner.catalog import load_model
+
+                self._specs[name] = load_model(name)
+            except Exception as exc:  # an unknown model only means no prediction
+                log.info("no predictions for model %r: %s", name, exc)
+                self._specs[name] = None
+        return self._specs[name]
+
+    def _gpu(self, name: str) -> GpuSpec | None:
+        if name not in self._gpus:
+            try:
+                from tokenmill.planner.hardware import GpuCatalog
+
+                self._gpus[name] = GpuCatalog.load().get(name)
+            except Exception as exc:
+                log.info("no predictions for GPU %r: %s", name, exc)
+                self._gpus[name] = None
+        return self._gpus[name]
+
+    def __call__(self, obs: ServerObs, client: ClientObs, candidate: Candidate) -> Prediction | None:
+        info = obs.view.info
+        model_name = self.model or (info.model_path if info else None)
+        gpu_name = self.gpu or (info.gpu if info else None)
+        if not candidate.flags_after or not model_name or not gpu_name:
+            return None
+        model, gpu = self._model(model_name), self._gpu(gpu_name)
+        if model is None or gpu is None:
+            return None
+        inp = _two_digits(client.avg_prompt_tokens or DEFAULT_INPUT_LEN)
+        out = _two_digits(client.avg_output_tokens or DEFAULT_OUTPUT_LEN)
+        before = advice.current_flags(obs)
+        key = (model_name, gpu_name, tuple(before), candidate.flags_after, candidate.running_before, inp, out)
+        if key not in self._cache:
+            self._cache[key] = self._predict(model, gpu, before, candidate, inp, out)
+        return self._cache[key]
+
+    def _predict(
+        self, model: ModelSpec, gpu: GpuSpec, before: list[str], cand: Candidate, inp: float, out: float
+    ) -> Prediction | None:
+        try:
+            if cand.running_before is not None:
+                before = advice.set_flag(before, "--max-running-requests", str(max(1, cand.running_before)))
+            b = self._plan(model, gpu, before, inp, out)
+            a = self._plan(model, gpu, list(cand.flags_after), inp, out)
+        except Exception as exc:  # the planner refusing a configuration means: no numbers for it
+            log.info("no prediction for %s: %s", cand.change, exc)
+            return None
+        if cand.running_before is not None:
+            return Prediction(
+                cand.change,
+                PlanPoint(b.running, b.tok_s_per_gpu, b.binding),
+                PlanPoint(a.running, a.tok_s_per_gpu, a.binding),
+                "planner",
+                what="running",
+            )
+        return Prediction(
+            cand.change,
+            PlanPoint(b.capacity.max_running, b.tok_s_per_gpu, b.binding),
+            PlanPoint(a.capacity.max_running, a.tok_s_per_gpu, a.binding),
+            "planner",
+        )
+
+    def _plan(self, model: ModelSpec, gpu: GpuSpec, flags: list[str], inp: float, out: float) -> PlanResult:
+        from tokenmill.config import PlannerConfig
+        from tokenmill.planner.flags import parse_flags
+        from tokenmill.planner.plan import Workload, plan
+
+        engine = parse_flags(flags)
+        workload = Workload(prompts=STEADY_PROMPTS, input_len=inp, output_len=out, source="doctor")
+        return plan(model, gpu, engine, workload, self.config or PlannerConfig(), gpu_count=engine.tp_size)
+
+
+def observed_prediction(obs: ServerObs, candidate: Candidate) -> Prediction | None:
+    """Max running before/after from the observed numbers alone (no throughput)."""
+    if candidate.est_max_running is None:
+        return None
+    v = obs.view
+    if candidate.running_before is not None:
+        before = candidate.running_before
+        return Prediction(
+            candidate.change, PlanPoint(before), PlanPoint(candidate.est_max_running), "observed", what="running"
+        )
+    if not v.max_running:
+        return None
+    return Prediction(candidate.change, PlanPoint(v.max_running), PlanPoint(candidate.est_max_running), "observed")

@@ -1,0 +1,402 @@
+"""The doctor's rules, one row each: what binds, when it fires, the evidence it shows and what to change.
+
+Read the table at the bottom first (:data:`RULES`); each check above it is a few lines over the observed
+numbers. Server checks see one server (its window means and rates, its ``/server_info`` and the client's
+side of it); client checks see the whole observation. Thresholds come from
+:class:`~tokenmill.config.DoctorSpec`. The table's order is the priority: the first verdict names the
+run's binding resource.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from tokenmill.config import DoctorSpec
+from tokenmill.doctor import advice
+from tokenmill.doctor.model import Candidate, ClientObs, Finding, Observation, ServerObs
+from tokenmill.monitor.fleet import ServerView
+
+ServerCheck = Callable[[ServerObs, ClientObs, DoctorSpec], Finding | None]
+ClientCheck = Callable[[Observation, DoctorSpec], Finding | None]
+
+
+def pct(x: float | None) -> str:
+    return "?" if x is None else f"{x * 100:.0f}%"
+
+
+def num(x: float | None) -> str:
+    if x is None:
+        return "?"
+    return f"{x:,.1f}" if 0 < abs(x) < 10 and not float(x).is_integer() else f"{x:,.0f}"
+
+
+def _waiting(v: ServerView, t: DoctorSpec) -> bool:
+    return v.queued is not None and v.queued >= t.queue_waiting
+
+
+def _at_cap(v: ServerView, t: DoctorSpec) -> bool:
+    return v.running is not None and bool(v.max_running) and v.running >= t.at_cap * (v.max_running or 0)
+
+
+def _state_capped(o: ServerObs, t: DoctorSpec) -> bool:
+    """At the cap, and the cap is the state pool's: slots // slots-per-request."""
+    scap = advice.state_cap(o)
+    v = o.view
+    return scap is not None and v.max_running is not None and v.max_running <= scap + 1 and _at_cap(v, t)
+
+
+def _state_sized_to_cap(v: ServerView) -> bool:
+    """Radix cache off with an explicit cap: SGLang sizes the state pool to exactly the cap, so a full state
+    pool is by construction and the cap itself is what binds."""
+    return v.info is not None and bool(v.info.disable_radix_cache) and v.info.max_running_flag is not None
+
+
+def _state_full(v: ServerView, t: DoctorSpec) -> bool:
+    return v.state_usage is not None and v.state_usage >= t.pool_full and not _state_sized_to_cap(v)
+
+
+def _hybrid(v: ServerView) -> bool:
+    return v.state_usage is not None or (v.info is not None and v.info.strategy is not None)
+
+
+def _running(v: ServerView) -> str:
+    return f"{num(v.running)}/{v.max_running if v.max_running else '?'}"
+
+
+# ---- the checks ---------------------------------------------------------------------------------------------
+
+
+def server_down(o: ServerObs, c: ClientObs, t: DoctorSpec) -> Finding | None:
+    v = o.view
+    if not o.client.usable:
+        reason = o.client.problem or "too many failures in a row"
+    elif not v.healthy and v.scrapes and (v.down_for_s or 0.0) >= t.down_after_s:
+        reason = v.error or "no answer"
+    else:
+        return None
+    return Finding(
+        summary=f"not usable: {reason}",
+        evidence=(("state", "unreachable" if not v.healthy else "set aside by the client"), ("reason", reason)),
+        advice="Check the server process and its log. tokenmill keeps probing it and sends work again as soon "
+        "as it answers; nothing is marked failed meanwhile. If it is gone for good, drop it from servers.",
+        severity="critical",
+    )
+
+
+def flapping(o: ServerObs, c: ClientObs, t: DoctorSpec) -> Finding | None:
+    v = o.view
+    if v.transitions < t.flap_transitions:
+        return None
+    info = v.info
+    cand: tuple[Candidate, ...] = ()
+    if info is not None and info.mem_fraction_static is not None and info.mem_fraction_static > 0.5:
+        lower = advice.mem_fraction(o, step=-0.03, ceiling=1.0)
+        cand = (lower,) if lower else ()
+    return Finding(
+        summary=f"{v.transitions} up/down changes within {t.flap_window_s / 60:.0f} min",
+        evidence=(
+            ("up/down changes", f"{v.transitions} in {t.flap_window_s / 60:.0f} min"),
+            ("now", "up" if v.healthy else "down"),
+            ("last error", v.error or "-"),
+        ),
+        advice="The server keeps dropping out and coming back: look in its log for restarts and out-of-memory "
+        "errors. If memory runs out under load, lower --mem-fraction-static a little or cap "
+        "--max-running-requests.",
+        candidates=cand,
+        severity="critical",
+    )
+
+
+def client_bound(obs: Observation, t: DoctorSpec) -> Finding | None:
+    c = obs.client
+    busy_cpu = c.cpu is not None and c.cpu >= t.client_cpu
+    lagging = c.loop_lag_s is not None and c.loop_lag_s >= t.loop_lag_s
+    healthy = [s.view for s in obs.servers if s.view.healthy]
+    fed = sum(1 for v in healthy if _waiting(v, t))
+    if not (busy_cpu or lagging) or not healthy or fed >= len(healthy) / 2:
+        return None
+    return Finding(
+        summary=f"client CPU {pct(c.cpu)} of a core, event-loop lag {num((c.loop_lag_s or 0) * 1000)} ms, "
+        f"{fed}/{len(healthy)} servers have a queue",
+        evidence=(
+            ("client CPU", f"{pct(c.cpu)} of one core"),
+            ("event-loop lag", f"{num((c.loop_lag_s or 0) * 1000)} ms"),
+            ("servers with a queue", f"{fed}/{len(healthy)}"),
+            ("completions/s", num(c.completions_s)),
+        ),
+        advice="The client process is the limit, not the servers. Use the cheaper native API "
+        "(`api: sglang-generate`), keep save_token_ids off unless needed, or split the input across several "
+        "tokenmill processes (input.offset / input.limit), each with its own output directory.",
+        candidates=(Candidate(change="--api sglang-generate", flags_after=()),),
+    )
+
+
+def client_underfeeding(o: ServerObs, c: ClientObs, t: DoctorSpec) -> Finding | None:
+    v, cl = o.view, o.client
+    cap = v.max_running
+    if not v.healthy or not cap or v.running is None or v.queued is None or v.running <= 0:
+        return None
+    if v.queued >= t.queue_waiting or v.running >= t.at_cap * cap:
+        return None
+    sent = cl.inflight if cl.inflight is not None else v.running + v.queued
+    if cl.limit is not None and sent < t.client_at_limit * cl.limit:
+        return None  # the client is not holding back (the input may be running out)
+    want = max(cap + 1, math.ceil(cap * t.feed_headroom))
+    limit = "unknown" if cl.limit is None else f"{num(sent)}/{cl.limit} (at its limit)"
+    return Finding(
+        summary=f"queue {num(v.queued)}, running {_running(v)}; client in flight {limit}",
+        evidence=(
+            ("server queue", num(v.queued)),
+            ("running / max running", _running(v)),
+            ("client in flight / limit", limit),
+            ("server output tok/s", num(v.output_tok_s)),
+        ),
+        advice=f"The server could run {num(cap - v.running)} more requests but is not sent them: its queue is "
+        f"empty while the client sits at its in-flight limit. Raise the per-server concurrency to about {want} "
+        f"(`concurrency: {want}` in the job, or --concurrency {want}) so every server keeps a small queue.",
+        candidates=(
+            Candidate(
+                change=f"--concurrency {want}",
+                flags_after=tuple(advice.current_flags(o)),
+                est_max_running=cap,
+                running_before=round(v.running),
+            ),
+        ),
+        severity="warning" if cl.limit is not None else "info",
+    )
+
+
+def state_pool_bound(o: ServerObs, c: ClientObs, t: DoctorSpec) -> Finding | None:
+    v = o.view
+    if not v.healthy or not _hybrid(v) or not _waiting(v, t) or _state_sized_to_cap(v):
+        return None
+    if v.kv_usage is not None and v.kv_usage >= t.pool_full:
+        return None
+    if not (_state_full(v, t) or _state_capped(o, t)):
+        return None
+    info = v.info
+    slots, per = advice.state_slots(o), advice.slots_per_request(info)
+    hit = v.snapshot.cache_hit_rate if v.snapshot is not None else None
+    radix_on = info is not None and info.radix_cache
+    cands: list[Candidate] = []
+    if radix_on and (hit is None or hit < t.low_cache_hit):
+        cands.append(advice.radix_off(o, c, t.pool_full))
+    if radix_on and info is not None and info.strategy == "extra_buffer":
+        cands.append(advice.lazy_buffer(o))
+    if info is None or info.mamba_ssm_dtype not in ("bfloat16", "float16"):
+        cands.append(advice.bf16_state(o))
+    cap_text = f"{slots} slots // {per}" if slots and per else "state slots"
+    mode = "?"
+    if info is not None:
+        mode = "radix cache off" if info.disable_radix_cache else f"{info.strategy or 'auto'} + radix cache"
+    why = ""
+    if radix_on and (hit is None or hit < t.low_cache_hit):
+        why = (
+            f" Prompts share little prefix (cache hit {pct(hit)}), so the radix cache only costs state slots: "
+            "turn it off and set the running cap explicitly."
+        )
+    return Finding(
+        summary=f"running {_running(v)} with {num(v.queued)} queued; state pool {pct(v.state_usage)}, "
+        f"KV only {pct(v.kv_usage)}",
+        evidence=(
+            ("running / max running", _running(v)),
+            ("queue", num(v.queued)),
+            ("state pool usage", pct(v.state_usage)),
+            ("KV pool usage", pct(v.kv_usage)),
+            ("cap from the state pool", cap_text),
+            ("state mode", mode),
+            ("state slots held per request", num(v.state_slots_per_request)),
+            ("SSM state dtype", (info.mamba_ssm_dtype if info else None) or "float32 (default)"),
+            ("prefix cache hit rate", pct(hit)),
+        ),
+        advice="The recurrent-state (Mamba) pool limits how many requests run at once while the KV pool has "
+        "room." + why + " A bfloat16 SSM state halves each slot.",
+        candidates=tuple(cands),
+    )
+
+
+def kv_bound(o: ServerObs, c: ClientObs, t: DoctorSpec) -> Finding | None:
+    v = o.view
+    if not v.healthy or not _waiting(v, t) or v.kv_usage is None or v.kv_usage < t.pool_full:
+        return None
+    if _state_full(v, t):
+        return None  # both full: the state rule speaks for the pools
+    info = v.info
+    cands: list[Candidate] = []
+    if info is None or "fp8" not in (info.kv_cache_dtype or ""):
+        cands.append(advice.kv_fp8(o))
+    more = advice.mem_fraction(o)
+    if more is not None:
+        cands.append(more)
+    if _hybrid(v) and info is not None:
+        if info.disable_radix_cache and info.mamba_ssm_dtype not in ("bfloat16", "float16"):
+            cands.append(advice.bf16_state(o))
+        elif info.radix_cache and (v.state_usage or 0) < t.pool_roomy:
+            cands.append(advice.state_ratio(o, 0.5))
+    return Finding(
+        summary=f"KV pool {pct(v.kv_usage)} with {num(v.queued)} queued; running {_running(v)}",
+        evidence=(
+            ("KV pool usage", pct(v.kv_usage)),
+            ("queue", num(v.queued)),
+            ("running / max running", _running(v)),
+            ("tokens per running request", num(v.avg_context)),
+            ("state pool usage", pct(v.state_usage)),
+        ),
+        advice="The KV cache is full and requests wait for room: the running requests' contexts fill it. Give "
+        "the KV pool more memory (fp8 KV cache, a larger --mem-fraction-static) or generate shorter outputs "
+        "(sampling.max_tokens).",
+        candidates=tuple(cands),
+    )
+
+
+def retractions(o: ServerObs, c: ClientObs, t: DoctorSpec) -> Finding | None:
+    v = o.view
+    rate = v.preemptions_per_min
+    if not v.healthy or rate is None or rate < t.retractions_per_min:
+        return None
+    sglang = v.engine == "sglang"
+    cands: tuple[Candidate, ...] = ()
+    if sglang:
+        cur = (v.info.schedule_conservativeness if v.info else None) or 1.0
+        cands = (advice.conservativeness(o, round(cur * 1.3, 2)),)
+    what = "retractions" if sglang else "preemptions"
+    return Finding(
+        summary=f"{num(rate)} {what}/min; KV pool {pct(v.kv_usage)}, running {_running(v)}",
+        evidence=((f"{what} per minute", num(rate)), ("KV pool usage", pct(v.kv_usage)), ("running", _running(v))),
+        advice="Running requests are thrown back to the queue because the KV cache ran out while they grew; "
+        "their work is redone. "
+        + (
+            "Admit less eagerly (a higher --schedule-conservativeness) or give the KV pool more memory."
+            if sglang
+            else "Lower --max-num-seqs or raise --gpu-memory-utilization."
+        ),
+        candidates=cands,
+    )
+
+
+def scheduler_conservative(o: ServerObs, c: ClientObs, t: DoctorSpec) -> Finding | None:
+    v = o.view
+    if not v.healthy or v.engine != "sglang" or not _waiting(v, t) or not v.max_running or v.running is None:
+        return None
+    if v.running >= t.at_cap * v.max_running or v.kv_usage is None or v.kv_usage >= t.pool_roomy:
+        return None
+    if v.state_usage is not None and v.state_usage >= t.pool_roomy and not _state_sized_to_cap(v):
+        return None
+    if v.preemptions_per_min:
+        return None
+    return Finding(
+        summary=f"{num(v.queued)} queued while running {_running(v)} and KV {pct(v.kv_usage)}",
+        evidence=(
+            ("queue", num(v.queued)),
+            ("running / max running", _running(v)),
+            ("KV pool usage", pct(v.kv_usage)),
+            ("state pool usage", pct(v.state_usage)),
+        ),
+        advice="Requests wait although the batch and both pools have room: the scheduler reserves room for "
+        "outputs that do not come. Lower --schedule-conservativeness (SGLang's tuning guide suggests 0.3).",
+        candidates=(advice.conservativeness(o, 0.3),),
+    )
+
+
+def compute_bound(o: ServerObs, c: ClientObs, t: DoctorSpec) -> Finding | None:
+    v = o.view
+    if not v.healthy or not _waiting(v, t) or not _at_cap(v, t) or _state_capped(o, t):
+        return None
+    if (v.kv_usage is not None and v.kv_usage >= t.pool_full) or _state_full(v, t):
+        return None
+    cap = v.max_running or 0
+    roomy = (v.kv_usage or 0) < t.pool_roomy and (_state_sized_to_cap(v) or (v.state_usage or 0) < t.pool_roomy)
+    cands = (advice.max_running(o, cap * 2),) if roomy and v.engine == "sglang" else ()
+    per_req = (v.output_tok_s or 0) / v.running if v.running else None
+    return Finding(
+        summary=f"running {_running(v)} at the cap with {num(v.queued)} queued; KV {pct(v.kv_usage)}, "
+        f"state {pct(v.state_usage)}",
+        evidence=(
+            ("running / max running", _running(v)),
+            ("queue", num(v.queued)),
+            ("KV pool usage", pct(v.kv_usage)),
+            ("state pool usage", pct(v.state_usage)),
+            ("output tok/s", num(v.output_tok_s)),
+            ("tok/s per running request", num(per_req)),
+        ),
+        advice="The server runs its full batch with memory to spare: the GPU's step time sets the rate. "
+        + ("A larger batch uses the free memory (the prediction says whether decode still gains); " if cands else "")
+        + "otherwise add servers, or use fp8 weights (--quantization fp8).",
+        candidates=cands,
+        severity="info",
+    )
+
+
+def prefill_heavy(o: ServerObs, c: ClientObs, t: DoctorSpec) -> Finding | None:
+    v = o.view
+    if not v.healthy or not v.prompt_tok_s or not v.output_tok_s:
+        return None
+    ratio = v.prompt_tok_s / v.output_tok_s
+    if ratio < t.prefill_ratio:
+        return None
+    chunk = v.info.chunked_prefill_size if v.info is not None else None
+    bigger = max(8192, 2 * chunk) if chunk and chunk > 0 else 8192
+    hit = v.snapshot.cache_hit_rate if v.snapshot is not None else None
+    return Finding(
+        summary=f"{num(v.prompt_tok_s)} prompt tok/s vs {num(v.output_tok_s)} output tok/s ({ratio:.1f}x)",
+        evidence=(
+            ("prompt tok/s", num(v.prompt_tok_s)),
+            ("output tok/s", num(v.output_tok_s)),
+            ("prompt / output", f"{ratio:.1f}x"),
+            ("avg prompt tokens (client)", num(c.avg_prompt_tokens)),
+            ("avg output tokens (client)", num(c.avg_output_tokens)),
+            ("prefix cache hit rate", pct(hit)),
+        ),
+        advice="Most of the GPU's time goes to prompts, which pause decoding. Let decode run during prefill "
+        "(--enable-mixed-chunk), prefill in larger chunks, and keep the radix cache if prompts share prefixes.",
+        candidates=(
+            Candidate(change="--enable-mixed-chunk", flags_after=()),
+            Candidate(change=f"--chunked-prefill-size {bigger}", flags_after=()),
+        ),
+        severity="info",
+    )
+
+
+# ---- the table ----------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    id: str
+    title: str
+    binds: str  # the resource that limits throughput when the rule fires
+    when: str  # the condition, in words
+    check: ServerCheck | None = None  # per server
+    check_client: ClientCheck | None = None  # once for the whole client
+
+
+RULES: tuple[Rule, ...] = (
+    Rule("server-down", "server down", "server availability",
+         "unreachable for down_after_s, or set aside by the client", check=server_down),
+    Rule("flapping", "server flapping", "server availability",
+         "flap_transitions up/down changes within flap_window_s", check=flapping),
+    Rule("client-bound", "client bound", "client CPU",
+         "client CPU >= client_cpu or event-loop lag >= loop_lag_s, while most servers have no queue",
+         check_client=client_bound),
+    Rule("client-underfeeding", "client under-feeding", "client concurrency",
+         "queue empty, running below at_cap x max running, client in flight at its limit",
+         check=client_underfeeding),
+    Rule("state-pool-bound", "state-pool bound", "state pool",
+         "requests queued, KV below pool_full, and the state pool full or the cap = state slots // S",
+         check=state_pool_bound),
+    Rule("kv-bound", "KV bound", "KV cache",
+         "requests queued and the KV pool at least pool_full", check=kv_bound),
+    Rule("retractions", "retractions / preemptions", "KV cache",
+         "at least retractions_per_min retractions (SGLang) or preemptions (vLLM) per minute", check=retractions),
+    Rule("scheduler-conservative", "conservative admission", "scheduler",
+         "requests queued while running is below the cap and both pools below pool_roomy",
+         check=scheduler_conservative),
+    Rule("compute-bound", "compute bound", "compute",
+         "requests queued, running at the cap, neither pool full", check=compute_bound),
+    Rule("prefill-heavy", "prefill heavy", "prefill",
+         "prompt tok/s at least prefill_ratio x output tok/s", check=prefill_heavy),
+)  # fmt: skip
+
+RULE_IDS = tuple(r.id for r in RULES)

@@ -1,0 +1,98 @@
+"""What the client itself sees, request by request: latencies per server, output lengths, finish reasons.
+
+:meth:`ClientMetrics.observe` is the dispatcher's observer hook, so it runs on the hot path: it does a few
+integer additions and one bisect, never I/O, and its memory is fixed (histograms, not lists).
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tokenmill.dispatch import RequestOutcome
+
+LATENCY_BUCKETS_S = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 40, 60, 120, 240, 480, 900, 1800, 3600)
+OUTPUT_LEN_BUCKETS = (
+    8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048,
+    3072, 4096, 6144, 8192, 12288, 16384, 24576, 32768,
+)  # fmt: skip
+
+
+class Histogram:
+    """Counts per upper bound (``le``, Prometheus style, plus +Inf) and a sum."""
+
+    def __init__(self, bounds: Sequence[float]) -> None:
+        self.bounds = tuple(float(b) for b in bounds)
+        self.counts = [0] * (len(self.bounds) + 1)
+        self.total = 0.0
+        self.count = 0
+
+    def observe(self, value: float) -> None:
+        self.counts[bisect_left(self.bounds, value)] += 1
+        self.total += value
+        self.count += 1
+
+    def cumulative(self) -> list[tuple[float, int]]:
+        """``(upper bound, observations <= it)``; the last bound is +Inf."""
+        out, acc = [], 0
+        for bound, c in zip((*self.bounds, float("inf")), self.counts, strict=True):
+            acc += c
+            out.append((bound, acc))
+        return out
+
+    def as_dict(self) -> dict[str, Any]:
+        """For the event log: bounds, per-bucket counts (the last is above every bound), sum and count."""
+        return {"bounds": list(self.bounds), "counts": list(self.counts), "sum": self.total, "count": self.count}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Histogram:
+        hist = cls(data.get("bounds") or ())
+        counts = list(data.get("counts") or ())
+        if len(counts) == len(hist.counts):
+            hist.counts = [int(c) for c in counts]
+        hist.total = float(data.get("sum") or 0.0)
+        hist.count = int(data.get("count") or 0)
+        return hist
+
+    def mean(self) -> float | None:
+        return self.total / self.count if self.count else None
+
+
+class ClientMetrics:
+    """Per-request observations, fed by the dispatcher's observer hook."""
+
+    def __init__(self, servers: Iterable[str]) -> None:
+        self.latency: dict[str, Histogram] = {url: Histogram(LATENCY_BUCKETS_S) for url in servers}
+        self.output_len = Histogram(OUTPUT_LEN_BUCKETS)
+        self.finish_reasons: dict[str, int] = {}
+        self.errors: dict[str, int] = {}  # failed attempts by error type (retried or not)
+        self.prompt_tokens = 0
+        self.prompt_count = 0
+
+    def observe(self, outcome: RequestOutcome) -> None:
+        """Record one finished attempt (cheap; called on the hot path)."""
+        hist = self.latency.get(outcome.server)
+        if hist is None:
+            hist = self.latency[outcome.server] = Histogram(LATENCY_BUCKETS_S)
+        hist.observe(outcome.latency_s)
+        if not outcome.ok:
+            kind = outcome.error or "error"
+            self.errors[kind] = self.errors.get(kind, 0) + 1
+            return
+        if outcome.completion_tokens is not None:
+            self.output_len.observe(outcome.completion_tokens)
+        if outcome.prompt_tokens is not None:
+            self.prompt_tokens += outcome.prompt_tokens
+            self.prompt_count += 1
+        reason = outcome.finish_reason or "unknown"
+        self.finish_reasons[reason] = self.finish_reasons.get(reason, 0) + 1
+
+    @property
+    def avg_prompt_tokens(self) -> float | None:
+        return self.prompt_tokens / self.prompt_count if self.prompt_count else None
+
+    @property
+    def avg_output_tokens(self) -> float | None:
+        return self.output_len.mean()

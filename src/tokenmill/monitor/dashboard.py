@@ -1,0 +1,132 @@
+"""The live dashboard: a ``rich`` renderable built from one :class:`~tokenmill.progress.Snapshot` (no I/O).
+
+Head: progress, client completions/s and client-effective tok/s next to the servers' decode tok/s, ETA,
+failures, and a sparkline of throughput. Table: a row per server (output tok/s, running / max running,
+queue, KV and state usage, the client's in-flight / limit, errors, health) and a fleet total. Foot: the
+doctor's verdict and the last error.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from rich.console import Group
+from rich.progress_bar import ProgressBar
+from rich.table import Table
+from rich.text import Text
+
+from tokenmill.monitor.stats import sparkline
+
+if TYPE_CHECKING:
+    from tokenmill.progress import ServerRow, Snapshot
+
+MAX_ROWS = 32
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{x * 100:.0f}%"
+
+
+def _num(x: float | None) -> str:
+    return "-" if x is None else f"{x:,.0f}"
+
+
+def _usage_style(x: float | None) -> str:
+    if x is None:
+        return ""
+    return "red" if x >= 0.9 else "yellow" if x >= 0.75 else ""
+
+
+def _health(r: ServerRow) -> Text:
+    if not r.usable:
+        return Text(f"set aside: {r.problem or ''}"[:60], style="red")
+    if r.healthy is False:
+        return Text("metrics down", style="yellow")
+    if r.healthy is None:
+        return Text("ok (not scraped)", style="dim")
+    return Text("ok", style="green")
+
+
+def _running(r: ServerRow) -> str:
+    if r.running is None:
+        return "-"
+    return f"{r.running:,.0f}/{r.max_running if r.max_running else '?'}"
+
+
+def _head(snap: Snapshot) -> Text:
+    from tokenmill.progress import fmt_duration
+
+    total = snap.total if snap.total is not None else "?"
+    head = Text.assemble(
+        ("tokenmill ", "bold"),
+        f"{snap.done:,}/{total if isinstance(total, str) else f'{total:,}'} done  ",
+        (f"{snap.comp_s:.1f} compl/s  ", "cyan"),
+        (f"client {snap.tok_s:,.0f} tok/s  ", "green"),
+    )
+    if snap.server_tok_s is not None:
+        head.append(f"servers decode {snap.server_tok_s:,.0f} tok/s  ", style="bold green")
+    head.append(f"in flight {snap.inflight}/{snap.limit}  ")
+    head.append(f"failed {snap.failed}  ", style="red" if snap.failed else "")
+    head.append(f"retries {snap.retries}  elapsed {fmt_duration(snap.elapsed_s)}  ETA {fmt_duration(snap.eta_s)}")
+    return head
+
+
+def _table(snap: Snapshot) -> Table:
+    table = Table(box=None, padding=(0, 1), header_style="bold")
+    cols = ("server", "out tok/s", "running", "queue", "KV", "state", "client", "errors", "health")
+    for col in cols:
+        table.add_column(col, justify="left" if col in ("server", "health") else "right", no_wrap=True)
+    for r in snap.servers[:MAX_ROWS]:
+        tok = r.server_tok_s if r.server_tok_s is not None else r.tok_s
+        table.add_row(
+            r.url,
+            _num(tok),
+            _running(r),
+            _num(r.queued),
+            Text(_pct(r.kv_usage), style=_usage_style(r.kv_usage)),
+            Text(_pct(r.state_usage), style=_usage_style(r.state_usage)),
+            f"{r.inflight}/{r.limit}",
+            str(r.errors),
+            _health(r),
+        )
+    if len(snap.servers) > MAX_ROWS:
+        table.add_row(f"... {len(snap.servers) - MAX_ROWS} more", *[""] * (len(cols) - 1))
+    rows = snap.servers
+    running = [r.running for r in rows if r.running is not None]
+    caps = [r.max_running for r in rows if r.max_running]
+    queued = [r.queued for r in rows if r.queued is not None]
+    fleet_tok = snap.server_tok_s if snap.server_tok_s is not None else snap.tok_s
+    up = sum(1 for r in rows if r.usable and r.healthy is not False)
+    table.add_row(
+        Text(f"fleet ({len(rows)} servers, {snap.gpus} GPUs)", style="bold"),
+        Text(_num(fleet_tok), style="bold"),
+        f"{sum(running):,.0f}/{sum(caps) if caps else '?'}" if running else "-",
+        _num(sum(queued)) if queued else "-",
+        "",
+        "",
+        f"{snap.inflight}/{snap.limit}",
+        str(sum(r.errors for r in rows)),
+        Text(f"{up}/{len(rows)} ok", style="bold"),
+    )
+    return table
+
+
+def render(snap: Snapshot) -> Group:
+    """The whole dashboard for one snapshot."""
+    total = snap.total or max(snap.done, 1)
+    parts: list[Text | ProgressBar | Table] = [_head(snap), ProgressBar(total=total, completed=min(snap.done, total))]
+    if snap.history:
+        top = max(snap.history)
+        parts.append(Text.assemble(("throughput ", "dim"), (sparkline(snap.history), "green"), f"  max {top:,.0f}"))
+    parts.append(_table(snap))
+    if snap.waiting:
+        parts.append(Text("no server is usable: waiting and probing; nothing is marked failed", style="bold red"))
+    if snap.verdicts:
+        v = snap.verdicts[0]
+        style = "bold red" if v.severity == "critical" else "bold yellow" if v.severity == "warning" else "cyan"
+        parts.append(Text(f"doctor: {v.line()}"[:300], style=style))
+        for extra in snap.verdicts[1:3]:
+            parts.append(Text(f"        {extra.title} ({extra.where()}): {extra.summary}"[:200], style="dim"))
+    if snap.last_failure:
+        parts.append(Text(f"last error: {snap.last_failure}"[:200], style="dim"))
+    return Group(*parts)

@@ -1,0 +1,169 @@
+"""What a server says about its own set-up: SGLang's ``/server_info`` (or ``/v1/loads``) as a typed record.
+
+``/server_info`` is heavy on SGLang, so it is read once per server (and again after the server comes back
+from being down: it may have been restarted with other flags). :func:`launch_flags` turns the record back
+into the SGLang flags that size its pools, so the doctor can recommend changes relative to them and the
+planner can predict both sides.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+
+from tokenmill.monitor.scrape import max_running_from_server_info
+
+OLD_STRATEGY_FLAG = "--mamba-scheduler-strategy"
+NEW_STRATEGY_FLAG = "--mamba-radix-cache-strategy"
+
+
+@dataclass(frozen=True, slots=True)
+class ServerInfo:
+    """The settings of one server that matter to throughput; ``None`` where it does not say."""
+
+    max_running: int | None  # effective cap, summed over DP ranks
+    model_path: str | None = None
+    strategy: str | None = None  # the Mamba radix-cache strategy (hybrids)
+    strategy_flag: str = OLD_STRATEGY_FLAG  # the spelling this server's build knows
+    disable_radix_cache: bool | None = None
+    disable_overlap_schedule: bool | None = None
+    mamba_ssm_dtype: str | None = None
+    max_mamba_cache_size: int | None = None  # state slots per rank
+    max_running_flag: int | None = None  # --max-running-requests as given (None: automatic)
+    max_total_tokens: int | None = None  # KV pool, tokens per rank
+    mem_fraction_static: float | None = None
+    tp_size: int = 1
+    dp_size: int = 1
+    page_size: int | None = None
+    chunked_prefill_size: int | None = None
+    context_length: int | None = None
+    kv_cache_dtype: str | None = None
+    quantization: str | None = None
+    schedule_conservativeness: float | None = None
+    speculative_algorithm: str | None = None
+    gpu: str | None = None  # only the simulated twin knows its GPU
+    version: str | None = None
+
+    @property
+    def gpus(self) -> int:
+        """GPUs behind this endpoint (TP x DP)."""
+        return max(1, self.tp_size) * max(1, self.dp_size)
+
+    @property
+    def radix_cache(self) -> bool:
+        return self.disable_radix_cache is False
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _float(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value)
+
+
+def _str(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+def _bool(value: Any) -> bool | None:
+    return value if isinstance(value, bool) else None
+
+
+def parse_server_info(info: Mapping[str, Any]) -> ServerInfo:
+    """A :class:`ServerInfo` from a ``/server_info`` body; unknown or missing fields stay ``None``."""
+    new_strategy = _str(info.get("mamba_radix_cache_strategy"))
+    sim = info.get("tokenmill_sim")
+    gpu = _str(sim.get("gpu")) if isinstance(sim, Mapping) else None
+    return ServerInfo(
+        max_running=max_running_from_server_info(info),
+        model_path=_str(info.get("model_path")),
+        strategy=new_strategy or _str(info.get("mamba_scheduler_strategy")),
+        strategy_flag=NEW_STRATEGY_FLAG if new_strategy else OLD_STRATEGY_FLAG,
+        disable_radix_cache=_bool(info.get("disable_radix_cache")),
+        disable_overlap_schedule=_bool(info.get("disable_overlap_schedule")),
+        mamba_ssm_dtype=_str(info.get("mamba_ssm_dtype")),
+        max_mamba_cache_size=_int(info.get("max_mamba_cache_size")),
+        max_running_flag=_int(info.get("max_running_requests")),
+        max_total_tokens=_int(info.get("max_total_num_tokens")) or _int(info.get("max_total_tokens")),
+        mem_fraction_static=_float(info.get("mem_fraction_static")),
+        tp_size=_int(info.get("tp_size")) or 1,
+        dp_size=_int(info.get("dp_size")) or 1,
+        page_size=_int(info.get("page_size")),
+        chunked_prefill_size=_int(info.get("chunked_prefill_size")),
+        context_length=_int(info.get("context_length")),
+        kv_cache_dtype=_str(info.get("kv_cache_dtype")),
+        quantization=_str(info.get("quantization")),
+        schedule_conservativeness=_float(info.get("schedule_conservativeness")),
+        speculative_algorithm=_str(info.get("speculative_algorithm")),
+        gpu=gpu,
+        version=_str(info.get("version")),
+    )
+
+
+def parse_loads(loads: Mapping[str, Any]) -> ServerInfo | None:
+    """The cap from a ``/v1/loads`` body (SGLang, Jan 2026 on): ``max_running_requests`` summed over ranks."""
+    ranks = loads.get("loads")
+    if not isinstance(ranks, list):
+        return None
+    caps = [_int(r.get("max_running_requests")) for r in ranks if isinstance(r, Mapping)]
+    known = [c for c in caps if c is not None]
+    return ServerInfo(max_running=sum(known)) if known else None
+
+
+def launch_flags(info: ServerInfo) -> list[str]:
+    """The SGLang flags that reproduce this server's pool sizing (what the planner models)."""
+    flags: list[str] = []
+    if info.tp_size != 1:
+        flags += ["--tp-size", str(info.tp_size)]
+    if info.quantization:
+        flags += ["--quantization", info.quantization]
+    if info.mem_fraction_static is not None:
+        flags += ["--mem-fraction-static", f"{info.mem_fraction_static:g}"]
+    if info.strategy:
+        flags += [info.strategy_flag, info.strategy]
+    if info.disable_radix_cache:
+        flags.append("--disable-radix-cache")
+    if info.disable_overlap_schedule:
+        flags.append("--disable-overlap-schedule")
+    if info.max_running_flag is not None:
+        flags += ["--max-running-requests", str(info.max_running_flag)]
+    if info.mamba_ssm_dtype:
+        flags += ["--mamba-ssm-dtype", info.mamba_ssm_dtype]
+    if info.kv_cache_dtype and info.kv_cache_dtype != "auto":
+        flags += ["--kv-cache-dtype", info.kv_cache_dtype]
+    if info.page_size is not None and info.page_size != 1:
+        flags += ["--page-size", str(info.page_size)]
+    if info.context_length is not None:
+        flags += ["--context-length", str(info.context_length)]
+    return flags
+
+
+async def _get_json(session: aiohttp.ClientSession, url: str, headers: Mapping[str, str]) -> Any:
+    async with session.get(url, headers=headers) as resp:
+        if resp.status != 200:
+            return None
+        return await resp.json(content_type=None)
+
+
+async def fetch_server_info(
+    session: aiohttp.ClientSession, base_url: str, headers: Mapping[str, str] | None = None
+) -> ServerInfo | None:
+    """``/server_info``, else ``/v1/loads?include=core``; ``None`` when neither answers (vLLM, old builds)."""
+    base_url = base_url.rstrip("/")
+    hdrs = dict(headers or {})
+    for path, parse in (("/server_info", parse_server_info), ("/v1/loads?include=core", parse_loads)):
+        try:
+            body = await _get_json(session, base_url + path, hdrs)
+        except (aiohttp.ClientError, TimeoutError, ValueError):
+            continue
+        if isinstance(body, Mapping):
+            info = parse(body)
+            if info is not None:
+                return info
+    return None

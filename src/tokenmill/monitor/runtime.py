@@ -1,0 +1,210 @@
+"""Everything that watches a run, wired together: scrapes, client metrics, doctor, event log, exporter.
+
+:class:`RunMonitor` is what ``run_job`` starts beside the dispatcher. Its scrape loop is its own task;
+the dispatcher only calls :meth:`ClientMetrics.observe` (a few additions per finished request), and the
+display tick hands it each :class:`~tokenmill.progress.Snapshot` for the event log. Doctor rounds run
+in a worker thread so a planner prediction never holds up the event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from tokenmill.config import JobSpec
+from tokenmill.doctor import ClientObs, ClientSide, DoctorState, Observation, PlannerPredictor, ServerObs, diagnose
+from tokenmill.monitor.client import ClientMetrics
+from tokenmill.monitor.events import EVENTS_FILE, EventLog
+from tokenmill.monitor.exporter import Exporter
+from tokenmill.monitor.fleet import FleetMonitor, ServerView
+from tokenmill.monitor.stats import CpuMeter, GaugeWindow
+
+if TYPE_CHECKING:
+    from tokenmill.dispatch import Dispatcher
+    from tokenmill.doctor.model import Verdict
+    from tokenmill.progress import Snapshot
+
+log = logging.getLogger("tokenmill.doctor")
+
+
+def _r(x: float | None, nd: int = 3) -> float | None:
+    return None if x is None else round(x, nd)
+
+
+def tick_record(snap: Snapshot, client: ClientMetrics) -> dict[str, Any]:
+    """The ``tick`` record of the event log for one snapshot."""
+    return {
+        "elapsed": round(snap.elapsed_s, 2),
+        "client": {
+            "done": snap.done,
+            "total": snap.total,
+            "completed": snap.completed,
+            "failed": snap.failed,
+            "skipped": snap.skipped,
+            "retries": snap.retries,
+            "inflight": snap.inflight,
+            "limit": snap.limit,
+            "comp_s": _r(snap.comp_s),
+            "tok_s": _r(snap.tok_s, 1),
+            "server_tok_s": _r(snap.server_tok_s, 1),
+            "eta_s": _r(snap.eta_s, 0),
+            "prompt_tokens": snap.prompt_tokens,
+            "completion_tokens": snap.completion_tokens,
+            "cpu": _r(snap.cpu),
+            "loop_lag_s": _r(snap.loop_lag_s),
+            "finish_reasons": dict(client.finish_reasons),
+            "errors": dict(client.errors),
+            "output_len": client.output_len.as_dict(),
+        },
+        "servers": [
+            {
+                "url": r.url,
+                "usable": r.usable,
+                "healthy": r.healthy,
+                "running": _r(r.running, 1),
+                "max_running": r.max_running,
+                "queued": _r(r.queued, 1),
+                "kv": _r(r.kv_usage),
+                "state": _r(r.state_usage),
+                "tok_s": _r(r.server_tok_s, 1),
+                "client_tok_s": _r(r.tok_s, 1),
+                "prompt_tok_s": _r(r.prompt_tok_s, 1),
+                "inflight": r.inflight,
+                "limit": r.limit,
+                "completed": r.completed,
+                "errors": r.errors,
+                "gpus": r.gpus,
+                "output_tokens": round(r.output_tokens),
+            }
+            for r in snap.servers
+        ],
+        "verdicts": [v.rule for v in snap.verdicts],
+    }
+
+
+class RunMonitor:
+    """Watches one run; start it beside the dispatcher, hand it every display tick, stop it at the end."""
+
+    def __init__(
+        self,
+        job: JobSpec,
+        dispatcher: Dispatcher,
+        out: Path,
+        run_id: str,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] = time.time,
+    ) -> None:
+        spec = job.monitor
+        self.spec = spec
+        self.dispatcher = dispatcher
+        self.clock = clock
+        urls = [s.url for s in dispatcher.servers]
+        self.client = ClientMetrics(urls)
+        dispatcher.observer = self.client.observe
+        key = job.api_key()
+        headers = {"Authorization": f"Bearer {key}"} if key else {}
+        self.fleet = FleetMonitor(
+            urls,
+            interval_s=spec.scrape_interval_s,
+            timeout_s=spec.scrape_timeout_s,
+            window_s=spec.rate_window_s,
+            flap_window_s=spec.doctor.flap_window_s,
+            headers=headers,
+            clock=clock,
+        )
+        self.doctor = DoctorState(spec.doctor.confirm_rounds)
+        self.predictor = PlannerPredictor(spec.planner_model, spec.gpu)
+        self.events = EventLog(out / EVENTS_FILE, run_id, wall)
+        self.exporter = Exporter(self, spec.metrics_host, spec.metrics_port) if spec.metrics_port is not None else None
+        self.metrics_url: str | None = None
+        self.cpu = CpuMeter(clock)
+        self.cpu_share: float | None = None
+        self.last: Snapshot | None = None
+        self._inflight = {u: GaugeWindow(spec.rate_window_s) for u in urls}
+        self._task: asyncio.Task[None] | None = None
+        self._next_event = 0.0
+        self._job = job
+
+    async def start(self, total: int | None, done_before: int) -> None:
+        job = self._job
+        self.events.write(
+            "start",
+            model=job.model,
+            api=job.api,
+            servers=[s.url for s in self.dispatcher.servers],
+            concurrency=job.concurrency,
+            output=job.output.dir,
+            total=total,
+            done_before=done_before,
+        )
+        if self.exporter is not None:
+            self.metrics_url = await self.exporter.start()
+            logging.getLogger("tokenmill.run").info("metrics for Prometheus at %s", self.metrics_url)
+        if self.spec.enabled:
+            self._task = asyncio.create_task(self.fleet.run(self._round), name="tokenmill-monitor")
+
+    def observation(self, views: list[ServerView]) -> Observation:
+        now = self.clock()
+        states = {s.url: s for s in self.dispatcher.servers}
+        servers = []
+        for v in views:
+            s = states[v.url]
+            window = self._inflight[v.url]
+            window.add(now, float(s.inflight))
+            side = ClientSide(inflight=window.mean(), limit=s.limit, usable=s.usable, problem=s.problem)
+            servers.append(ServerObs(v, side))
+        snap = self.last
+        remaining = None
+        if snap is not None and snap.total is not None:
+            remaining = max(0, snap.total - snap.done - snap.skipped)
+        client = ClientObs(
+            cpu=self.cpu_share,
+            loop_lag_s=self.fleet.loop_lag_s,
+            avg_prompt_tokens=self.client.avg_prompt_tokens,
+            avg_output_tokens=self.client.avg_output_tokens,
+            remaining_prompts=remaining,
+            completions_s=snap.comp_s if snap is not None else None,
+        )
+        return Observation(tuple(servers), client)
+
+    async def _round(self, views: list[ServerView]) -> None:
+        self.cpu_share = self.cpu.sample()
+        obs = self.observation(views)
+        verdicts = await asyncio.to_thread(diagnose, obs, self.spec.doctor, self.predictor)
+        if self.doctor.update(verdicts):
+            self._verdicts_changed(self.doctor.shown)
+
+    def _verdicts_changed(self, shown: list[Verdict]) -> None:
+        self.events.write("verdicts", verdicts=[v.as_dict() for v in shown])
+        if not shown:
+            log.info("doctor: no problem found any more")
+        for v in shown:
+            log.warning("doctor: %s", v.line())
+
+    def tick(self, snap: Snapshot) -> None:
+        """Called with every display snapshot; writes a ``tick`` record every ``event_interval_s``."""
+        self.last = snap
+        now = self.clock()
+        if now >= self._next_event:
+            self._next_event = now + self.spec.event_interval_s
+            self.events.write("tick", **tick_record(snap, self.client))
+
+    async def stop(self, final: Snapshot, finished: bool) -> None:
+        """Stop scraping and serving; the last ``tick`` and the ``end`` record go to the event log."""
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        self.last = final
+        self.events.write("tick", **tick_record(final, self.client))
+        self.events.write("end", elapsed=round(final.elapsed_s, 2), finished=finished)
+        self.events.close()
+        if self.exporter is not None:
+            await self.exporter.stop()
