@@ -58,6 +58,7 @@ class ServerState:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     set_aside_at: float | None = None
+    draining: bool = False  # the fleet is about to restart it (or it is down): no new requests
 
 
 @dataclass(slots=True)
@@ -127,6 +128,7 @@ class Dispatcher:
         if not servers:
             raise ServerError("no servers to send work to")
         self.servers = [ServerState(url=u, limit=concurrency) for u in servers]
+        self._first_limit = concurrency
         self.backend = backend
         self.sink = sink
         self.retry = retry
@@ -153,6 +155,26 @@ class Dispatcher:
     @property
     def inflight(self) -> int:
         return self._inflight
+
+    def server_urls(self) -> dict[str, bool]:
+        """Each server's URL and whether it is drained (what the fleet's endpoints file is compared with)."""
+        return {s.url: s.draining for s in self.servers}
+
+    def set_draining(self, url: str, draining: bool) -> None:
+        """Send ``url`` no new requests (those in flight finish), or use it again: the fleet's hook for
+        restarts and re-flags. A server taken back counts as healthy (the fleet waited for its health)."""
+        for s in self.servers:
+            if s.url == url:
+                s.draining = draining
+                if not draining and not s.misconfigured:
+                    s.usable, s.problem, s.consecutive_failures = True, None, 0
+        self._wake.set()
+
+    def add_server(self, url: str) -> None:
+        """Start sending work to one more server (the fleet added or moved one)."""
+        if url not in self.server_urls():
+            self.servers.append(ServerState(url=url, limit=self._first_limit))
+            self._wake.set()
 
     def request_stop(self) -> None:
         """Stop taking new prompts; in-flight requests may finish (their results are kept)."""
@@ -215,7 +237,7 @@ class Dispatcher:
         best: ServerState | None = None
         best_key: tuple[bool, bool, int, int] | None = None
         for s in self.servers:
-            if not s.usable or s.inflight >= s.limit:
+            if not s.usable or s.draining or s.inflight >= s.limit:
                 continue
             key = (s.url == work.affinity, s.url != work.last_server, s.limit - s.inflight, -s.errors)
             if best_key is None or key > best_key:
@@ -228,7 +250,7 @@ class Dispatcher:
             if server is not None:
                 self.stats.waiting_since = None
                 return server
-            if not any(s.usable for s in self.servers):
+            if not any(s.usable and not s.draining for s in self.servers):
                 self._note_no_server()
                 if self._stopping:
                     break

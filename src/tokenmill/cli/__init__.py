@@ -19,6 +19,7 @@ _COMMANDS = {
     "demo": "demo",
     "plan": "plan",
     "calibrate": "calibrate",
+    "fleet": "fleet",
     "export": "export:export_cmd",
 }
 

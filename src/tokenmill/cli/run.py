@@ -10,6 +10,7 @@ from typing import Any
 import click
 
 from tokenmill.cli.common import setup_logging
+from tokenmill.cli.fleet import fleet_run_options
 from tokenmill.config import JobSpec, load_job
 
 
@@ -83,6 +84,7 @@ def execute(
 @click.command()
 @click.argument("job_file", type=click.Path(dir_okay=False))
 @job_options
+@fleet_run_options
 def run(
     job_file: str,
     allow_changed_job: bool,
@@ -99,9 +101,13 @@ def run(
     \b
     Example:
         tokenmill run job.yaml --limit 100 -o trial/
+        tokenmill run job.yaml --fleet fleet.yaml     # start the servers, run, stop them
     """
-    job = load_job(job_file, _overrides(**fields))
-    execute(job, allow_changed_job, live, log_level, allow_existing_prefix)
+    from tokenmill.fleet.session import FleetLaunch
+
+    launch = FleetLaunch.pop_options(fields)
+    job = load_job(job_file, {**_overrides(**fields), **launch.job_overrides()})
+    launch.run(job, lambda job: execute(job, allow_changed_job, live, log_level, allow_existing_prefix))
 
 
 @click.command(name="retry-failed")

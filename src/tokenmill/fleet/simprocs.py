@@ -1,81 +1,74 @@
-"""Local simulated servers as child processes (``tokenmill sim``), for the demo, tests and dry runs.
+"""Single simulated servers (``tokenmill sim``) for the demo and tests, without a supervisor.
 
-Each server binds 127.0.0.1 on a free port chosen by the OS and announces its URL on its first stdout line.
+They are started exactly as a fleet starts its servers (the ``sim`` command template, a
+:class:`~tokenmill.fleet.process.ServerProcess`, a health wait), but nothing restarts them: a test that
+kills one sees it stay down. For restarts, draining and re-flags use :mod:`tokenmill.fleet.local`.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import signal
-import subprocess
-import sys
-import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from tokenmill.config import FleetProfile, SimConfig
 from tokenmill.errors import ServerError
+from tokenmill.fleet import health
+from tokenmill.fleet.keeper import PORT_RETRIES, free_port
+from tokenmill.fleet.process import ServerProcess, tail
+from tokenmill.fleet.template import Slot, render
 
-READY_PREFIX = "tokenmill sim listening on "
 START_TIMEOUT_S = 60.0
+STOP_GRACE_S = 10.0
+HOST = "127.0.0.1"
 
 
 @dataclass
 class SimProcess:
     """A running ``tokenmill sim`` child."""
 
-    proc: subprocess.Popen[str]
+    proc: ServerProcess
     url: str
     log_path: Path | None
 
-    def stop(self, timeout: float = 10.0) -> None:
+    def stop(self, timeout: float = STOP_GRACE_S) -> None:
         """SIGTERM, then SIGKILL if it does not exit in time."""
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        if self.proc.stdout is not None:
-            self.proc.stdout.close()
+        self.proc.stop(timeout)
 
     def kill(self) -> None:
         """SIGKILL at once (crash simulation)."""
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
+        self.proc.kill()
 
 
 def start_sim(args: Sequence[str] = (), log_path: Path | None = None, port: int = 0) -> SimProcess:
-    """Start one simulated server with extra ``tokenmill sim`` options; returns once it accepts requests."""
-    cmd = [sys.executable, "-m", "tokenmill", "sim", "--port", str(port), *args]
-    stderr = open(log_path, "ab") if log_path is not None else subprocess.DEVNULL  # noqa: SIM115
-    try:
-        proc = subprocess.Popen(
-            cmd, stdout=subprocess.PIPE, stderr=stderr, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"}
-        )
-    finally:
-        if log_path is not None:
-            stderr.close()  # type: ignore[union-attr]
-    assert proc.stdout is not None
-    line: list[str] = []
-    reader = threading.Thread(target=lambda: line.append(proc.stdout.readline() if proc.stdout else ""), daemon=True)
-    reader.start()
-    reader.join(START_TIMEOUT_S)
-    first = line[0] if line else ""
-    if not first.startswith(READY_PREFIX):
-        proc.kill()
-        proc.wait()
-        where = f" (log: {log_path})" if log_path else ""
-        raise ServerError(f"simulated server did not start: {' '.join(cmd)}{where}; first output: {first!r}")
-    return SimProcess(proc=proc, url=first[len(READY_PREFIX) :].strip(), log_path=log_path)
+    """Start one simulated server with extra ``tokenmill sim`` options; returns once it is healthy.
+
+    ``port`` 0 picks a free port (retried if another process takes it first).
+    """
+    profile = FleetProfile(engine="sim", model=SimConfig().model, extra_args=list(args), base_port=port)
+    log = log_path if log_path is not None else Path(os.devnull)
+    problem = ""
+    for _ in range(PORT_RETRIES if port == 0 else 1):
+        chosen = port or free_port(HOST)
+        proc = ServerProcess(render(profile, Slot(0, (), HOST, chosen)), profile.env, log)
+        proc.start()
+        url = f"http://{HOST}:{chosen}"
+        problem = health.wait_healthy(proc, url, profile.health_path, START_TIMEOUT_S) or ""
+        if not problem:
+            return SimProcess(proc=proc, url=url, log_path=log_path)
+        proc.stop(STOP_GRACE_S)
+        last = tail(log, profile.log_tail_lines) if log_path is not None else "(no log kept)"
+        problem = f"simulated server on port {chosen} {problem}; last log lines:\n{last}"
+        if "address already in use" not in last.lower():
+            break
+    raise ServerError(problem)
 
 
 @contextlib.contextmanager
 def sim_fleet(n: int, args: Sequence[str] = (), log_dir: Path | None = None) -> Iterator[list[SimProcess]]:
-    """``n`` simulated servers, stopped on exit whatever happens."""
+    """``n`` simulated servers (seeds 0..n-1), stopped on exit whatever happens."""
     procs: list[SimProcess] = []
     try:
         for i in range(n):

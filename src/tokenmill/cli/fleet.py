@@ -1,0 +1,264 @@
+"""``tokenmill fleet up | down | status | apply``: servers started from a profile, kept up, re-flagged."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+import orjson
+
+from tokenmill.errors import ServerError
+
+STATE_DIR_HELP = "The fleet's state directory (default: the profile's state_dir)."
+DETACH_WAIT_S = 5.0  # beyond the profile's start timeout, for the supervisor process itself
+
+
+def fleet_run_options(fn: Any) -> Any:
+    """``run``'s options for a fleet of its own and for partitioned runs."""
+    options = [
+        click.option(
+            "--fleet",
+            "fleet_file",
+            type=click.Path(dir_okay=False, exists=True),
+            help="Start the servers of this fleet profile first, follow them during the run, stop them after.",
+        ),
+        click.option(
+            "--ray-address",
+            help="Ray cluster (host:port, auto, or local for a one-machine cluster): the fleet's servers become "
+            "Ray actors, and --partitions clients Ray tasks.",
+        ),
+        click.option(
+            "--partitions",
+            type=int,
+            help="Split the input in N disjoint parts, each run by its own client (a Ray task).",
+        ),
+    ]
+    for option in reversed(options):
+        fn = option(fn)
+    return fn
+
+
+def _state_dir(profile_file: str | None, state_dir: str | None) -> Path:
+    if state_dir:
+        return Path(state_dir).absolute()
+    if profile_file:
+        from tokenmill.config import load_profile
+
+        return Path(load_profile(profile_file).state_dir).absolute()
+    from tokenmill.config import FleetProfile
+
+    return Path(FleetProfile.model_fields["state_dir"].default).absolute()
+
+
+@click.group()
+def fleet() -> None:
+    """Start, watch, re-flag and stop a fleet of inference servers described by a profile (YAML).
+
+    \b
+    A profile, e.g. fleet.yaml:
+        engine: sglang            # sglang, vllm or sim
+        model: Qwen/Qwen3-8B
+        gpus: 8                   # or a list of ids; one server per tp_size GPUs
+        tp_size: 1
+        base_port: 30000          # server i listens on base_port + i (0: free ports)
+        flags: {mem-fraction-static: 0.88, mamba-scheduler-strategy: no_buffer}
+
+    Point a job's servers_file at STATE_DIR/endpoints.txt (or use `tokenmill run JOB --fleet fleet.yaml`).
+    """
+
+
+@fleet.command()
+@click.argument("profile_file", type=click.Path(dir_okay=False, exists=True))
+@click.option("--state-dir", help=STATE_DIR_HELP)
+@click.option("--detach", "-d", is_flag=True, help="Return once the fleet is healthy; it keeps running.")
+@click.option("--ray-address", help="Place the servers as Ray actors on this cluster (host:port, auto, local).")
+@click.option("--log-level", default="INFO", show_default=True)
+def up(profile_file: str, state_dir: str | None, detach: bool, ray_address: str | None, log_level: str) -> None:
+    """Start the servers of PROFILE_FILE, wait until all are healthy, then keep them up.
+
+    Crashed servers are restarted (with backoff, a bounded number of times in a row). In the foreground
+    (the default) Ctrl-C or `tokenmill fleet down` stops every server; with --detach the fleet runs on
+    in the background.
+    """
+    from tokenmill.cli.common import setup_logging
+    from tokenmill.config import load_profile
+
+    profile = load_profile(profile_file)
+    where = _state_dir(profile_file, state_dir)
+    if detach:
+        _detach(profile_file, where, ray_address, log_level, profile.start_timeout_s)
+        return
+    setup_logging(log_level)
+    from tokenmill.fleet.session import start_fleet
+
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    fleet_ = start_fleet(profile, ray_address, where)
+    try:
+        click.echo(f"fleet ready: {len(fleet_.handles)} servers; endpoints in {fleet_.endpoints_path}", err=True)
+        click.echo("stop it with Ctrl-C or `tokenmill fleet down`", err=True)
+        while not stop.wait(0.5):
+            pass
+    finally:
+        click.echo("stopping the fleet ...", err=True)
+        fleet_.down()
+
+
+def _detach(profile_file: str, where: Path, ray_address: str | None, log_level: str, start_timeout: float) -> None:
+    from tokenmill.fleet.process import tail
+    from tokenmill.fleet.state import STATE, SUPERVISOR_LOG, read_json
+
+    where.mkdir(parents=True, exist_ok=True)
+    (where / STATE).unlink(missing_ok=True)
+    cmd = [sys.executable, "-m", "tokenmill", "fleet", "up", profile_file, "--state-dir", str(where)]
+    cmd += ["--log-level", log_level] + (["--ray-address", ray_address] if ray_address else [])
+    log_path = where / SUPERVISOR_LOG
+    with log_path.open("ab") as log:
+        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
+    deadline = time.monotonic() + start_timeout + DETACH_WAIT_S
+    while time.monotonic() < deadline:
+        state = read_json(where / STATE) or {}
+        if state.get("supervisor_pid") == proc.pid and state.get("status") == "ready":
+            click.echo(f"fleet ready (supervisor pid {proc.pid}); endpoints in {state['endpoints_file']}")
+            return
+        try:
+            proc.wait(0.2)
+        except subprocess.TimeoutExpired:
+            continue
+        raise ServerError(f"the fleet did not start; {log_path}, last lines:\n{tail(log_path, 40)}")
+    os.killpg(proc.pid, signal.SIGTERM)
+    raise ServerError(f"the fleet was not ready in time; {log_path}, last lines:\n{tail(log_path, 40)}")
+
+
+@fleet.command()
+@click.argument("profile_file", required=False, type=click.Path(dir_okay=False))
+@click.option("--state-dir", help=STATE_DIR_HELP)
+@click.option("--timeout", default=120.0, show_default=True, help="Seconds to wait for the servers to stop.")
+def down(profile_file: str | None, state_dir: str | None, timeout: float) -> None:
+    """Stop the fleet of PROFILE_FILE (or of --state-dir): every server, then its supervisor."""
+    from tokenmill.fleet.state import pid_alive, read_state
+
+    where = _state_dir(profile_file, state_dir)
+    state = read_state(where)
+    pid = state.get("supervisor_pid")
+    if isinstance(pid, int) and pid_alive(pid) and state.get("status") not in ("stopped", "failed"):
+        os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        while pid_alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if pid_alive(pid):
+            raise ServerError(f"the fleet supervisor (pid {pid}) did not stop within {timeout:.0f} s")
+    leftovers = _kill_leftovers(state)
+    note = f"; killed {leftovers} server process(es) left by a supervisor that died" if leftovers else ""
+    click.echo(f"fleet of {where} stopped{note}")
+
+
+def _kill_leftovers(state: dict[str, Any]) -> int:
+    """SIGKILL the process groups of servers whose supervisor is gone (it was killed outright)."""
+    from tokenmill.fleet.state import pid_alive
+
+    killed = 0
+    for server in state.get("servers", []):
+        pid = server.get("pid")
+        if server.get("node") is None and pid_alive(pid):
+            try:
+                os.killpg(pid, signal.SIGKILL)
+                killed += 1
+            except (ProcessLookupError, PermissionError):
+                continue
+    return killed
+
+
+@fleet.command()
+@click.argument("profile_file", required=False, type=click.Path(dir_okay=False))
+@click.option("--state-dir", help=STATE_DIR_HELP)
+@click.option("--json", "as_json", is_flag=True, help="Print the state as JSON.")
+def status(profile_file: str | None, state_dir: str | None, as_json: bool) -> None:
+    """Show each server of the fleet: URL, GPUs, state, restarts, pid, flags. Exits 1 unless all are up."""
+    from tokenmill.fleet.state import pid_alive, read_state
+
+    where = _state_dir(profile_file, state_dir)
+    state = read_state(where)
+    alive = pid_alive(state.get("supervisor_pid"))
+    servers = state.get("servers", [])
+    all_up = alive and bool(servers) and all(s.get("state") == "up" for s in servers)
+    if as_json:
+        click.echo(orjson.dumps({**state, "supervisor_alive": alive}, option=orjson.OPT_INDENT_2).decode())
+        sys.exit(0 if all_up else 1)
+    profile = state.get("profile", {})
+    who = "running" if alive else "not running"
+    click.echo(f"fleet {where}: {state.get('status')} (supervisor pid {state.get('supervisor_pid')}, {who})")
+    click.echo(
+        f"  engine {profile.get('engine')}, model {profile.get('model')}, endpoints {state.get('endpoints_file')}"
+    )
+    for s in servers:
+        gpus = ",".join(map(str, s.get("gpus", []))) or "-"
+        click.echo(
+            f"  [{s['index']}] {s['url']:<28} gpus {gpus:<8} {s['state']:<9} restarts {s.get('restarts', 0)}"
+            f"  pid {s.get('pid') or '-'}"
+        )
+        if s.get("error") and s.get("state") != "up":
+            click.echo("      " + s["error"].splitlines()[0])
+    flags = profile.get("flags") or {}
+    click.echo("  flags: " + (" ".join(f"{k}={v}" for k, v in flags.items()) or "(none)"))
+    last = state.get("apply")
+    if last:
+        click.echo(f"  last re-flag {last['id']}: {last['state']}")
+    sys.exit(0 if all_up else 1)
+
+
+@fleet.command()
+@click.argument("profile_file", type=click.Path(dir_okay=False, exists=True))
+@click.option("--state-dir", help=STATE_DIR_HELP)
+@click.option("--wait/--no-wait", default=True, show_default=True, help="Wait until every server is re-flagged.")
+def apply(profile_file: str, state_dir: str | None, wait: bool) -> None:
+    """Re-flag the running fleet with PROFILE_FILE, one server at a time, while runs go on.
+
+    Each server in turn is drained (runs send it nothing new and its requests finish), restarted with the
+    new flags and taken back once healthy. Only what a server runs may change (engine, model, flags,
+    extra_args, command, python, env); GPUs, ports and layout need `fleet down` and `fleet up`.
+    """
+    from tokenmill.config import load_profile
+    from tokenmill.fleet.state import pid_alive, read_state, request_apply
+    from tokenmill.fleet.supervisor import check_reflag
+
+    profile = load_profile(profile_file)
+    where = _state_dir(None, state_dir) if state_dir else Path(profile.state_dir).absolute()
+    current = read_state(where)
+    from tokenmill.config import FleetProfile
+
+    changed = check_reflag(FleetProfile.model_validate(current["profile"]), profile)
+    if not changed:
+        click.echo("nothing to apply: the fleet already runs this profile's command")
+        return
+    request_id = request_apply(where, profile)
+    click.echo(f"re-flag {request_id} requested ({', '.join(changed)} changed)")
+    if not wait:
+        return
+    shown = 0
+    while True:
+        state = read_state(where)
+        last = state.get("apply") or {}
+        if last.get("id") == request_id:
+            lines = last.get("progress", [])
+            for line in lines[shown:]:
+                click.echo(f"  {line}")
+            shown = len(lines)
+            if last.get("state") == "done":
+                click.echo("re-flag done: every server runs the new flags")
+                return
+            if last.get("state") == "failed":
+                raise ServerError(f"re-flag {request_id} failed (see above); `tokenmill fleet status` shows the fleet")
+        if not pid_alive(state.get("supervisor_pid")):
+            raise ServerError(
+                "the fleet supervisor stopped during the re-flag; `tokenmill fleet status` shows the rest"
+            )
+        time.sleep(0.2)

@@ -1,0 +1,144 @@
+"""The endpoints file: the fleet's servers, one base URL a line, and the run's control channel.
+
+The fleet rewrites it (atomically) whenever a server changes state; a run whose ``servers_file`` names it
+re-reads it every ``servers_file_poll_s`` and follows it::
+
+    # tokenmill fleet endpoints: one base URL a line; a `# draining` or `# down` server gets no new requests
+    http://127.0.0.1:30000
+    http://127.0.0.1:30001  # draining
+    http://127.0.0.1:30002  # down
+
+A server marked ``draining`` (a rolling re-flag is about to restart it) or ``down`` (crashed, restarting)
+gets no new requests; its requests in flight finish or are retried elsewhere. A URL that disappears is
+treated as draining for good; a new URL is added. Any other comment is ignored, so the file is also a
+valid plain ``servers_file`` for a run that does not follow it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import tempfile
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal, Protocol
+
+from tokenmill.config import normalize_url
+
+log = logging.getLogger("tokenmill.fleet")
+
+Mark = Literal["up", "draining", "down"]
+HEADER = "# tokenmill fleet endpoints: one base URL a line; a `# draining` or `# down` server gets no new requests\n"
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    """One server in the endpoints file."""
+
+    url: str
+    mark: Mark = "up"
+
+    @property
+    def sendable(self) -> bool:
+        """Whether a client may send it new requests."""
+        return self.mark == "up"
+
+
+def render(endpoints: Iterable[Endpoint]) -> str:
+    """The file's text."""
+    lines = [HEADER]
+    for ep in endpoints:
+        lines.append(ep.url + ("" if ep.mark == "up" else f"  # {ep.mark}") + "\n")
+    return "".join(lines)
+
+
+def parse(text: str) -> list[Endpoint]:
+    """The endpoints in ``text`` (order kept, the last line wins for a repeated URL)."""
+    found: dict[str, Endpoint] = {}
+    for line in text.splitlines():
+        url, _, comment = line.partition("#")
+        url = url.strip()
+        if not url:
+            continue
+        word = comment.strip().split(" ", 1)[0].lower()
+        mark: Mark = "draining" if word == "draining" else "down" if word == "down" else "up"
+        norm = normalize_url(url)
+        found[norm] = Endpoint(norm, mark)
+    return list(found.values())
+
+
+def write(path: Path, endpoints: Iterable[Endpoint]) -> None:
+    """Replace the file atomically (a reader sees the old or the new list, never half of one)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(render(endpoints))
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def read(path: Path) -> list[Endpoint] | None:
+    """The endpoints in the file, or None when it cannot be read (the fleet is down, or not up yet)."""
+    try:
+        return parse(path.read_text())
+    except OSError:
+        return None
+
+
+class Followable(Protocol):
+    """What :func:`follow` drives (the dispatcher)."""
+
+    def server_urls(self) -> dict[str, bool]:
+        """Each server's URL and whether it is drained."""
+        ...
+
+    def set_draining(self, url: str, draining: bool) -> None: ...
+
+    def add_server(self, url: str) -> None: ...
+
+
+def apply(target: Followable, endpoints: list[Endpoint]) -> list[str]:
+    """Make ``target`` follow ``endpoints``; returns one line per change made (for the log)."""
+    changes: list[str] = []
+    current = target.server_urls()
+    listed = set()
+    for ep in endpoints:
+        listed.add(ep.url)
+        drain = not ep.sendable
+        if ep.url not in current:
+            target.add_server(ep.url)
+            changes.append(f"added {ep.url}")
+            current[ep.url] = False
+        if current[ep.url] != drain:
+            target.set_draining(ep.url, drain)
+            changes.append(f"{ep.url} {ep.mark}" if drain else f"{ep.url} back in use")
+    for url, drained in current.items():
+        if url not in listed and not drained:
+            target.set_draining(url, True)
+            changes.append(f"{url} removed from the fleet")
+    return changes
+
+
+async def follow(path: Path, target: Followable, interval_s: float) -> None:
+    """Re-read ``path`` every ``interval_s`` (when it changed) and apply it to ``target``; runs until cancelled."""
+    seen: tuple[int, int, int] | None = None
+    while True:
+        try:
+            st = path.stat()
+            stamp: tuple[int, int, int] | None = (st.st_mtime_ns, st.st_size, st.st_ino)
+        except OSError:
+            stamp = None
+        if stamp is not None and stamp != seen:
+            seen = stamp
+            endpoints = read(path)
+            if endpoints is not None:
+                for change in apply(target, endpoints):
+                    log.info("fleet: %s", change)
+        await asyncio.sleep(interval_s)

@@ -1,0 +1,88 @@
+"""``tokenmill run --fleet PROFILE.yaml [--ray-address ADDR] [--partitions N]``: a run with its own fleet.
+
+The fleet is started before the run and stopped after it, whatever happens; the run follows the fleet's
+endpoints file (restarts, re-flags). With ``--partitions N`` the input is split in N disjoint parts, each
+run by its own client as a Ray task (see :mod:`tokenmill.fleet.partitions`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tokenmill.config import FleetProfile, JobSpec, load_profile
+from tokenmill.errors import ConfigError
+from tokenmill.fleet.state import ENDPOINTS
+from tokenmill.fleet.supervisor import Fleet
+
+log = logging.getLogger("tokenmill.fleet")
+
+
+def start_fleet(profile: FleetProfile, ray_address: str | None = None, state_dir: Path | None = None) -> Fleet:
+    """Start ``profile``'s servers here, or as Ray actors when ``ray_address`` is given; returns once healthy."""
+    if ray_address:
+        from tokenmill.fleet.ray import ray_fleet
+
+        return ray_fleet(profile, ray_address, state_dir).up()
+    from tokenmill.fleet.local import local_fleet
+
+    return local_fleet(profile, state_dir).up()
+
+
+@dataclass
+class FleetLaunch:
+    """What ``run``'s fleet options asked for."""
+
+    profile_path: str | None = None
+    ray_address: str | None = None
+    partitions: int = 1
+
+    @classmethod
+    def pop_options(cls, fields: dict[str, Any]) -> FleetLaunch:
+        """Take ``--fleet``, ``--ray-address`` and ``--partitions`` out of the command's options."""
+        launch = cls(
+            fields.pop("fleet_file", None), fields.pop("ray_address", None), fields.pop("partitions", None) or 1
+        )
+        if launch.partitions < 1:
+            raise ConfigError("--partitions must be at least 1")
+        if launch.partitions > 1 and not launch.ray_address:
+            raise ConfigError("--partitions runs its clients as Ray tasks: give --ray-address too (e.g. local)")
+        return launch
+
+    def profile(self) -> FleetProfile | None:
+        return load_profile(self.profile_path) if self.profile_path else None
+
+    def job_overrides(self) -> dict[str, Any]:
+        """With a fleet, the job's servers are the fleet's endpoints file."""
+        profile = self.profile()
+        if profile is None:
+            return {}
+        return {"servers": [], "servers_file": str(Path(profile.state_dir).absolute() / ENDPOINTS)}
+
+    def run(self, job: JobSpec, execute: Callable[[JobSpec], None]) -> None:
+        """Start the fleet (if any), run the job (partitioned or not), stop the fleet."""
+        with self._fleet():
+            if self.partitions > 1:
+                from tokenmill.fleet.partitions import execute_partitions
+
+                assert self.ray_address is not None
+                execute_partitions(job, self.partitions, self.ray_address)
+            else:
+                execute(job)
+
+    @contextlib.contextmanager
+    def _fleet(self) -> Iterator[Fleet | None]:
+        profile = self.profile()
+        if profile is None:
+            yield None
+            return
+        fleet = start_fleet(profile, self.ray_address)
+        try:
+            yield fleet
+        finally:
+            log.info("run over: stopping the fleet it started")
+            fleet.down()

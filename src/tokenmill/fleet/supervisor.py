@@ -1,0 +1,295 @@
+"""The fleet: start every server, publish the endpoints, watch, re-flag one server at a time, stop.
+
+:class:`Fleet` works on server handles, whatever runs them (threads of this process, or Ray actors), and
+keeps the state directory current from one watcher thread: the endpoints file (what a run follows) and
+``state.json`` (what ``fleet status`` shows). A re-flag (:meth:`Fleet.apply`, or an ``apply-request.json``
+written by ``tokenmill fleet apply``) restarts the servers one at a time:
+
+1. mark the server ``draining`` in the endpoints file, so the runs following it send it nothing new;
+2. wait for its requests to finish: at least ``drain_notice_s`` (the runs' time to notice), then until its
+   ``/metrics`` shows nothing running or queued, at most ``drain_timeout_s`` (what is still in flight then
+   is retried elsewhere by the runs, without counting against the prompts);
+3. restart it with the new flags and wait until it is healthy;
+4. mark it ``up`` again, and go on with the next server.
+
+A server that does not come up with the new flags is started again with the old ones and the re-flag stops
+there, with the server's log tail in the error.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Protocol
+
+from tokenmill.config import FleetProfile
+from tokenmill.errors import ConfigError, ServerError
+from tokenmill.fleet import endpoints, health
+from tokenmill.fleet.endpoints import Endpoint
+from tokenmill.fleet.keeper import ServerStatus
+from tokenmill.fleet.state import APPLY_REQUEST, ENDPOINTS, STATE, StateLock, read_json, write_json
+
+log = logging.getLogger("tokenmill.fleet")
+
+WATCH_S = 0.25
+# Profile fields a re-flag may not change: they decide where servers run, not how.
+LAYOUT_FIELDS = ("gpus", "tp_size", "host", "base_port", "state_dir")
+# Profile fields that change what a server runs.
+RUN_FIELDS = ("engine", "model", "flags", "extra_args", "command", "python", "env", "health_path")
+
+
+class ServerHandle(Protocol):
+    """One server of the fleet, wherever it runs."""
+
+    def wait_started(self, timeout: float | None = None) -> str | None: ...
+
+    def status(self) -> ServerStatus: ...
+
+    def restart(self, profile: FleetProfile, timeout: float | None = None) -> str | None: ...
+
+    def stop(self) -> None: ...
+
+
+Launcher = Callable[[FleetProfile, Path], list[ServerHandle]]
+
+
+def check_reflag(old: FleetProfile, new: FleetProfile) -> list[str]:
+    """The run fields that differ; ConfigError when a layout field differs."""
+    moved = [f for f in LAYOUT_FIELDS if getattr(old, f) != getattr(new, f)]
+    if moved:
+        raise ConfigError(
+            f"a re-flag cannot change {', '.join(moved)}: those decide where the servers run. "
+            "Stop the fleet (`tokenmill fleet down`) and start it with the new profile instead."
+        )
+    return [f for f in RUN_FIELDS if getattr(old, f) != getattr(new, f)]
+
+
+class Fleet:
+    """Servers of one profile, started by ``launcher``, with their state kept in ``state_dir``."""
+
+    def __init__(self, profile: FleetProfile, launcher: Launcher, state_dir: Path | None = None, kind: str = "local"):
+        self.profile = profile
+        self.launcher = launcher
+        self.kind = kind
+        self.state_dir = Path(state_dir if state_dir is not None else profile.state_dir).absolute()
+        self.endpoints_path = self.state_dir / ENDPOINTS
+        self.handles: list[ServerHandle] = []
+        self.status = "starting"
+        self._lock = threading.RLock()
+        self._state_lock = StateLock(self.state_dir)
+        self._draining: set[int] = set()
+        self._stopped = threading.Event()
+        self._watcher: threading.Thread | None = None
+        self._last_endpoints: str | None = None
+        self._last_state: dict[str, Any] | None = None
+        self._apply: dict[str, Any] | None = None
+        self._apply_thread: threading.Thread | None = None
+        self._handled_request: str | None = None
+        self._started_at = time.time()
+
+    # ---- lifecycle ----------------------------------------------------------------------------------------
+
+    def up(self) -> Fleet:
+        """Start every server and wait until all are healthy; ServerError (with log tails) if any is not."""
+        self._state_lock.acquire()
+        try:
+            self._clear_stale()
+            self.handles = self.launcher(self.profile, self.state_dir)
+            self._watcher = threading.Thread(target=self._watch, name="tokenmill-fleet-watch", daemon=True)
+            self._watcher.start()
+            problems = [p for p in (h.wait_started() for h in self.handles) if p is not None]
+        except BaseException:
+            self.down(status="failed")
+            raise
+        if problems:
+            self.down(status="failed")
+            raise ServerError(
+                f"{len(problems)} of {len(self.handles)} servers did not start; every server was stopped.\n\n"
+                + "\n\n".join(problems)
+            )
+        self.status = "ready"
+        self.publish()
+        log.info("fleet ready: %d servers, endpoints in %s", len(self.handles), self.endpoints_path)
+        return self
+
+    def down(self, status: str = "stopped") -> None:
+        """Stop every server (in parallel) and the watcher; the endpoints file then lists none."""
+        if self._stopped.is_set():
+            return
+        self.status = "stopping"
+        self.publish()
+        threads = [threading.Thread(target=h.stop, daemon=True) for h in self.handles]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        self._stopped.set()
+        if self._watcher is not None and self._watcher is not threading.current_thread():
+            self._watcher.join()
+        self.status = status
+        self.publish(final=True)
+        self._state_lock.release()
+
+    def __enter__(self) -> Fleet:
+        return self.up()
+
+    def __exit__(self, *exc: object) -> None:
+        self.down()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until the fleet is stopped (True) or ``timeout`` passes (False)."""
+        return self._stopped.wait(timeout)
+
+    # ---- views --------------------------------------------------------------------------------------------
+
+    def statuses(self) -> list[ServerStatus]:
+        return [h.status() for h in self.handles]
+
+    def urls(self) -> list[str]:
+        return [s.url for s in self.statuses()]
+
+    def endpoints(self, statuses: list[ServerStatus] | None = None) -> list[Endpoint]:
+        with self._lock:
+            draining = set(self._draining)
+        out = []
+        for st in statuses if statuses is not None else self.statuses():
+            mark: endpoints.Mark = "draining" if st.index in draining else "up" if st.state == "up" else "down"
+            out.append(Endpoint(st.url, mark))
+        return out
+
+    # ---- re-flag ------------------------------------------------------------------------------------------
+
+    def apply(self, new: FleetProfile, progress: Callable[[str], None] | None = None) -> None:
+        """Restart the servers one at a time with ``new``'s command (see the module docstring)."""
+        say = progress or (lambda msg: log.info("%s", msg))
+        changed = check_reflag(self.profile, new)
+        if not changed:
+            say("nothing to apply: the profile runs the same command")
+            return
+        old = self.profile
+        say(f"re-flag: {', '.join(changed)} changed; restarting {len(self.handles)} servers one at a time")
+        for i, handle in enumerate(self.handles):
+            url = handle.status().url
+            waited, idle = self._drain(i, url, new)
+            say(f"server {i} ({url}): drained in {waited:.1f} s" + ("" if idle else " (requests still in flight)"))
+            problem = handle.restart(new, timeout=new.start_timeout_s + 2 * new.stop_timeout_s + 30)
+            if problem is not None:
+                say(f"server {i} did not start with the new flags; starting it with the old ones")
+                back = handle.restart(old, timeout=old.start_timeout_s + 2 * old.stop_timeout_s + 30)
+                self._undrain(i)
+                where = "it runs the old flags again" if back is None else f"the old flags failed too: {back}"
+                raise ServerError(
+                    f"re-flag stopped at server {i}: {problem}\n{where}; servers before it run the new flags, "
+                    "the ones after it the old ones. Fix the profile and apply it again."
+                )
+            self._undrain(i)
+            say(f"server {i} ({handle.status().url}): up with the new flags")
+        with self._lock:
+            self.profile = new
+        self.publish()
+
+    def _drain(self, index: int, url: str, profile: FleetProfile) -> tuple[float, bool]:
+        """Mark a server draining and wait for it to go idle (bounded). Returns (seconds waited, idle)."""
+        with self._lock:
+            self._draining.add(index)
+        self.publish()
+        start = time.monotonic()
+        notice_until = start + profile.drain_notice_s
+        deadline = start + max(profile.drain_timeout_s, profile.drain_notice_s)
+        while True:
+            now = time.monotonic()
+            if now >= notice_until:
+                load = health.load(url)
+                if load is None:
+                    log.warning("server %d has no usable /metrics: its requests in flight are retried elsewhere", index)
+                    return now - start, False
+                if load == 0:
+                    return now - start, True
+            if now >= deadline:
+                return now - start, False
+            if self._stopped.wait(health.POLL_S):
+                raise ServerError("the fleet was stopped during a re-flag")
+
+    def _undrain(self, index: int) -> None:
+        with self._lock:
+            self._draining.discard(index)
+        self.publish()
+
+    # ---- state directory ----------------------------------------------------------------------------------
+
+    def _clear_stale(self) -> None:
+        for name in (ENDPOINTS, APPLY_REQUEST):
+            (self.state_dir / name).unlink(missing_ok=True)
+
+    def publish(self, final: bool = False) -> None:
+        """Rewrite the endpoints file and state.json if anything changed."""
+        with self._lock:
+            statuses = self.statuses()
+            eps = [] if final else self.endpoints(statuses)
+            text = endpoints.render(eps)
+            if text != self._last_endpoints:
+                endpoints.write(self.endpoints_path, eps)
+                self._last_endpoints = text
+            state = {
+                "supervisor_pid": os.getpid(),
+                "kind": self.kind,
+                "status": self.status,
+                "started_at": self._started_at,
+                "endpoints_file": str(self.endpoints_path),
+                "profile": self.profile.model_dump(mode="json"),
+                "servers": [s.to_dict() for s in statuses],
+                "apply": self._apply,
+            }
+            if state != self._last_state:
+                write_json(self.state_dir / STATE, state)
+                self._last_state = state
+
+    def _watch(self) -> None:
+        while not self._stopped.wait(WATCH_S):
+            try:
+                self.publish()
+                self._take_request()
+            except Exception:  # the watcher must outlive a bad request or a full disk; say why
+                log.exception("fleet watcher: publishing the state failed (retrying)")
+
+    def _take_request(self) -> None:
+        if self.status != "ready" or (self._apply_thread is not None and self._apply_thread.is_alive()):
+            return
+        request = read_json(self.state_dir / APPLY_REQUEST)
+        if request is None or request.get("id") == self._handled_request:
+            return
+        request_id = str(request.get("id"))
+        self._handled_request = request_id
+        (self.state_dir / APPLY_REQUEST).unlink(missing_ok=True)
+        self._apply_thread = threading.Thread(
+            target=self._apply_requested, args=(request_id, request.get("profile")), daemon=True
+        )
+        self._apply_thread.start()
+
+    def _apply_requested(self, request_id: str, data: Any) -> None:
+        progress: list[str] = []
+
+        def say(msg: str) -> None:
+            log.info("%s", msg)
+            progress.append(msg)
+            self._set_apply(request_id, "running", progress)
+
+        self._set_apply(request_id, "running", progress)
+        try:
+            new = FleetProfile.model_validate(data)
+            self.apply(new, say)
+        except Exception as exc:  # reported to `fleet apply` through state.json
+            log.error("re-flag %s failed: %s", request_id, exc)
+            progress.append(f"error: {exc}")
+            self._set_apply(request_id, "failed", progress)
+        else:
+            self._set_apply(request_id, "done", progress)
+
+    def _set_apply(self, request_id: str, state: str, progress: list[str]) -> None:
+        with self._lock:
+            self._apply = {"id": request_id, "state": state, "progress": list(progress)}
+        self.publish()
