@@ -55,6 +55,7 @@ class ServerState:
     completed: int = 0
     failed: int = 0
     errors: int = 0
+    throttled: int = 0  # 429/503 answers (the concurrency controller backs off on these)
     prompt_tokens: int = 0
     completion_tokens: int = 0
     set_aside_at: float | None = None
@@ -124,6 +125,7 @@ class Dispatcher:
         rng: random.Random | None = None,
         probe: Callable[[aiohttp.ClientSession, str], Awaitable[bool]] | None = None,
         observer: Callable[[RequestOutcome], None] | None = None,
+        adaptive: bool = False,
     ) -> None:
         if not servers:
             raise ServerError("no servers to send work to")
@@ -138,6 +140,7 @@ class Dispatcher:
         self.wall = wall
         self.rng = rng or random.Random()
         self.probe = probe or probe_health
+        self.adaptive = adaptive  # targets are set by the concurrency controller while running
         self.observer = observer  # sees every finished attempt; never changes what the loop does
         self.stats = DispatchStats()
         self._ready: deque[Work] = deque()
@@ -176,6 +179,12 @@ class Dispatcher:
             self.servers.append(ServerState(url=url, limit=self._first_limit))
             self._wake.set()
 
+    def abort(self, exc: BaseException) -> None:
+        """Stop because of ``exc`` (raised from :meth:`run` once in-flight requests are settled)."""
+        if self._fatal is None:
+            self._fatal = exc
+        self.request_stop()
+
     def request_stop(self) -> None:
         """Stop taking new prompts; in-flight requests may finish (their results are kept)."""
         self._stopping = True
@@ -183,8 +192,10 @@ class Dispatcher:
 
     async def run(self, source: AsyncIterator[Prompt], grace_s: float = 10.0) -> bool:
         """Dispatch until the source is exhausted and every prompt is recorded (True) or a stop (False)."""
-        total_limit = sum(s.limit for s in self.servers)
-        connector = aiohttp.TCPConnector(limit=total_limit + 4 * len(self.servers), limit_per_host=0)
+        # The dispatcher bounds in-flight requests per server itself; the pool must never cap below that
+        # (aiohttp's default of 100 would), so it is unbounded when targets may grow.
+        total_limit = 0 if self.adaptive else sum(s.limit for s in self.servers) + 4 * len(self.servers)
+        connector = aiohttp.TCPConnector(limit=total_limit, limit_per_host=0)
         timeout = aiohttp.ClientTimeout(
             total=None, sock_connect=self.retry.connect_timeout_s, sock_read=self.retry.read_timeout_s
         )
@@ -307,6 +318,20 @@ class Dispatcher:
             work.first_wall = self.wall()
         start = self.clock()
         try:
+            await self._attempt_once(work, server, start)
+        except TokenmillError as exc:  # the output failed (disk full, ...) or a request could not be built
+            self.abort(exc)
+        except Exception as exc:  # a bug must not lose the prompt: stop, keep everything recorded so far
+            log.exception("unexpected error for prompt %s", work.prompt.id)
+            self.abort(exc)
+        finally:
+            server.inflight -= 1
+            self._inflight -= 1
+            self._wake.set()
+
+    async def _attempt_once(self, work: Work, server: ServerState, start: float) -> None:
+        assert self._session is not None
+        try:
             gen = await self.backend.generate(self._session, server.url, work.current)
         except MisconfiguredError as exc:
             self._set_aside(server, exc.message, misconfigured=True)
@@ -320,20 +345,9 @@ class Dispatcher:
         except TransientError as exc:
             self._observe(server, start, None, exc)
             self._on_transient(work, server, exc)
-        except TokenmillError as exc:  # e.g. a ConfigError while building the request: stop the run
-            self._fatal = exc
-            self.request_stop()
-        except Exception as exc:  # a bug must not lose the prompt: stop, keep everything recorded so far
-            log.exception("unexpected error for prompt %s", work.prompt.id)
-            self._fatal = exc
-            self.request_stop()
         else:
             self._observe(server, start, gen, None)
             self._on_success(work, server, gen, self.clock() - start)
-        finally:
-            server.inflight -= 1
-            self._inflight -= 1
-            self._wake.set()
 
     def _observe(self, server: ServerState, start: float, gen: Generation | None, exc: Exception | None) -> None:
         if self.observer is None:
@@ -404,6 +418,8 @@ class Dispatcher:
 
     def _on_transient(self, work: Work, server: ServerState, exc: TransientError) -> None:
         server.errors += 1
+        if exc.status in (429, 503):
+            server.throttled += 1
         server.consecutive_failures += 1
         self.stats.retries += 1
         self.stats.recent_failures.append(f"{server.url}: {exc.message}")
