@@ -304,6 +304,23 @@ class SimConfig(_Model):
     log_level: Literal["debug", "info", "warning", "error"] = Field(
         default="info", description="Level of the scheduler log lines `tokenmill sim` writes to stderr"
     )
+    gpu: str | None = Field(
+        default=None,
+        description="GPU to simulate (a planner GPU such as rtx-pro-6000): turns the twin on, with pools, "
+        "admission and step times from the capacity planner instead of the fixed step times",
+    )
+    model_spec: str | None = Field(
+        default=None,
+        description="Model the twin simulates: a bundled planner model or a config.json path (none: --model)",
+    )
+    engine_flags: str = Field(
+        default="",
+        description="SGLang launch flags the twin sizes its pools and timing from, e.g. "
+        "'--mamba-scheduler-strategy extra_buffer --mem-fraction-static 0.9'",
+    )
+    eta_bw: float | None = Field(
+        default=None, gt=0, le=1, description="Bandwidth efficiency of the twin's roofline (none: the planner's)"
+    )
 
 
 class PlannerConfig(_Model):
