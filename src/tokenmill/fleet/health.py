@@ -58,7 +58,10 @@ def load(url: str) -> float | None:
     answer = get(url + "/metrics")
     if answer is None or answer[0] != 200:
         return None
-    snap = parse_metrics(answer[1].decode("utf-8", "replace"), time.monotonic())
+    try:
+        snap = parse_metrics(answer[1].decode("utf-8", "replace"), time.monotonic())
+    except Exception:  # not Prometheus text (an engine without metrics answering every path)
+        return None
     if snap.running is None and snap.queued is None:
         return None
     return (snap.running or 0.0) + (snap.queued or 0.0)
