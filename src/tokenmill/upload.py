@@ -89,13 +89,13 @@ class UploadStatus:
     def line(self) -> str:
         """One status line for the end of a run."""
         where = self.remote
-        moved = f"{self.uploaded} uploaded now ({self.bytes / 1e6:,.1f} MB, {self.rate_mb_s:,.1f} MB/s)"
+        moved = f"{self.uploaded} uploaded now, {self.bytes / 1e6:,.1f} MB at {self.rate_mb_s:,.1f} MB/s"
         if self.complete:
             tail = ", _SUCCESS written" if self.marker else ""
             if self.deleted:
                 tail += f"; {self.deleted} local shard(s) deleted after a verified upload"
             return (
-                f"upload: all {self.local_shards} shards are at {where} ({moved}, {self.already} already there){tail}"
+                f"upload: all {self.local_shards} shards are at {where} ({moved}; {self.already} already there){tail}"
             )
         if self.fatal:
             return f"upload stopped: {self.fatal}"

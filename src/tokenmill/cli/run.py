@@ -72,8 +72,6 @@ def execute(
         run_job(job, allow_changed_job=allow_changed_job, allow_existing_prefix=allow_existing_prefix, live=live)
     )
     click.echo(result.summary.markdown())
-    if result.upload is not None:
-        click.echo(result.upload.line(), err=True)
     if not result.finished:
         click.echo("stopped before the end: rerun the same command to resume.", err=True)
         sys.exit(3)
