@@ -170,7 +170,7 @@ class Summary:
             gpus=gpus,
             usable_servers=sum(1 for r in rows if r.get("usable")),
             eta_s=c.get("eta_s") if state == "running" else None,
-            binding=None,
+            binding=tick.get("binding"),
             verdicts=list(tick.get("verdicts") or []),
             state=state,
         )

@@ -19,6 +19,9 @@ _COMMANDS = {
     "demo": "demo",
     "plan": "plan",
     "calibrate": "calibrate",
+    "doctor": "doctor",
+    "report": "report",
+    "status": "status",
     "fleet": "fleet",
     "export": "export:export_cmd",
 }

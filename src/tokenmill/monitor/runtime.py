@@ -84,6 +84,7 @@ def tick_record(snap: Snapshot, client: ClientMetrics) -> dict[str, Any]:
             for r in snap.servers
         ],
         "verdicts": [v.rule for v in snap.verdicts],
+        "binding": snap.verdicts[0].binds if snap.verdicts else None,
     }
 
 

@@ -1,0 +1,117 @@
+"""``tokenmill doctor``: what limits the servers' throughput, with the evidence and the flags to change."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from pathlib import Path
+
+import click
+
+from tokenmill.config import DoctorSpec, normalize_url
+from tokenmill.errors import ConfigError
+
+
+def _table(servers: list[object]) -> str:
+    from tokenmill.doctor.model import ServerObs
+    from tokenmill.doctor.rules import num, pct
+
+    lines = ["server                          running    queue   KV     state  out tok/s  prompt tok/s  health"]
+    for s in servers:
+        assert isinstance(s, ServerObs)
+        v = s.view
+        run = f"{num(v.running)}/{v.max_running or '?'}"
+        health = "up" if v.healthy else f"down: {v.error}"
+        lines.append(
+            f"{v.url:<31} {run:>9} {num(v.queued):>8} {pct(v.kv_usage):>6} {pct(v.state_usage):>6} "
+            f"{num(v.output_tok_s):>10} {num(v.prompt_tok_s):>13}  {health}"
+        )
+    return "\n".join(lines)
+
+
+def _rules_text() -> str:
+    from tokenmill.doctor.rules import RULES
+
+    return "\n".join(f"{r.id:<24} binds {r.binds:<20} when {r.when}" for r in RULES)
+
+
+@click.command()
+@click.option("--servers", "-s", multiple=True, help="Server base URL (repeat).")
+@click.option("--servers-file", type=click.Path(exists=True, dir_okay=False), help="One base URL per line.")
+@click.option("--model", "-m", help="Model for predicted gains (bundled name or config.json; default: the servers').")
+@click.option("--gpu", "-g", help="GPU of the servers for predicted gains (e.g. h100, rtx-pro-6000).")
+@click.option("--concurrency", type=click.IntRange(min=1), help="The client's in-flight limit per server, if known.")
+@click.option(
+    "--output",
+    "-o",
+    "out",
+    type=click.Path(exists=True, file_okay=False),
+    help="Output directory of a run in progress: read the client's side (in flight, limits, CPU) from it.",
+)
+@click.option("--samples", type=click.IntRange(min=2), help="Scrapes per server (default 4).")
+@click.option("--interval", type=click.FloatRange(min=0.1), help="Seconds between scrapes (default 2).")
+@click.option("--api-key-env", help="Env var holding the servers' API key (for /server_info).")
+@click.option("--json", "as_json", is_flag=True, help="Print the verdicts as JSON.")
+@click.option("--rules", "list_rules", is_flag=True, help="List the rules and exit.")
+def doctor(
+    servers: tuple[str, ...],
+    servers_file: str | None,
+    model: str | None,
+    gpu: str | None,
+    concurrency: int | None,
+    out: str | None,
+    samples: int | None,
+    interval: float | None,
+    api_key_env: str | None,
+    as_json: bool,
+    list_rules: bool,
+) -> None:
+    """Scrape the servers a few times and say what binds their throughput: the state pool, the KV cache,
+    the client's concurrency, compute, prefill, retractions, a down or flapping server, or the client CPU.
+
+    Each verdict shows its numbers and the exact flags to change; with the model and GPU known (--model,
+    --gpu, or a twin that says), the planner predicts max running and tok/s before and after.
+
+    \b
+    Examples:
+        tokenmill doctor --servers http://10.0.0.5:30000 --gpu h100
+        tokenmill doctor --servers-file servers.txt --output run-out/    # with the running job's side
+    """
+    if list_rules:
+        click.echo(_rules_text())
+        return
+    urls = [normalize_url(u) for u in servers]
+    if servers_file:
+        for line in Path(servers_file).read_text().splitlines():
+            line = line.split("#", 1)[0].strip()
+            if line:
+                urls.append(normalize_url(line))
+    urls = list(dict.fromkeys(urls))
+    if not urls:
+        raise click.UsageError("give --servers URL (repeatable) or --servers-file")
+    headers = {}
+    if api_key_env:
+        key = os.environ.get(api_key_env)
+        if not key:
+            raise ConfigError(f"--api-key-env names {api_key_env!r}, but that variable is not set; export it")
+        headers["Authorization"] = f"Bearer {key}"
+    spec = DoctorSpec()
+    spec = spec.model_copy(
+        update={
+            "down_after_s": 0.0,  # one look: a server that never answered is down
+            "oneshot_samples": samples or spec.oneshot_samples,
+            "oneshot_interval_s": interval or spec.oneshot_interval_s,
+        }
+    )
+    from tokenmill.doctor import PlannerPredictor, diagnose, format_verdicts
+    from tokenmill.doctor.oneshot import observe
+
+    obs = asyncio.run(observe(urls, spec, headers=headers, concurrency=concurrency, out=Path(out) if out else None))
+    verdicts = diagnose(obs, spec, PlannerPredictor(model, gpu))
+    if as_json:
+        click.echo(json.dumps({"verdicts": [v.as_dict() for v in verdicts]}, indent=2))
+        return
+    click.echo(_table(list(obs.servers)))
+    click.echo("")
+    click.echo(format_verdicts(verdicts, len(urls)))

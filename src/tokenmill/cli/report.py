@@ -1,0 +1,32 @@
+"""``tokenmill report``: the run report of an output directory, as one HTML page with plots."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+
+@click.command()
+@click.argument("out", type=click.Path(exists=True, file_okay=False))
+@click.option(
+    "--output", "-o", "dest", type=click.Path(dir_okay=False), help="HTML file to write (default: OUT/report.html)."
+)
+@click.option(
+    "--max-points", default=2000, show_default=True, help="Most snapshots plotted (long runs are thinned)."
+)
+def report(out: str, dest: str | None, max_points: int) -> None:
+    """Build a self-contained HTML report of the run(s) in OUT from its event log.
+
+    Plots throughput (aggregate and per server), running vs max running, KV vs state pool usage, queues,
+    completions/s, output lengths, finish reasons and failures over time, with the summary table and the
+    doctor's verdicts. The figures are also written as PNG files next to the page.
+
+    \b
+    Example:
+        tokenmill report tokenmill-demo && xdg-open tokenmill-demo/report.html
+    """
+    from tokenmill.report import build_report
+
+    path = build_report(Path(out), Path(dest) if dest else None, max_points=max_points)
+    click.echo(f"report written to {path} (figures as PNG in {path.parent / (path.stem if dest else 'report')})")

@@ -1,0 +1,38 @@
+"""``tokenmill report``: the event log of an output directory as one self-contained HTML page with plots.
+
+``build_report(out)`` writes ``OUT/report.html`` (figures embedded) and the same figures as PNG files in
+``OUT/report/``; it reads only ``events.jsonl`` and ``summary.json``, never the shards.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tokenmill.errors import OutputError
+from tokenmill.report.data import RunData, load
+from tokenmill.report.html import render
+from tokenmill.report.plots import FIGURES
+
+__all__ = ["RunData", "build_report", "load"]
+
+
+def build_report(out: Path, dest: Path | None = None, max_points: int = 2000) -> Path:
+    """Write the report of ``out`` to ``dest`` (default ``OUT/report.html``); returns its path."""
+    data = load(out, max_points=max_points)
+    html_path = dest or out / "report.html"
+    png_dir = html_path.parent / (html_path.stem if dest else "report")
+    figures: list[tuple[str, str, bytes]] = []
+    for name, title, draw in FIGURES:
+        png = draw(data)
+        if png is not None:
+            figures.append((name, title, png))
+    try:
+        png_dir.mkdir(parents=True, exist_ok=True)
+        for name, _, png in figures:
+            (png_dir / f"{name}.png").write_bytes(png)
+        tmp = html_path.with_suffix(".html.tmp")
+        tmp.write_text(render(data, figures), encoding="utf-8")
+        tmp.replace(html_path)
+    except OSError as exc:
+        raise OutputError(f"cannot write the report to {html_path}: {exc.strerror or exc}") from exc
+    return html_path

@@ -1,0 +1,148 @@
+"""The event log read back as time series: client and per-server numbers, verdict intervals, final counts.
+
+Long logs are thinned to at most ``max_points`` ticks (every n-th), so a multi-day run plots quickly;
+cumulative numbers (histograms, failures) are always taken from the last tick, never from the thinned ones.
+Resumed runs share one time axis (wall-clock time since the first record); a gap between runs breaks the
+lines instead of joining them.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from tokenmill.errors import OutputError
+from tokenmill.monitor.events import EVENTS_FILE, read_events
+
+NAN = float("nan")
+SERVER_KEYS = ("tok_s", "running", "max_running", "queued", "kv", "state")
+CLIENT_KEYS = ("tok_s", "server_tok_s", "comp_s", "failed", "retries", "done", "inflight")
+
+
+@dataclass(slots=True)
+class VerdictSpan:
+    """One verdict shown from ``start`` to ``end`` (seconds since the first record; None: still shown)."""
+
+    start: float
+    end: float | None
+    verdict: dict[str, Any]
+
+
+@dataclass(slots=True)
+class RunData:
+    out: Path
+    t0: float = 0.0  # wall time of the first record
+    times: list[float] = field(default_factory=list)  # seconds since t0, one per kept tick (NaN = a gap)
+    client: dict[str, list[float]] = field(default_factory=dict)
+    servers: dict[str, dict[str, list[float]]] = field(default_factory=dict)
+    spans: list[VerdictSpan] = field(default_factory=list)
+    runs: list[dict[str, Any]] = field(default_factory=list)  # start records
+    last_tick: dict[str, Any] | None = None
+    ended: dict[str, Any] | None = None  # the last end record, if the last run ended
+    summary: dict[str, Any] | None = None  # summary.json
+    ticks_total: int = 0
+
+    @property
+    def failures_by_type(self) -> dict[str, int]:
+        return dict((self.last_tick or {}).get("client", {}).get("errors") or {})
+
+
+def _value(x: Any) -> float:
+    return float(x) if isinstance(x, int | float) and not isinstance(x, bool) else NAN
+
+
+def load(out: Path, max_points: int = 2000) -> RunData:
+    """Read ``OUT/events.jsonl`` (and ``OUT/summary.json`` when present)."""
+    path = out / EVENTS_FILE
+    if not path.exists():
+        raise OutputError(
+            f"{path} does not exist: run `tokenmill run` with this output directory first "
+            "(the event log is written while a run goes on)"
+        )
+    data = RunData(out=out)
+    ticks: list[dict[str, Any]] = []
+    verdict_records: list[tuple[float, list[dict[str, Any]]]] = []
+    for rec in read_events(path):
+        t = float(rec.get("t") or 0.0)
+        if not data.t0:
+            data.t0 = t
+        kind = rec["kind"]
+        if kind == "start":
+            data.runs.append(rec)
+            data.ended = None
+            if ticks:
+                ticks.append({"gap": True, "t": t})
+            if verdict_records and verdict_records[-1][1]:
+                verdict_records.append((t, []))  # a new run starts with no verdict shown
+        elif kind == "tick":
+            ticks.append(rec)
+            data.last_tick = rec
+        elif kind == "verdicts":
+            verdict_records.append((t, list(rec.get("verdicts") or [])))
+        elif kind == "end":
+            data.ended = rec
+            if verdict_records and verdict_records[-1][1]:
+                verdict_records.append((t, []))
+    data.ticks_total = sum(1 for r in ticks if not r.get("gap"))
+    _series(data, ticks, max_points)
+    data.spans = _spans(verdict_records, data.t0)
+    summary = out / "summary.json"
+    if summary.exists():
+        try:
+            data.summary = orjson.loads(summary.read_bytes())
+        except (OSError, orjson.JSONDecodeError):
+            data.summary = None
+    return data
+
+
+def _series(data: RunData, ticks: list[dict[str, Any]], max_points: int) -> None:
+    real = [r for r in ticks if not r.get("gap")]
+    step = max(1, math.ceil(len(real) / max_points))
+    kept: list[dict[str, Any]] = []
+    seen = 0
+    for r in ticks:
+        if r.get("gap"):
+            kept.append(r)
+            continue
+        if seen % step == 0 or r is real[-1]:
+            kept.append(r)
+        seen += 1
+    urls: list[str] = []
+    for r in real:
+        for s in r.get("servers") or []:
+            if s.get("url") not in urls:
+                urls.append(s["url"])
+    data.client = {k: [] for k in CLIENT_KEYS}
+    data.servers = {u: {k: [] for k in SERVER_KEYS} for u in urls}
+    for r in kept:
+        data.times.append(NAN if r.get("gap") else float(r["t"]) - data.t0)
+        c = r.get("client") or {}
+        for k in CLIENT_KEYS:
+            data.client[k].append(_value(c.get(k)))
+        rows = {s.get("url"): s for s in r.get("servers") or []}
+        for u in urls:
+            row = rows.get(u) or {}
+            for k in SERVER_KEYS:
+                data.servers[u][k].append(_value(row.get(k)))
+
+
+def _spans(records: list[tuple[float, list[dict[str, Any]]]], t0: float) -> list[VerdictSpan]:
+    spans: list[VerdictSpan] = []
+    open_: dict[str, VerdictSpan] = {}
+    for t, verdicts in records:
+        now = {v.get("rule", "?"): v for v in verdicts}
+        for rule, span in list(open_.items()):
+            if rule not in now:
+                span.end = t - t0
+                del open_[rule]
+        for rule, v in now.items():
+            if rule in open_:
+                open_[rule].verdict = v  # the latest numbers of an ongoing verdict
+            else:
+                open_[rule] = VerdictSpan(t - t0, None, v)
+                spans.append(open_[rule])
+    return spans

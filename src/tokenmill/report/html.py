@@ -1,0 +1,176 @@
+"""The report page: one self-contained HTML file (CSS inline, figures as data: URLs)."""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+from collections.abc import Sequence
+from html import escape
+from typing import Any
+
+from tokenmill.progress import fmt_duration
+from tokenmill.report.data import RunData, VerdictSpan
+
+CSS = """
+body { font-family: system-ui, -apple-system, Segoe UI, Roboto, sans-serif; margin: 24px auto; max-width: 1060px;
+       color: #1d2430; background: #fff; }
+h1 { font-size: 1.5em; margin-bottom: 0; } h2 { font-size: 1.15em; margin-top: 1.8em; border-bottom: 1px solid #ddd; }
+.sub { color: #667; margin-top: 4px; }
+table { border-collapse: collapse; font-size: 0.88em; margin: 8px 0; }
+th, td { border: 1px solid #d9dde3; padding: 4px 8px; text-align: left; vertical-align: top; }
+th { background: #f3f5f8; } td.num { text-align: right; font-variant-numeric: tabular-nums; }
+code { background: #f3f5f8; padding: 1px 4px; border-radius: 3px; }
+figure { margin: 12px 0 24px 0; } figure img { max-width: 100%; border: 1px solid #eee; }
+figcaption { color: #556; font-size: 0.85em; }
+.critical { color: #b00020; font-weight: 600; } .warning { color: #a15c00; font-weight: 600; } .info { color: #225; }
+"""
+
+
+def _fmt(x: Any, digits: int = 0) -> str:
+    if x is None:
+        return "-"
+    if isinstance(x, bool):
+        return "yes" if x else "no"
+    if isinstance(x, int):
+        return f"{x:,}"
+    if isinstance(x, float):
+        return f"{x:,.{digits}f}"
+    return str(x)
+
+
+def _clock(data: RunData, offset: float) -> str:
+    return dt.datetime.fromtimestamp(data.t0 + offset, tz=dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def summary_rows(data: RunData) -> list[tuple[str, str]]:
+    """The summary table: from summary.json when the last run wrote one, else from the last tick."""
+    s = data.summary
+    tick = (data.last_tick or {}).get("client") or {}
+    start = data.runs[-1] if data.runs else {}
+    rows = [("output", str(data.out)), ("runs in this output", str(len(data.runs)))]
+    if s is not None:
+        rows += [
+            ("state", "finished" if s.get("finished") else "stopped"),
+            ("model / api", f"{s.get('model')} / {s.get('api')}"),
+            ("prompts (input rows)", _fmt(s.get("total_rows"))),
+            ("completed (all runs)", _fmt(s.get("completed_total"))),
+            ("failed (all runs)", _fmt(s.get("failed_total"))),
+            ("skipped bad rows", _fmt(s.get("skipped"))),
+            ("servers / GPUs", f"{len(s.get('servers') or [])} / {_fmt(s.get('gpus'))}"),
+            ("decode tok/s (servers, aggregate)", _fmt(s.get("server_decode_tok_s"))),
+            ("decode tok/s per GPU", _fmt(s.get("decode_tok_s_per_gpu"))),
+            ("completions/s (client)", _fmt(s.get("completions_per_s"), 2)),
+            ("output tok/s (client-effective)", _fmt(s.get("output_tok_s"))),
+            ("avg output tokens", _fmt(s.get("avg_output_tokens"), 1)),
+            ("elapsed (last run)", fmt_duration(s.get("elapsed_s"))),
+            ("retries (last run)", _fmt(s.get("retries"))),
+            ("binding resource", str(s.get("binding") or "-")),
+        ]
+    else:
+        rows += [
+            ("state", "in progress or interrupted" if data.ended is None else "stopped"),
+            ("model / api", f"{start.get('model')} / {start.get('api')}"),
+            ("prompts (input rows)", _fmt(tick.get("total"))),
+            ("done (completed + failed)", _fmt(tick.get("done"))),
+            ("failed (this run)", _fmt(tick.get("failed"))),
+            ("decode tok/s (servers, now)", _fmt(tick.get("server_tok_s"))),
+            ("completions/s (client, now)", _fmt(tick.get("comp_s"), 2)),
+            ("output tok/s (client-effective, now)", _fmt(tick.get("tok_s"))),
+            ("ETA", fmt_duration(tick.get("eta_s"))),
+        ]
+    return rows
+
+
+def _table(headers: Sequence[str], rows: Sequence[Sequence[str]], numeric: Sequence[int] = ()) -> str:
+    head = "".join(f"<th>{escape(h)}</th>" for h in headers) if any(headers) else ""
+    body = []
+    for row in rows:
+        cells = "".join(f'<td class="num">{c}</td>' if i in numeric else f"<td>{c}</td>" for i, c in enumerate(row))
+        body.append(f"<tr>{cells}</tr>")
+    head_row = f"<tr>{head}</tr>" if head else ""
+    return f"<table>{head_row}{''.join(body)}</table>"
+
+
+def _verdicts(data: RunData, spans: Sequence[VerdictSpan]) -> str:
+    if not spans:
+        return "<p>The doctor found nothing that binds harder than the GPUs themselves.</p>"
+    rows = []
+    for sp in spans:
+        v = sp.verdict
+        sev = escape(str(v.get("severity", "info")))
+        where = ", ".join(v.get("servers") or []) or "client"
+        changes = "<br>".join(f"<code>{escape(c)}</code>" for c in v.get("changes") or [])
+        preds = "<br>".join(escape(p.get("text", "")) for p in v.get("predictions") or [])
+        evidence = "<br>".join(f"{escape(str(k))}: {escape(str(val))}" for k, val in v.get("evidence") or [])
+        rows.append(
+            [
+                escape(_clock(data, sp.start)),
+                "still shown" if sp.end is None else escape(fmt_duration(sp.end - sp.start)),
+                f'<span class="{sev}">{escape(str(v.get("title", v.get("rule"))))}</span>',
+                escape(where),
+                escape(str(v.get("summary", ""))) + f"<br><small>{evidence}</small>",
+                escape(str(v.get("advice", "")))
+                + (f"<br>{changes}" if changes else "")
+                + (f"<br><small>{preds}</small>" if preds else ""),
+            ]
+        )
+    return _table(["from", "for", "verdict", "where", "evidence", "recommendation"], rows)
+
+
+def _servers(data: RunData) -> str:
+    rows = []
+    for s in (data.last_tick or {}).get("servers") or []:
+        rows.append(
+            [
+                escape(str(s.get("url"))),
+                _fmt(s.get("completed")),
+                _fmt(s.get("errors")),
+                _fmt(s.get("tok_s")),
+                f"{_fmt(s.get('running'))}/{_fmt(s.get('max_running'))}",
+                _fmt(s.get("queued")),
+                "-" if s.get("kv") is None else f"{s['kv']:.0%}",
+                "-" if s.get("state") is None else f"{s['state']:.0%}",
+                f"{_fmt(s.get('inflight'))}/{_fmt(s.get('limit'))}",
+                "set aside" if not s.get("usable", True) else ("up" if s.get("healthy") is not False else "down"),
+            ]
+        )
+    if not rows:
+        return ""
+    return _table(
+        ["server", "completed", "errors", "tok/s", "running", "queue", "KV", "state", "client", "health"],
+        rows,
+        numeric=(1, 2, 3, 4, 5, 6, 7, 8),
+    )
+
+
+def render(data: RunData, figures: Sequence[tuple[str, str, bytes]]) -> str:
+    """The page; ``figures`` are (name, title, png bytes)."""
+    parts = [
+        "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>",
+        f"<title>tokenmill report: {escape(str(data.out))}</title><style>{CSS}</style></head><body>",
+        "<h1>tokenmill run report</h1>",
+        f"<p class='sub'>{escape(str(data.out))} — {data.ticks_total:,} snapshots from "
+        f"{escape(_clock(data, 0))}; generated {escape(dt.datetime.now(tz=dt.UTC).strftime('%Y-%m-%d %H:%M UTC'))}</p>",
+        "<h2>Summary</h2>",
+        _table(["", ""], [[escape(k), escape(v)] for k, v in summary_rows(data)]),
+        "<h2>Doctor verdicts</h2>",
+        _verdicts(data, data.spans),
+    ]
+    failures = data.failures_by_type
+    if failures:
+        parts.append("<h2>Failed attempts by error</h2>")
+        parts.append(_table(["error", "attempts"], [[escape(k), _fmt(v)] for k, v in sorted(failures.items())], (1,)))
+    servers = _servers(data)
+    if servers:
+        parts += ["<h2>Servers at the last snapshot</h2>", servers]
+    parts.append("<h2>Over time</h2>")
+    for name, title, png in figures:
+        b64 = base64.b64encode(png).decode("ascii")
+        parts.append(
+            f"<figure id='{escape(name)}'><img alt='{escape(title)}' src='data:image/png;base64,{b64}'>"
+            f"<figcaption>{escape(title)} ({escape(name)}.png alongside this file)</figcaption></figure>"
+        )
+    if not figures:
+        parts.append("<p>No snapshots to plot yet.</p>")
+    parts.append("</body></html>")
+    return "\n".join(parts)
