@@ -119,8 +119,8 @@ class UploadSpec(_Model):
     manifest_interval_s: float = Field(
         default=30.0,
         ge=0,
-        description="Least time between two rewrites of the remote manifest while shards keep coming "
-        "(bounds the manifest traffic of long runs; it is always rewritten when the queue empties)",
+        description="Least time between two rewrites of the remote manifest, which lists every uploaded shard "
+        "(bounds the manifest traffic of long runs; the end of a run always writes it)",
     )
 
 
