@@ -10,8 +10,9 @@ The worker's life, in order:
    sha256 (or whose object is gone) is queued, so a resumed run uploads exactly what is missing;
 3. upload queued shards oldest first with put-if-absent; when an object is already there, its content is
    compared (sha256) and it is adopted when equal, reported and left alone when not;
-4. rewrite the remote manifest after shards (at most every ``manifest_interval_s`` while shards keep coming,
-   and whenever the queue empties), so the manifest never lists a shard that is not there;
+4. rewrite the remote manifest after shards, at most every ``manifest_interval_s`` (long runs would
+   otherwise rewrite an ever larger manifest after every shard), so it never lists a shard that is not
+   there and lags the uploads by at most that interval;
 5. at the end (:meth:`Uploader.finish`): drain the queue for up to ``drain_timeout_s``, write the manifest,
    and, when the run finished and every shard is up, write ``_SUCCESS`` last.
 
@@ -144,7 +145,7 @@ class Uploader:
         self._manifest: RemoteManifest | None = None
         self._tag: str | None = None
         self._dirty = False
-        self._last_manifest = 0.0
+        self._last_manifest = float("-inf")
         self._marker_seen = False
         self._finishing = False
         self._finished_run = False
@@ -300,20 +301,28 @@ class Uploader:
         while True:
             with self._cond:
                 while not self._queue and not self._finishing and not self._abort:
-                    self._cond.wait()
+                    due = self._manifest_due()
+                    if due is not None and due <= 0:
+                        break
+                    self._cond.wait(due)
                 if self._abort or (self._deadline is not None and time.monotonic() >= self._deadline):
                     raise _Stopped
-                if not self._queue:
+                if not self._queue and self._finishing:
                     return
-                item = self._queue[0]
-            self._upload(item)
-            with self._cond:
-                self._queue.pop(0)
-                empty = not self._queue
-            if self._dirty and (
-                empty or time.monotonic() - self._last_manifest >= self.spec.upload.manifest_interval_s
-            ):
+                item = self._queue[0] if self._queue else None
+            if item is not None:
+                self._upload(item)
+                with self._cond:
+                    self._queue.pop(0)
+            due = self._manifest_due()
+            if due is not None and due <= 0:
                 self._write_manifest()
+
+    def _manifest_due(self) -> float | None:
+        """Seconds until the remote manifest should be rewritten (<= 0: now), None when it is current."""
+        if not self._dirty:
+            return None
+        return self._last_manifest + self.spec.upload.manifest_interval_s - time.monotonic()
 
     def _final(self) -> None:
         if self._dirty:

@@ -282,3 +282,38 @@ def test_delete_after_upload_keeps_resume_and_verify_whole(s3: S3, tmp_path: Pat
 
 def remote_shards_of(s3: S3) -> dict[str, int]:
     return {k[len(PREFIX) :]: v for k, v in s3.objects(PREFIX).items() if "completions_" in k}
+
+
+def test_the_manifest_catches_up_within_its_interval_while_the_run_goes_on(s3: S3, tmp_path: Path) -> None:
+    sp = spec(s3, tmp_path, manifest_interval_s=0.3)
+    up = Uploader(Path(sp.dir), sp, store=Store(sp.remote or "", sp.storage_options))
+    out = OutputDir(sp.dir, sp.shard_size, on_seal=up.enqueue)
+    out.open()
+    up.start(JOB)
+    write(out, 0, 30)
+    deadline = time.monotonic() + 15
+    listed: set[str] = set()
+    while time.monotonic() < deadline and len(listed) < 3:
+        listed = set(remote_manifest(s3)["shards"]) if PREFIX + MANIFEST in s3.objects(PREFIX) else set()
+        time.sleep(0.05)
+    assert listed == {f"completions_00000{i}.jsonl" for i in range(3)}
+    assert PREFIX + MARKER not in s3.objects(PREFIX)
+    out.close(seal=True)
+    up.finish(True)
+    up.join(30)
+    assert up.status().marker
+
+
+def test_a_long_manifest_interval_defers_the_manifest_to_the_end(s3: S3, tmp_path: Path) -> None:
+    writes: list[str] = []
+    status = run_upload(
+        s3,
+        tmp_path,
+        (0, 40),
+        hook=lambda op, name: writes.append(name) if op == "put" else None,
+        manifest_interval_s=3600,
+    )
+    assert status.complete
+    # claimed once, written once after the first shard (the interval starts there), once at the end
+    assert writes.count(MANIFEST) == 3
+    assert set(remote_manifest(s3)["shards"]) == set(local_shards(tmp_path))
