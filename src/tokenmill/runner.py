@@ -94,10 +94,14 @@ def check_job_identity(out: Path, job: JobSpec, allow_changed: bool) -> str:
     return job_id
 
 
-def _input_rows(job: JobSpec) -> Callable[[], Iterator[Prompt | Skip]]:
+def _input_rows(job: JobSpec, partition: tuple[int, int] | None = None) -> Callable[[], Iterator[Prompt | Skip]]:
     from tokenmill.sources import iter_prompts
 
-    return lambda: iter_prompts(job.input)
+    if partition is None:
+        return lambda: iter_prompts(job.input)
+    from tokenmill.fleet.partitions import only_partition
+
+    return lambda: only_partition(iter_prompts(job.input), *partition)
 
 
 def _count_rows(job: JobSpec) -> int | None:
@@ -120,13 +124,19 @@ async def run_job(
     install_signals: bool = True,
     clock: Callable[[], float] = time.monotonic,
     on_tick: Callable[[Snapshot], None] | None = None,
+    partition: tuple[int, int] | None = None,
 ) -> RunResult:
     """Run ``job`` until every prompt is recorded or a stop is requested; safe to rerun after any crash."""
     out_path = Path(job.output.dir)
     uploader = (
         Uploader(out_path, job.output, allow_existing_prefix=allow_existing_prefix) if job.output.remote else None
     )
-    out = OutputDir(out_path, shard_size=job.output.shard_size, on_seal=uploader.enqueue if uploader else None)
+    out = OutputDir(
+        out_path,
+        shard_size=job.output.shard_size,
+        on_seal=uploader.enqueue if uploader else None,
+        partition=partition[0] if partition else None,  # (index, count): this client's share of the input
+    )
     state = out.open()
     for msg in state.repaired:
         log.warning("output repaired: %s", msg)
@@ -154,7 +164,7 @@ async def run_job(
         sampling=job.sampling.as_dict(),
         clock=clock,
     )
-    feed = PromptFeed(_input_rows(job), state.done, out.skip)
+    feed = PromptFeed(_input_rows(job, partition), state.done, out.skip)
     monitor = RunMonitor(job, dispatcher, out_path, uuid.uuid4().hex[:12], clock=clock)
     tracker = Tracker(
         dispatcher,
@@ -234,7 +244,8 @@ async def run_job(
     if finished and feed.counts.rows == 0:
         raise InputError(f"the input holds no rows ({job.input.path or job.input.hf}); check input.path / input.hf")
     summary = Summary.build(job, final, dispatcher, before, finished)
-    write_summary(out_path, summary)
+    if partition is None:  # a partitioned run's summary is its driver's
+        write_summary(out_path, summary)
     upload = await _finish_upload(uploader, finished, state) if uploader is not None else None
     return RunResult(finished=finished, summary=summary, resume=state, upload=upload)
 

@@ -8,6 +8,11 @@ OUT/failed.retry-1.jsonl            failures set aside by ``retry-failed`` (hist
 OUT/skipped.jsonl                   input rows skipped under ``on_bad_row: skip``
 OUT/offloaded.jsonl                 shards deleted after a verified upload (``output.delete_after_upload``)
 OUT/.lock                           held by the one process writing to OUT
+
+A partitioned run (``run --partitions N``) has one writer per partition P, each with its own files beside
+the default ones: ``completions_pPPP_NNNNNN.jsonl[.open]``, ``manifest.pPPP.jsonl``, ``failed.pPPP.jsonl``,
+``skipped.pPPP.jsonl`` and ``.lock.pPPP`` (:class:`Names`). Resume and ``verify`` read every partition's
+files; a writer repairs only its own.
 """
 
 from __future__ import annotations
@@ -27,19 +32,60 @@ LOCK = ".lock"
 # What an interrupted atomic rewrite (tmp file + rename) can leave behind; safe to delete on open.
 LEFTOVERS = frozenset({MANIFEST + ".tmp", SKIPPED + ".tmp"})
 
-_SEALED = re.compile(r"completions_(\d{6,})\.jsonl")
-_OPEN = re.compile(r"completions_(\d{6,})\.jsonl\.open")
+_SEALED = re.compile(r"completions_(?:p(\d{3,})_)?(\d{6,})\.jsonl")
+_OPEN = re.compile(r"completions_(?:p(\d{3,})_)?(\d{6,})\.jsonl\.open")
+_PART_FILE = re.compile(r"(?:manifest|failed|skipped)\.p(\d{3,})\.jsonl")
 _ARCHIVED = re.compile(r"failed\.retry-(\d+)\.jsonl")
 
 
-def shard_name(index: int) -> str:
-    """The sealed shard file name for ``index`` (zero-padded so listings sort)."""
-    return f"completions_{index:06d}.jsonl"
+def shard_name(index: int, partition: int | None = None) -> str:
+    """The sealed shard file name for ``index`` (zero-padded so listings sort), of a partition if given."""
+    tag = "" if partition is None else f"p{partition:03d}_"
+    return f"completions_{tag}{index:06d}.jsonl"
 
 
-def open_name(index: int) -> str:
+def open_name(index: int, partition: int | None = None) -> str:
     """The open shard file name for ``index``."""
-    return shard_name(index) + ".open"
+    return shard_name(index, partition) + ".open"
+
+
+@dataclass(frozen=True, slots=True)
+class Names:
+    """The files of one writer: the default one (``partition`` None) or one partition of a partitioned run."""
+
+    partition: int | None = None
+
+    def _tagged(self, name: str) -> str:
+        if self.partition is None:
+            return name
+        stem, dot, ext = name.rpartition(".")
+        return f"{stem}.p{self.partition:03d}{dot}{ext}"
+
+    def shard(self, index: int) -> str:
+        return shard_name(index, self.partition)
+
+    def open(self, index: int) -> str:
+        return open_name(index, self.partition)
+
+    @property
+    def manifest(self) -> str:
+        return self._tagged(MANIFEST)
+
+    @property
+    def failed(self) -> str:
+        return self._tagged(FAILED)
+
+    @property
+    def skipped(self) -> str:
+        return self._tagged(SKIPPED)
+
+    @property
+    def lock(self) -> str:
+        return LOCK if self.partition is None else f"{LOCK}.p{self.partition:03d}"
+
+    @property
+    def leftovers(self) -> frozenset[str]:
+        return frozenset({self.manifest + ".tmp", self.skipped + ".tmp"})
 
 
 def archived_failed_name(n: int) -> str:
@@ -55,6 +101,7 @@ class Listing:
     open: dict[int, str] = field(default_factory=dict)
     archived_failed: list[int] = field(default_factory=list)
     leftovers: list[str] = field(default_factory=list)  # tmp files of an interrupted atomic rewrite
+    partitions: set[int] = field(default_factory=set)  # every partition with files here (any listing)
 
     @property
     def next_index(self) -> int:
@@ -62,26 +109,39 @@ class Listing:
         return max([*self.sealed, *self.open], default=-1) + 1
 
 
-def list_dir(root: Path) -> Listing:
-    """One ``scandir`` pass (a ``stat`` per shard, no reads) over ``root``."""
+def list_dir(root: Path, partition: int | None = None) -> Listing:
+    """One ``scandir`` pass (a ``stat`` per shard, no reads) over ``root``: the files of one writer (the
+    default one, or ``partition``), plus which partitions have files here."""
     listing = Listing()
     try:
         with os.scandir(root) as it:
             for entry in it:
-                _classify(entry, listing)
+                _classify(entry, listing, Names(partition))
     except OSError as exc:
         raise OutputError(f"cannot list output directory {root}: {exc.strerror or exc}") from exc
     listing.archived_failed.sort()
     return listing
 
 
-def _classify(entry: os.DirEntry[str], listing: Listing) -> None:
+def _partition(group: str | None) -> int | None:
+    return None if group is None else int(group)
+
+
+def _classify(entry: os.DirEntry[str], listing: Listing, names: Names) -> None:
     name = entry.name
-    if m := _SEALED.fullmatch(name):
-        listing.sealed[int(m.group(1))] = (name, entry.stat().st_size)
-    elif m := _OPEN.fullmatch(name):
-        listing.open[int(m.group(1))] = name
-    elif m := _ARCHIVED.fullmatch(name):
+    if m := _SEALED.fullmatch(name) or _OPEN.fullmatch(name):
+        part = _partition(m.group(1))
+        if part is not None:
+            listing.partitions.add(part)
+        if part != names.partition:
+            return
+        if name.endswith(".open"):
+            listing.open[int(m.group(2))] = name
+        else:
+            listing.sealed[int(m.group(2))] = (name, entry.stat().st_size)
+    elif m := _PART_FILE.fullmatch(name):
+        listing.partitions.add(int(m.group(1)))
+    elif names.partition is None and (m := _ARCHIVED.fullmatch(name)):
         listing.archived_failed.append(int(m.group(1)))
-    elif name in LEFTOVERS:
+    elif name in names.leftovers:
         listing.leftovers.append(name)

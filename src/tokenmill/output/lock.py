@@ -22,8 +22,9 @@ _NO_LOCKING = {errno.ENOLCK, errno.ENOTSUP, errno.EOPNOTSUPP, errno.ENOSYS}
 class DirLock:
     """Held while a process writes to the directory; a second writer gets a clear :class:`OutputError`."""
 
-    def __init__(self, root: Path) -> None:
-        self.path = root / layout.LOCK
+    def __init__(self, root: Path, name: str = layout.LOCK, shared: bool = False) -> None:
+        self.path = root / name
+        self.shared = shared  # several holders at once (the partitions of one run), but no exclusive one
         self._fd: int | None = None
 
     @property
@@ -40,7 +41,7 @@ class DirLock:
         except OSError as exc:
             raise output_error(exc, "locking", self.path) from exc
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(fd, (fcntl.LOCK_SH if self.shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
         except BlockingIOError:
             holder = _read_pid(fd)
             os.close(fd)
@@ -57,9 +58,10 @@ class DirLock:
                 self.path.parent,
                 exc.strerror,
             )
-        with contextlib.suppress(OSError):
-            os.ftruncate(fd, 0)
-            write_all(fd, f"{os.getpid()}\n".encode())
+        if not self.shared:  # shared holders would overwrite each other's pid
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, 0)
+                write_all(fd, f"{os.getpid()}\n".encode())
         self._fd = fd
 
     def release(self) -> None:

@@ -60,19 +60,61 @@ class Recovered:
     failed_ids: set[str]
 
 
-def recover(root: Path) -> Recovered:
-    """Repair crash damage in ``root``, reconcile the manifest with the shards, and load the done set."""
-    listing = layout.list_dir(root)
+def recover(root: Path, partition: int | None = None) -> Recovered:
+    """Repair crash damage in ``root``, reconcile the manifest with the shards, and load the done set.
+
+    Only the files of this writer (the default one, or ``partition``) are repaired; the other writers'
+    files are read without changing them (they may be writing right now), so the done set holds every id
+    recorded in the directory whatever partition recorded it.
+    """
+    names = layout.Names(partition)
+    listing = layout.list_dir(root, partition)
     state = ResumeState()
     _remove_leftovers(root, listing, state)
     open_index = _single_open_shard(root, listing)
-    offloaded = offload.read(root)
-    _load_sealed(root, listing, state, offloaded)
-    open_shard = _load_open(root, open_index, state)
-    failed_ids = _load_failed(root, state)
-    _load_skipped(root, state)
+    offloaded = offload.read(root) if partition is None else set()
+    _load_sealed(root, listing, state, offloaded, names)
+    open_shard = _load_open(root, open_index, state, names)
+    failed_ids = _load_failed(root, state, names)
+    _load_skipped(root, state, names)
+    for other in [None, *sorted(listing.partitions)]:
+        if other != partition:
+            _load_other(root, layout.Names(other), state)
     next_index = max(listing.next_index, offload.next_index(offloaded))
     return Recovered(state=state, open_shard=open_shard, next_index=next_index, failed_ids=failed_ids)
+
+
+def _load_other(root: Path, names: layout.Names, state: ResumeState) -> None:
+    """Add another writer's records to the done set, read-only: torn or bad lines are not records."""
+    listing = layout.list_dir(root, names.partition)
+    entries = manifest.read(root / names.manifest).entries
+    ids: list[str] = []
+    for name, size in listing.sealed.values():
+        entry = entries.pop(name, None)
+        if entry is not None and entry.bytes == size:
+            ids += entry.ids
+            state.completed += entry.count
+            state.prompt_tokens += entry.prompt_tokens
+            state.completion_tokens += entry.completion_tokens
+        else:
+            ids += _add_scan(scan(root / name, "ok"), state)
+    for entry in entries.values():  # listed but not here (offloaded after upload): still done
+        ids += entry.ids
+        state.completed += entry.count
+    for name in listing.open.values():
+        ids += _add_scan(scan(root / name, "ok"), state)
+    state.done.update(ids)
+    failed = set(scan(root / names.failed, "failed").ids)
+    state.failed += len(failed - state.done)
+    state.done.update(failed)
+    state.skipped_sources.update(scan(root / names.skipped, "skipped").sources)
+
+
+def _add_scan(result: Scan, state: ResumeState) -> list[str]:
+    state.completed += result.records
+    state.prompt_tokens += result.prompt_tokens
+    state.completion_tokens += result.completion_tokens
+    return result.ids
 
 
 def _remove_leftovers(root: Path, listing: layout.Listing, state: ResumeState) -> None:
@@ -103,21 +145,23 @@ def _single_open_shard(root: Path, listing: layout.Listing) -> int | None:
     return None
 
 
-def _load_sealed(root: Path, listing: layout.Listing, state: ResumeState, offloaded: set[str]) -> None:
-    path = root / layout.MANIFEST
+def _load_sealed(
+    root: Path, listing: layout.Listing, state: ResumeState, offloaded: set[str], names: layout.Names
+) -> None:
+    path = root / names.manifest
     read = manifest.read(path)
     dirty = bool(read.bad or read.duplicates)
     if read.bad:
         line, reason = read.bad[0]
         state.repaired.append(
-            f"dropped {len(read.bad)} unreadable line(s) from {layout.MANIFEST} (first: line {line}, "
+            f"dropped {len(read.bad)} unreadable line(s) from {names.manifest} (first: line {line}, "
             f"{reason}); the shards they described were indexed again"
         )
     if read.duplicates:
-        state.repaired.append(f"dropped {len(read.duplicates)} repeated line(s) from {layout.MANIFEST}")
+        state.repaired.append(f"dropped {len(read.duplicates)} repeated line(s) from {names.manifest}")
     on_disk = {name for name, _ in listing.sealed.values()}
     remote_only = {n: e for n, e in read.entries.items() if n in offloaded and n not in on_disk}
-    _check_missing(root, listing, {n: e for n, e in read.entries.items() if n not in remote_only})
+    _check_missing(path, listing, {n: e for n, e in read.entries.items() if n not in remote_only})
     entries: list[ManifestEntry] = []
     for index in sorted(listing.sealed):
         name, size = listing.sealed[index]
@@ -138,17 +182,17 @@ def _load_sealed(root: Path, listing: layout.Listing, state: ResumeState, offloa
     elif read.tail:
         cut(path, read.good_bytes)
     if read.tail:
-        state.repaired.append(f"cut a torn last line ({read.tail} bytes) from {layout.MANIFEST}")
+        state.repaired.append(f"cut a torn last line ({read.tail} bytes) from {names.manifest}")
 
 
-def _check_missing(root: Path, listing: layout.Listing, entries: dict[str, ManifestEntry]) -> None:
+def _check_missing(path: Path, listing: layout.Listing, entries: dict[str, ManifestEntry]) -> None:
     on_disk = {name for name, _ in listing.sealed.values()}
     missing = sorted(name for name in entries if name not in on_disk)
     if missing:
         count = sum(entries[name].count for name in missing)
         shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
         raise OutputError(
-            f"{root / layout.MANIFEST} lists {shown} ({count} completions) but the file(s) are missing: "
+            f"{path} lists {shown} ({count} completions) but the file(s) are missing: "
             "they were deleted or moved. Put them back (e.g. from the remote copy) and rerun; or, to "
             "generate those prompts again, delete their lines from the manifest."
         )
@@ -182,10 +226,10 @@ def _index_shard(path: Path, old: ManifestEntry | None, size: int, state: Resume
     )
 
 
-def _load_open(root: Path, index: int | None, state: ResumeState) -> OpenShard | None:
+def _load_open(root: Path, index: int | None, state: ResumeState, names: layout.Names) -> OpenShard | None:
     if index is None:
         return None
-    path = root / layout.open_name(index)
+    path = root / names.open(index)
     result = _scan_repaired(path, "ok", state)
     state.done.update(result.ids)
     state.completed += result.records
@@ -195,22 +239,22 @@ def _load_open(root: Path, index: int | None, state: ResumeState) -> OpenShard |
     return OpenShard(index=index, path=path, scan=result)
 
 
-def _load_failed(root: Path, state: ResumeState) -> set[str]:
-    result = _scan_repaired(root / layout.FAILED, "failed", state)
+def _load_failed(root: Path, state: ResumeState, names: layout.Names) -> set[str]:
+    result = _scan_repaired(root / names.failed, "failed", state)
     failed = set(result.ids)
     state.failed = len(failed)
     state.done.update(failed)
     return failed
 
 
-def _load_skipped(root: Path, state: ResumeState) -> None:
-    path = root / layout.SKIPPED
+def _load_skipped(root: Path, state: ResumeState, names: layout.Names) -> None:
+    path = root / names.skipped
     result = _scan_repaired(path, "skipped", state)
     state.skipped_sources.update(result.sources)
     repeats = len(result.sources) - len(state.skipped_sources)
     if repeats:
         _dedupe_skips(path)
-        state.repaired.append(f"removed {repeats} repeated line(s) from {layout.SKIPPED}")
+        state.repaired.append(f"removed {repeats} repeated line(s) from {names.skipped}")
 
 
 def _scan_repaired(path: Path, kind: Kind, state: ResumeState) -> Scan:

@@ -83,7 +83,9 @@ class OutputDir:
         path: str | Path,
         shard_size: int = DEFAULT_SHARD_SIZE,
         on_seal: Callable[[SealedShard], None] | None = None,
+        partition: int | None = None,
     ) -> None:
+        """``partition``: write this partition's files of a partitioned run (see :mod:`.layout`)."""
         if shard_size < 1:
             raise ConfigError(f"output.shard_size must be at least 1 (got {shard_size})")
         self.root = Path(path)
@@ -93,13 +95,16 @@ class OutputDir:
         self._state: ResumeState | None = None
         self._closed = False
         self._broken: OutputError | None = None
-        self._lock = DirLock(self.root)
+        self.names = layout.Names(partition)
+        self._lock = DirLock(self.root, self.names.lock)
+        # partitions share the directory with each other, never with a writer of the default files
+        self._shared_lock = DirLock(self.root, layout.LOCK, shared=True) if partition is not None else None
         self._shard: _Shard | None = None
         self._next_index = 0
-        self._failed = AppendFile(self.root / layout.FAILED)
+        self._failed = AppendFile(self.root / self.names.failed)
         self._failed_ids: set[str] = set()
-        self._skipped = AppendFile(self.root / layout.SKIPPED)
-        self._manifest = AppendFile(self.root / layout.MANIFEST)
+        self._skipped = AppendFile(self.root / self.names.skipped)
+        self._manifest = AppendFile(self.root / self.names.manifest)
 
     @property
     def state(self) -> ResumeState:
@@ -115,7 +120,9 @@ class OutputDir:
         self._make_dir()
         self._lock.acquire()
         try:
-            rec = recover(self.root)
+            if self._shared_lock is not None:
+                self._shared_lock.acquire()
+            rec = recover(self.root, self.names.partition)
             self._state = rec.state
             self._failed_ids = rec.failed_ids
             self._next_index = rec.next_index
@@ -202,6 +209,8 @@ class OutputDir:
                 self._failed.sync()
         elif not self.root.is_dir():
             return None
+        elif self.names.partition is not None:
+            raise ConfigError("retry failed prompts without --partitions (failures of every partition are moved)")
         else:
             self._lock.acquire()
         try:
@@ -256,6 +265,8 @@ class OutputDir:
         if self._shard is not None:
             self._shard.file.close()
         self._lock.release()
+        if self._shared_lock is not None:
+            self._shared_lock.release()
 
     def _continue(self, found: OpenShard) -> None:
         """Append to the open shard a previous run left; seal it first if it is already full."""
@@ -265,19 +276,19 @@ class OutputDir:
         self._shard = shard
         if len(shard.ids) >= self.shard_size:  # a crash between its last write and its rename
             self._seal(shard)
-            self.state.repaired.append(f"sealed {layout.shard_name(shard.index)}, which was full but still open")
+            self.state.repaired.append(f"sealed {self.names.shard(shard.index)}, which was full but still open")
 
     def _start_shard(self) -> _Shard:
         index = self._next_index
         self._next_index += 1
-        self._shard = _Shard(index, self.root / layout.open_name(index), hashlib.sha256(), [], (0, 0))
+        self._shard = _Shard(index, self.root / self.names.open(index), hashlib.sha256(), [], (0, 0))
         return self._shard
 
     def _seal(self, shard: _Shard) -> None:
         shard.file.sync()
         shard.file.close()
         self._shard = None
-        name = layout.shard_name(shard.index)
+        name = self.names.shard(shard.index)
         path = self.root / name
         rename(shard.file.path, path)
         entry = ManifestEntry(

@@ -143,6 +143,8 @@ class _Checker:
         self.report = report
         self.recorded: set[str] = set()  # completed and failed ids
         self.skipped_ids: set[str] = set()
+        self.skip_sources: set[str] = set()  # over every writer's skipped file
+        self.names = layout.Names()
         self.counts = report.counts
         self.counts.update(
             sealed_shards=0, sealed_records=0, sealed_bytes=0, open_records=0, failed=0, skipped=0, duplicates=0
@@ -150,7 +152,21 @@ class _Checker:
 
     def run(self) -> None:
         listing = layout.list_dir(self.out)
-        read = manifest.read(self.out / layout.MANIFEST)
+        for part in sorted(listing.partitions):  # the writers of a partitioned run, then the default one
+            self.names = layout.Names(part)
+            self._run_one(layout.list_dir(self.out, part))
+        self.names = layout.Names()
+        self._run_one(listing)
+        if listing.archived_failed:
+            self.report.notes.append(
+                f"{len(listing.archived_failed)} failed.retry-N.jsonl file(s) hold failures already retried; "
+                "they are history and not checked"
+            )
+        self.counts["skipped"] = len(self.skip_sources)
+
+    def _run_one(self, listing: layout.Listing) -> None:
+        """Check the files of one writer (see :class:`~tokenmill.output.layout.Names`)."""
+        read = manifest.read(self.out / self.names.manifest)
         self._check_manifest(read, listing)
         for index in sorted(listing.sealed):
             name, _ = listing.sealed[index]
@@ -160,14 +176,9 @@ class _Checker:
         self._check_skipped()
         for name in listing.leftovers:
             self.report.notes.append(f"{name} is left from an interrupted rewrite; the next run removes it")
-        if listing.archived_failed:
-            self.report.notes.append(
-                f"{len(listing.archived_failed)} failed.retry-N.jsonl file(s) hold failures already retried; "
-                "they are history and not checked"
-            )
 
     def _check_manifest(self, read: ManifestRead, listing: layout.Listing) -> None:
-        where = layout.MANIFEST
+        where = self.names.manifest
         if not read.exists and listing.sealed:
             self.report.notes.append(f"{where} is missing; the next run rebuilds it from the shards")
         for line, reason in read.bad:
@@ -177,7 +188,7 @@ class _Checker:
         if read.tail:
             self.report.add("torn", where, f"torn last line ({read.tail} bytes)")
         on_disk = {name for name, _ in listing.sealed.values()}
-        offloaded = offload.read(self.out) - on_disk
+        offloaded = (offload.read(self.out) if self.names.partition is None else set()) - on_disk
         for name in sorted(offloaded & set(read.entries)):
             self.counts["offloaded_shards"] = self.counts.get("offloaded_shards", 0) + 1
             self._record(read.entries[name].ids, name)
@@ -229,20 +240,20 @@ class _Checker:
             )
 
     def _check_failed(self) -> None:
-        result = scan(self.out / layout.FAILED, "failed")
-        self._damage(result, layout.FAILED)
-        self.counts["failed"] = result.records
-        self._record(result.ids, layout.FAILED)
+        result = scan(self.out / self.names.failed, "failed")
+        self._damage(result, self.names.failed)
+        self.counts["failed"] += result.records
+        self._record(result.ids, self.names.failed)
 
     def _check_skipped(self) -> None:
-        result = scan(self.out / layout.SKIPPED, "skipped")
-        self._damage(result, layout.SKIPPED)
+        result = scan(self.out / self.names.skipped, "skipped")
+        self._damage(result, self.names.skipped)
         sources = Counter(result.sources)
-        self.counts["skipped"] = len(sources)
+        self.skip_sources.update(sources)
         self.skipped_ids.update(result.ids)
         repeats = result.records - len(sources)
         if repeats:
-            self.report.notes.append(f"{layout.SKIPPED} repeats {repeats} row(s); the next run drops the repeats")
+            self.report.notes.append(f"{self.names.skipped} repeats {repeats} row(s); the next run drops the repeats")
 
     def _damage(self, result: Scan, where: str) -> None:
         for line, reason in result.bad:

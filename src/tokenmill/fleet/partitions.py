@@ -1,0 +1,132 @@
+"""``run --partitions N``: N clients as Ray tasks, each owning a disjoint, deterministic part of the input.
+
+A prompt belongs to partition ``blake2b(id) mod N``: stable across runs and machines, so a resume finds
+each id where it expects it, whatever N was before (every writer reads what all partitions recorded).
+Partition P writes its own files into the one output directory (``completions_pPPP_*.jsonl``,
+``manifest.pPPP.jsonl``, ... see :mod:`tokenmill.output.layout`); ``tokenmill verify`` checks them all
+together. Skipped input rows are recorded by partition 0 only.
+
+The clients need the output directory and the servers file on storage every node sees (a shared
+filesystem), and the API key variable (``api_key_env``) set on every node.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import click
+
+from tokenmill.config import JobSpec
+from tokenmill.errors import ConfigError, TokenmillError
+from tokenmill.records import Prompt, Skip
+
+log = logging.getLogger("tokenmill.fleet")
+
+
+def partition_of(row_id: str, count: int) -> int:
+    """The partition (0..count-1) that owns ``row_id``."""
+    digest = hashlib.blake2b(row_id.encode("utf-8"), digest_size=8).digest()
+    return int.from_bytes(digest, "big") % count
+
+
+def only_partition(rows: Iterator[Prompt | Skip], index: int, count: int) -> Iterator[Prompt | Skip]:
+    """The rows of partition ``index`` of ``count`` (skips go to partition 0)."""
+    for row in rows:
+        if isinstance(row, Skip):
+            if index == 0:
+                yield row
+        elif partition_of(row.id, count) == index:
+            yield row
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionResult:
+    """How one partition's client ended."""
+
+    index: int
+    finished: bool
+    completed: int
+    failed: int
+    retries: int
+    elapsed_s: float
+    error: str | None = None
+
+
+def run_partition(job: JobSpec, index: int, count: int, allow_changed_job: bool = False) -> PartitionResult:
+    """Run one partition's client to its end (this is the body of each Ray task)."""
+    from tokenmill.cli.common import setup_logging
+    from tokenmill.runner import run_job
+
+    setup_logging("INFO", Path(job.output.dir) / f"tokenmill.p{index:03d}.log")
+    try:
+        result = asyncio.run(
+            run_job(
+                job, allow_changed_job=allow_changed_job, live=False, install_signals=False, partition=(index, count)
+            )
+        )
+    except TokenmillError as exc:
+        return PartitionResult(index, False, 0, 0, 0, 0.0, error=str(exc))
+    s = result.summary
+    return PartitionResult(index, result.finished, s.completed_this_run, s.failed_this_run, s.retries, s.elapsed_s)
+
+
+def _prepare(job: JobSpec, count: int, allow_changed_job: bool) -> None:
+    """Before the clients start: record the job, and seal open shards no client of this run continues."""
+    from tokenmill.output import OutputDir
+    from tokenmill.output.layout import list_dir
+    from tokenmill.runner import check_job_identity
+
+    if getattr(job.output, "remote", None):
+        raise ConfigError("--partitions does not upload to output.remote yet: run the upload without --partitions")
+    out = Path(job.output.dir)
+    out.mkdir(parents=True, exist_ok=True)
+    check_job_identity(out, job, allow_changed_job)
+    listing = list_dir(out)
+    stale: list[int | None] = [p for p in sorted(listing.partitions) if p >= count]
+    if listing.open:
+        stale.insert(0, None)
+    for part in stale:
+        writer = OutputDir(out, shard_size=job.output.shard_size, partition=part)
+        writer.open()
+        writer.close(seal=True)
+
+
+def run_partitions(
+    job: JobSpec, count: int, ray_address: str, allow_changed_job: bool = False
+) -> list[PartitionResult]:
+    """Run ``count`` partition clients as Ray tasks (one CPU each) and wait for all of them."""
+    import ray
+
+    from tokenmill.fleet.ray import connect
+
+    _prepare(job, count, allow_changed_job)
+    connect(ray_address)
+    task: Any = ray.remote(run_partition).options(num_cpus=1, max_retries=0)
+    refs = [task.remote(job, i, count, allow_changed_job) for i in range(count)]
+    results: list[PartitionResult] = ray.get(refs)
+    return results
+
+
+def execute_partitions(job: JobSpec, count: int, ray_address: str, allow_changed_job: bool = False) -> None:
+    """``run --partitions``: run them, print one line each and the combined check; exit 3 if any stopped."""
+    from tokenmill.output import verify
+
+    results = run_partitions(job, count, ray_address, allow_changed_job)
+    for r in results:
+        state = "finished" if r.finished else f"stopped ({r.error})" if r.error else "stopped"
+        click.echo(
+            f"partition {r.index}/{count}: {state}; {r.completed:,} completed, {r.failed:,} failed, "
+            f"{r.retries:,} retries in {r.elapsed_s:.1f} s"
+        )
+    report = verify(Path(job.output.dir))
+    click.echo(report.render())
+    if not all(r.finished for r in results) or not report.ok:
+        click.echo("stopped before the end: rerun the same command to resume.", err=True)
+        sys.exit(3)
