@@ -29,7 +29,8 @@ def _predictions(
         return p.after.tok_s_per_gpu / p.before.tok_s_per_gpu - 1
 
     pairs.sort(key=gain, reverse=True)  # stable: without planner numbers the rule's order stays
-    return tuple(c.change for c, _ in pairs), tuple(p for _, p in pairs if p is not None)
+    # a prediction may refine its change (the planner picks the radix-off cap that fills memory exactly)
+    return tuple(p.change if p else c.change for c, p in pairs), tuple(p for _, p in pairs if p is not None)
 
 
 def _verdict(

@@ -70,6 +70,7 @@ class Prediction:
     after: PlanPoint
     source: Literal["planner", "observed"]
     what: str = "max running"  # what before/after.max_running counts ("running" for a client-side limit)
+    note: str | None = None
 
     def text(self) -> str:
         b, a = self.before, self.after
@@ -77,7 +78,7 @@ class Prediction:
         if b.tok_s_per_gpu is not None and a.tok_s_per_gpu is not None:
             gain = (a.tok_s_per_gpu / b.tok_s_per_gpu - 1) * 100 if b.tok_s_per_gpu > 0 else 0.0
             parts.append(f"{b.tok_s_per_gpu:,.0f} -> {a.tok_s_per_gpu:,.0f} tok/s per GPU ({gain:+.0f}%)")
-        return ", ".join(parts) + f" [{self.source}]"
+        return ", ".join(parts) + f" [{self.source}]" + (f" ({self.note})" if self.note else "")
 
 
 @dataclass(frozen=True, slots=True)

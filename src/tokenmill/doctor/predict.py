@@ -31,6 +31,11 @@ class Predictor(Protocol):
     def __call__(self, obs: ServerObs, client: ClientObs, candidate: Candidate) -> Prediction | None: ...
 
 
+def _per_request(tokens_s: float | None, requests_s: float | None) -> float | None:
+    """Mean tokens per finished request from the server's own counters."""
+    return tokens_s / requests_s if tokens_s and requests_s else None
+
+
 def _two_digits(x: float) -> float:
     return float(f"{x:.2g}")
 
@@ -77,18 +82,44 @@ class PlannerPredictor:
         model, gpu = self._model(model_name), self._gpu(gpu_name)
         if model is None or gpu is None:
             return None
-        inp = _two_digits(client.avg_prompt_tokens or DEFAULT_INPUT_LEN)
-        out = _two_digits(client.avg_output_tokens or DEFAULT_OUTPUT_LEN)
+        v = obs.view
+        inp = _two_digits(client.avg_prompt_tokens or _per_request(v.prompt_tok_s, v.requests_s) or DEFAULT_INPUT_LEN)
+        out = _two_digits(client.avg_output_tokens or _per_request(v.output_tok_s, v.requests_s) or DEFAULT_OUTPUT_LEN)
         before = advice.current_flags(obs)
         key = (model_name, gpu_name, tuple(before), candidate.flags_after, candidate.running_before, inp, out)
         if key not in self._cache:
-            self._cache[key] = self._predict(model, gpu, before, candidate, inp, out)
+            self._cache[key] = self._predict(model, gpu, before, candidate, inp, out, obs.view.max_running)
         return self._cache[key]
 
+    def _radix_off_cap(self, model: ModelSpec, gpu: GpuSpec, cand: Candidate, inp: float, out: float) -> Candidate:
+        """With the radix cache off, the planner's cap that fills memory exactly replaces the observed guess."""
+        flags = list(cand.flags_after)
+        if "--disable-radix-cache" not in flags or "--max-running-requests" not in flags:
+            return cand
+        from tokenmill.config import PlannerConfig
+        from tokenmill.planner.flags import parse_flags
+        from tokenmill.planner.plan import Workload, best_radix_off_running
+
+        engine = parse_flags(flags).with_(max_running_requests=None)
+        workload = Workload(prompts=STEADY_PROMPTS, input_len=inp, output_len=out, source="doctor")
+        n = best_radix_off_running(model, gpu, engine, workload, 1, self.config or PlannerConfig())
+        old = flags[flags.index("--max-running-requests") + 1]
+        change = cand.change.replace(f"--max-running-requests {old}", f"--max-running-requests {n}")
+        after = advice.set_flag(flags, "--max-running-requests", str(n))
+        return Candidate(change, tuple(after), n, cand.note, cand.running_before)
+
     def _predict(
-        self, model: ModelSpec, gpu: GpuSpec, before: list[str], cand: Candidate, inp: float, out: float
+        self,
+        model: ModelSpec,
+        gpu: GpuSpec,
+        before: list[str],
+        cand: Candidate,
+        inp: float,
+        out: float,
+        observed_cap: int | None = None,
     ) -> Prediction | None:
         try:
+            cand = self._radix_off_cap(model, gpu, cand, inp, out)
             if cand.running_before is not None:
                 before = advice.set_flag(before, "--max-running-requests", str(max(1, cand.running_before)))
             b = self._plan(model, gpu, before, inp, out)
@@ -109,7 +140,15 @@ class PlannerPredictor:
             PlanPoint(b.capacity.max_running, b.tok_s_per_gpu, b.binding),
             PlanPoint(a.capacity.max_running, a.tok_s_per_gpu, a.binding),
             "planner",
+            note=self._mismatch(observed_cap, b.capacity.max_running),
         )
+
+    @staticmethod
+    def _mismatch(observed: int | None, planned: int) -> str | None:
+        """Say so when the planner's picture of today's server is off (wrong GPU or model given?)."""
+        if observed and abs(planned - observed) > 0.25 * observed:
+            return f"the planner puts today's cap at {planned}, the server reports {observed}: check --gpu / --model"
+        return None
 
     def _plan(self, model: ModelSpec, gpu: GpuSpec, flags: list[str], inp: float, out: float) -> PlanResult:
         from tokenmill.config import PlannerConfig

@@ -302,8 +302,10 @@ def scheduler_conservative(o: ServerObs, c: ClientObs, t: DoctorSpec) -> Finding
 
 def compute_bound(o: ServerObs, c: ClientObs, t: DoctorSpec) -> Finding | None:
     v = o.view
-    if not v.healthy or not _waiting(v, t) or not _at_cap(v, t) or _state_capped(o, t):
+    if not v.healthy or not _waiting(v, t) or not _at_cap(v, t):
         return None
+    if _state_capped(o, t) and not _state_sized_to_cap(v):
+        return None  # the state pool's cap: the state rule speaks
     if (v.kv_usage is not None and v.kv_usage >= t.pool_full) or _state_full(v, t):
         return None
     cap = v.max_running or 0

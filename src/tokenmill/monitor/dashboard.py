@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from rich.console import Group
+from rich.padding import Padding
 from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
@@ -114,7 +115,8 @@ def _table(snap: Snapshot) -> Table:
 def render(snap: Snapshot) -> Group:
     """The whole dashboard for one snapshot."""
     total = snap.total or max(snap.done, 1)
-    parts: list[Text | ProgressBar | Table] = [_head(snap), ProgressBar(total=total, completed=min(snap.done, total))]
+    bar = Padding(ProgressBar(total=total, completed=min(snap.done, total), width=80), 0)  # its own line
+    parts: list[Text | Padding | Table] = [_head(snap), bar]
     if snap.history:
         top = max(snap.history)
         parts.append(Text.assemble(("throughput ", "dim"), (sparkline(snap.history), "green"), f"  max {top:,.0f}"))

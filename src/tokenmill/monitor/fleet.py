@@ -10,6 +10,7 @@ the event log read at any time.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from collections import deque
@@ -125,6 +126,7 @@ class FleetMonitor:
         self.flap_window_s = flap_window_s
         self.clock = clock
         self._headers = dict(headers or {})
+        self._window_s = window_s
         self._tracks = [_Track(u, window_s) for u in urls]
         self.rounds = 0
         self.loop_lag_s: float | None = None  # how late the last round started (event-loop congestion)
@@ -132,6 +134,22 @@ class FleetMonitor:
     @property
     def views(self) -> list[ServerView]:
         return [t.view for t in self._tracks]
+
+    def sync(self, urls: Sequence[str]) -> None:
+        """Follow a changing fleet: watch servers added since, forget servers removed."""
+        known = {t.url: t for t in self._tracks}
+        if list(known) != list(urls):
+            self._tracks = [known.get(u) or _Track(u, self._window_s) for u in urls]
+
+    def ingest(self, url: str, snap: ServerSnapshot, info: ServerInfo | None = None) -> ServerView:
+        """Take a snapshot made elsewhere (a recording, a replay) as if this monitor had scraped it."""
+        track = next(t for t in self._tracks if t.url == url)
+        if info is not None:
+            track.info, track.want_info = info, False
+        if snap.max_running is None and track.info is not None:
+            snap = dataclasses.replace(snap, max_running=track.info.max_running)
+        self._update(track, snap)
+        return track.view
 
     def session(self) -> aiohttp.ClientSession:
         """A session of its own: small pool, every request bounded by the scrape timeout."""

@@ -155,8 +155,10 @@ class RunMonitor:
         states = {s.url: s for s in self.dispatcher.servers}
         servers = []
         for v in views:
-            s = states[v.url]
-            window = self._inflight[v.url]
+            s = states.get(v.url)
+            if s is None:  # removed from the fleet since this round's scrape
+                continue
+            window = self._inflight.setdefault(v.url, GaugeWindow(self.spec.rate_window_s))
             window.add(now, float(s.inflight))
             side = ClientSide(inflight=window.mean(), limit=s.limit, usable=s.usable, problem=s.problem)
             servers.append(ServerObs(v, side))
@@ -175,6 +177,7 @@ class RunMonitor:
         return Observation(tuple(servers), client)
 
     async def _round(self, views: list[ServerView]) -> None:
+        self.fleet.sync([s.url for s in self.dispatcher.servers])  # `tokenmill fleet` may add or drain servers
         self.cpu_share = self.cpu.sample()
         obs = self.observation(views)
         verdicts = await asyncio.to_thread(diagnose, obs, self.spec.doctor, self.predictor)

@@ -1,0 +1,102 @@
+"""The live dashboard and the status line, rendered from hand-made snapshots."""
+
+from __future__ import annotations
+
+from rich.console import Console
+
+from tokenmill.doctor import Verdict
+from tokenmill.monitor.dashboard import render
+from tokenmill.monitor.stats import CpuMeter, GaugeWindow, Window, sparkline
+from tokenmill.progress import ServerRow, Snapshot, status_line
+
+
+def snap(**kw: object) -> Snapshot:
+    rows = [
+        ServerRow(
+            "http://a:1", 64, 64, 100, 0, 900.0, True, None, True, 131.0, 131, 60.0, 0.31, 0.99, 3100.0, 800.0, 2
+        ),
+        ServerRow("http://b:1", 0, 64, 50, 7, 0.0, False, "5 failures in a row", False),
+    ]
+    base: dict[str, object] = {
+        "elapsed_s": 125.0,
+        "done": 150,
+        "total": 1000,
+        "completed": 148,
+        "failed": 2,
+        "skipped": 0,
+        "retries": 9,
+        "inflight": 64,
+        "comp_s": 3.5,
+        "tok_s": 2900.0,
+        "eta_s": 243.0,
+        "servers": rows,
+        "waiting": False,
+        "last_failure": "http://b:1: connection refused",
+        "server_tok_s": 3100.0,
+        "history": (0.0, 1000.0, 2000.0, 3100.0),
+        "limit": 128,
+    }
+    base.update(kw)
+    return Snapshot(**base)  # type: ignore[arg-type]
+
+
+def text_of(s: Snapshot) -> str:
+    console = Console(record=True, width=200, color_system=None)
+    console.print(render(s))
+    return console.export_text()
+
+
+def test_dashboard_shows_rows_totals_throughput_and_history() -> None:
+    out = text_of(snap())
+    assert "150/1,000 done" in out and "3.5 compl/s" in out
+    assert "client 2,900 tok/s" in out and "servers decode 3,100 tok/s" in out
+    assert "ETA 4m03s" in out and "failed 2" in out
+    row = next(line for line in out.splitlines() if line.strip().startswith("http://a:1"))
+    for cell in ("3,100", "131/131", "60", "31%", "99%", "64/64", "ok"):
+        assert cell in row
+    down = next(line for line in out.splitlines() if line.strip().startswith("http://b:1"))
+    assert "set aside: 5 failures in a row" in down
+    assert "fleet (2 servers, 3 GPUs)" in out and "1/2 ok" in out
+    assert any(line.startswith("throughput " + sparkline((0.0, 1000.0, 2000.0, 3100.0))) for line in out.splitlines())
+    assert "last error: http://b:1: connection refused" in out
+
+
+def test_dashboard_and_status_line_show_the_doctor() -> None:
+    v = Verdict(
+        "state-pool-bound", "state pool", "state-pool bound", "warning", ("http://a:1",), 2,
+        "running 131/131 with 60 queued", (), "advice", ("--disable-radix-cache --max-running-requests 380",),
+    )  # fmt: skip
+    s = snap(verdicts=(v,))
+    assert "doctor: state-pool bound (http://a:1): running 131/131 with 60 queued -> --disable-radix-cache" in text_of(
+        s
+    )
+    line = status_line(s)
+    assert "(servers decode 3,100)" in line and line.endswith("doctor: state-pool bound (http://a:1)")
+
+
+def test_sparkline_scales_to_the_largest_value() -> None:
+    assert sparkline([0, 5, 10]) == "▁▅█"
+    assert sparkline([0, 0]) == "▁▁"
+    assert sparkline([]) == ""
+
+
+def test_windows() -> None:
+    w = Window(span_s=10)
+    for t, v in ((0, 0), (5, 50), (10, 100), (15, 150)):
+        w.add(t, v)
+    assert w.rate() == 10.0
+    w.add(16, 3)  # the counter restarted: no negative rate
+    assert w.rate_or_none() is None and w.rate() == 0.0
+    g = GaugeWindow(span_s=10)
+    for t, v in ((0, 1.0), (5, 3.0), (12, 5.0)):
+        g.add(t, v)
+    assert g.mean() == 4.0 and g.max() == 5.0 and g.last() == 5.0
+    g.add(16, None)  # no value, but time moves on: the sample at 5 s leaves the window
+    assert g.mean() == 5.0
+
+
+def test_cpu_meter_is_cpu_time_over_wall_time() -> None:
+    now = {"wall": 0.0, "cpu": 0.0}
+    meter = CpuMeter(clock=lambda: now["wall"], cpu=lambda: now["cpu"])
+    now.update(wall=2.0, cpu=1.5)
+    assert meter.sample() == 0.75

@@ -1,0 +1,194 @@
+"""The client side of monitoring: the dispatcher's observer hook, the event log, the exporter and status."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import aiohttp
+import orjson
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+from tests.unit.test_dispatch import ScriptedBackend, Sink, prompts, retry
+
+from tokenmill.config import JobSpec
+from tokenmill.dispatch import Dispatcher
+from tokenmill.errors import ConfigError, TransientError
+from tokenmill.monitor.client import ClientMetrics, Histogram
+from tokenmill.monitor.events import EVENTS_FILE, EventLog, last_events, read_events
+from tokenmill.monitor.runtime import RunMonitor
+from tokenmill.monitor.status import read_status, recorded_counts, status_text
+from tokenmill.progress import Tracker
+
+
+def job(tmp_path: Path, **monitor: object) -> JobSpec:
+    return JobSpec.model_validate(
+        {
+            "input": {"path": str(tmp_path / "in.jsonl")},
+            "servers": ["http://127.0.0.1:9"],
+            "output": {"dir": str(tmp_path / "out")},
+            "concurrency": 4,
+            "monitor": {"enabled": False, **monitor},
+        }
+    )
+
+
+def dispatcher(jobspec: JobSpec, fail_every: int = 0) -> Dispatcher:
+    calls = {"n": 0}
+
+    def script(server: str, prompt: object, backend: object) -> object:
+        calls["n"] += 1
+        if fail_every and calls["n"] % fail_every == 0:
+            return TransientError("boom")
+        return None
+
+    return Dispatcher(jobspec.resolved_servers(), ScriptedBackend(script), Sink(), retry(), 4, model="m", sampling={})
+
+
+async def test_the_observer_hook_feeds_client_metrics(tmp_path: Path) -> None:
+    spec = job(tmp_path)
+    d = dispatcher(spec, fail_every=4)
+    metrics = ClientMetrics([s.url for s in d.servers])
+    d.observer = metrics.observe
+    assert await d.run(prompts(30))
+    assert metrics.finish_reasons == {"stop": 30}
+    assert metrics.output_len.count == 30 and metrics.avg_output_tokens == 5
+    assert metrics.avg_prompt_tokens == 3
+    assert metrics.errors == {"TransientError": d.stats.retries}
+    assert metrics.latency["http://127.0.0.1:9"].count == 30 + d.stats.retries
+
+
+async def test_a_broken_observer_is_dropped_and_dispatch_goes_on(tmp_path: Path) -> None:
+    d = dispatcher(job(tmp_path))
+
+    def broken(outcome: object) -> None:
+        raise RuntimeError("observer bug")
+
+    d.observer = broken
+    assert await d.run(prompts(5))
+    assert d.stats.completed == 5 and d.observer is None
+
+
+def test_histogram_round_trip() -> None:
+    h = Histogram((10, 100))
+    for v in (5, 50, 50, 500):
+        h.observe(v)
+    assert h.cumulative() == [(10.0, 1), (100.0, 3), (float("inf"), 4)]
+    again = Histogram.from_dict(orjson.loads(orjson.dumps(h.as_dict())))
+    assert again.counts == h.counts and again.mean() == pytest.approx(151.25)
+
+
+def test_event_log_reader_skips_a_torn_tail_and_finds_last_records(tmp_path: Path) -> None:
+    path = tmp_path / EVENTS_FILE
+    log = EventLog(path, "r1", wall=lambda: 1000.0)
+    log.write("start", model="m")
+    for i in range(3):
+        log.write("tick", elapsed=float(i))
+    log.close()
+    with path.open("ab") as fh:
+        fh.write(b'{"kind":"tick","t":')  # a crash mid-write
+    kinds = [r["kind"] for r in read_events(path)]
+    assert kinds == ["start", "tick", "tick", "tick"]
+    last = last_events(path)
+    assert last["tick"]["elapsed"] == 2.0 and last["start"]["model"] == "m" and "end" not in last
+
+
+async def test_run_monitor_writes_ticks_and_serves_prometheus_metrics(tmp_path: Path) -> None:
+    spec = job(tmp_path, metrics_port=0, event_interval_s=0.001)
+    (tmp_path / "out").mkdir()
+    d = dispatcher(spec)
+    mon = RunMonitor(spec, d, tmp_path / "out", "run1")
+    tracker = Tracker(d, monitor=mon)
+    await mon.start(total=20, done_before=0)
+    try:
+        assert await d.run(prompts(20))
+        tracker.total = 20
+        mon.tick(tracker.snapshot())
+        assert mon.metrics_url is not None and mon.metrics_url.startswith("http://127.0.0.1:")
+        async with aiohttp.ClientSession() as session, session.get(mon.metrics_url) as resp:
+            body = await resp.text()
+    finally:
+        await mon.stop(tracker.snapshot(), finished=True)
+    samples = {
+        s.name + str(sorted(s.labels.items())): s.value for f in text_string_to_metric_families(body) for s in f.samples
+    }
+    server = "[('server', 'http://127.0.0.1:9')]"
+    assert samples["tokenmill_completions_total" + server] == 20
+    assert samples["tokenmill_output_tokens_total" + server] == 100
+    assert samples["tokenmill_request_latency_seconds_count" + server] == 20
+    assert samples["tokenmill_prompts_total[]"] == 20 and samples["tokenmill_prompts_done[]"] == 20
+    assert samples["tokenmill_finish_reasons_total[('reason', 'stop')]"] == 20
+    records = list(read_events(tmp_path / "out" / EVENTS_FILE))
+    assert records[0]["kind"] == "start" and records[-1]["kind"] == "end"
+    tick = [r for r in records if r["kind"] == "tick"][-1]
+    assert tick["client"]["completed"] == 20 and tick["client"]["finish_reasons"] == {"stop": 20}
+    assert tick["servers"][0]["url"] == "http://127.0.0.1:9" and tick["servers"][0]["completed"] == 20
+
+
+async def test_a_taken_metrics_port_is_a_clear_error(tmp_path: Path) -> None:
+    spec = job(tmp_path, metrics_port=0)
+    (tmp_path / "out").mkdir()
+    first = RunMonitor(spec, dispatcher(spec), tmp_path / "out", "a")
+    await first.start(None, 0)
+    assert first.exporter is not None
+    try:
+        taken = job(tmp_path, metrics_port=first.exporter.port)
+        second = RunMonitor(taken, dispatcher(taken), tmp_path / "out", "b")
+        with pytest.raises(ConfigError, match=r"choose another monitor\.metrics_port"):
+            await second.start(None, 0)
+    finally:
+        assert first.exporter is not None
+        await first.exporter.stop()
+
+
+def _write_out(out: Path, end: bool, tick_age: float) -> None:
+    out.mkdir()
+    (out / "job.json").write_bytes(orjson.dumps({"spec": {"model": "m", "api": "openai-chat"}}))
+    (out / "completions_000000.jsonl.open").write_bytes(b'{"id":"a","status":"ok"}\n' * 7)
+    (out / "failed.jsonl").write_bytes(b'{"id":"b","status":"failed"}\n')
+    now = time.time()
+    log = EventLog(out / EVENTS_FILE, "r", wall=lambda: now - tick_age)
+    log.write("start", model="m", api="openai-chat", output=str(out), done_before=0)
+    tick = {
+        "elapsed": 10.0,
+        "client": {"done": 8, "total": 20, "completed": 7, "failed": 1, "completion_tokens": 700, "eta_s": 15.0},
+        "servers": [
+            {"url": "http://s", "usable": True, "healthy": True, "output_tokens": 1000, "gpus": 2, "completed": 7}
+        ],
+        "binding": "state pool",
+        "verdicts": ["state-pool-bound"],
+    }
+    log.write("tick", **tick)
+    if end:
+        log.write("end", finished=True, elapsed=10.0)
+    log.close()
+
+
+def test_status_of_a_run_in_progress(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    _write_out(out, end=False, tick_age=2.0)
+    assert recorded_counts(out) == (7, 1)
+    st = read_status(out)
+    assert st.state == "running"
+    s = st.summary
+    assert (s.completed_total, s.failed_total, s.total_rows) == (7, 1, 20)
+    assert s.server_decode_tok_s == pytest.approx(100.0) and s.decode_tok_s_per_gpu == pytest.approx(50.0)
+    assert s.binding == "state pool" and s.eta_s == 15.0
+    text = status_text(st)
+    assert text.startswith("running (last update")
+    assert "| binding resource | state pool |" in text and "| decode tok/s per GPU | 50 |" in text
+
+
+def test_status_finished_and_interrupted(tmp_path: Path) -> None:
+    _write_out(tmp_path / "a", end=True, tick_age=5.0)
+    assert read_status(tmp_path / "a").state == "finished"
+    _write_out(tmp_path / "b", end=False, tick_age=3600.0)
+    st = read_status(tmp_path / "b")
+    assert st.state == "interrupted" and "rerun the same command" in status_text(st)
+
+
+def test_status_of_something_else_says_so(tmp_path: Path) -> None:
+    from tokenmill.errors import OutputError
+
+    with pytest.raises(OutputError, match="not a tokenmill output directory"):
+        read_status(tmp_path)
