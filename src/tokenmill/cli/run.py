@@ -25,6 +25,7 @@ def _overrides(**given: Any) -> dict[str, Any]:
         "model": "model",
         "max_tokens": "sampling.max_tokens",
         "on_bad_row": "input.on_bad_row",
+        "metrics_port": "monitor.metrics_port",
     }
     out: dict[str, Any] = {}
     for name, key in mapping.items():
@@ -54,6 +55,11 @@ def job_options(fn: Any) -> Any:
             help="Upload to an output.remote prefix that already holds other objects (none is ever overwritten).",
         ),
         click.option("--live/--no-live", default=None, help="Force the live display on or off."),
+        click.option(
+            "--metrics-port",
+            type=click.IntRange(0, 65535),
+            help="Serve tokenmill_* Prometheus metrics on 127.0.0.1:PORT (0: any free port).",
+        ),
         click.option("--log-level", default="INFO", show_default=True),
     ]
     for option in reversed(options):

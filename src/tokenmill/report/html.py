@@ -42,6 +42,12 @@ def _clock(data: RunData, offset: float) -> str:
     return dt.datetime.fromtimestamp(data.t0 + offset, tz=dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
+def _state(data: RunData) -> str:
+    if data.ended is None:
+        return "in progress or interrupted"
+    return "finished" if data.ended.get("finished") else "stopped"
+
+
 def summary_rows(data: RunData) -> list[tuple[str, str]]:
     """The summary table: from summary.json when the last run wrote one, else from the last tick."""
     s = data.summary
@@ -68,7 +74,7 @@ def summary_rows(data: RunData) -> list[tuple[str, str]]:
         ]
     else:
         rows += [
-            ("state", "in progress or interrupted" if data.ended is None else "stopped"),
+            ("state", _state(data)),
             ("model / api", f"{start.get('model')} / {start.get('api')}"),
             ("prompts (input rows)", _fmt(tick.get("total"))),
             ("done (completed + failed)", _fmt(tick.get("done"))),
