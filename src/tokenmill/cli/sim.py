@@ -3,6 +3,10 @@
 The options mirror :class:`~tokenmill.config.SimConfig` field by field (fault settings too; those whose
 name clashes with a server field get a ``--fault-`` prefix, e.g. ``--fault-seed``). They default to
 nothing: an option given on the command line overrides ``--config``, which overrides SimConfig.
+
+With ``--gpu`` the server is the twin: SGLang launch flags go in ``--flags "..."`` or simply after the
+options (``tokenmill sim --model qwen3.6-27b --gpu rtx-pro-6000 --mamba-scheduler-strategy extra_buffer``);
+words the command does not know are SGLang flags, and without ``--gpu`` they are an error.
 """
 
 from __future__ import annotations
@@ -10,11 +14,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import shlex
 import signal
 import sys
 import tempfile
 import types
 import typing
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -27,9 +33,11 @@ from tokenmill.errors import ConfigError
 
 _NESTED = {"faults": FaultSpec}
 _ENVVARS = {"api_key": "TOKENMILL_SIM_API_KEY"}
+_ALIASES = {"engine_flags": ("--flags",)}  # SGLang's own word for them
 
 
-@click.command(name="sim")
+@click.command(name="sim", context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
+@click.pass_context
 @click.option(
     "--config",
     "config_file",
@@ -37,23 +45,32 @@ _ENVVARS = {"api_key": "TOKENMILL_SIM_API_KEY"}
     help="YAML file of SimConfig fields (command-line options override it).",
 )
 @click.option("--port-file", type=click.Path(dir_okay=False), help="Write the bound port here (atomically).")
-def sim(config_file: str | None, port_file: str | None, **given: Any) -> None:
+def sim(ctx: click.Context, /, config_file: str | None, port_file: str | None, **given: Any) -> None:
     """Run a simulated SGLang server (OpenAI + /generate + /metrics) on 127.0.0.1.
 
     Prints one line, `tokenmill sim listening on http://HOST:PORT`, once it accepts connections;
     SGLang-style scheduler log lines go to stderr. Stops cleanly on SIGTERM or Ctrl-C.
 
+    With --gpu it is the twin of an SGLang server: pools, admission, retraction and step times come from
+    the capacity planner for --model (a bundled planner model or a config.json path) on that GPU with the
+    SGLang flags given in --flags or after the options (see docs/planner.md, "The twin"). Without --gpu
+    every request costs fixed step times.
+
     \b
     Examples:
         tokenmill sim --port 30000 --max-running-requests 64
         tokenmill sim --port 0 --port-file sim.port --time-scale 0.01 --error-rate 0.05
+        tokenmill sim --model qwen3.6-27b --gpu rtx-pro-6000 --mamba-scheduler-strategy extra_buffer
+        tokenmill sim --model qwen3.6-27b --gpu rtx-pro-6000 --time-scale 0.01 \\
+            --flags "--disable-radix-cache --max-running-requests 96 --mem-fraction-static 0.9"
     """
-    cfg = build_config(config_file, given)
+    cfg = build_config(config_file, given, ctx.args)
     asyncio.run(_serve(cfg, port_file))
 
 
-def build_config(config_file: str | None, given: dict[str, Any]) -> SimConfig:
-    """SimConfig from an optional YAML file plus the options given on the command line."""
+def build_config(config_file: str | None, given: dict[str, Any], engine_args: Sequence[str] = ()) -> SimConfig:
+    """SimConfig from an optional YAML file, the options given on the command line, and SGLang flags given
+    as extra words (appended to ``engine_flags``; they need the twin, i.e. a ``gpu``)."""
     data: dict[str, Any] = {}
     if config_file:
         try:
@@ -74,10 +91,19 @@ def build_config(config_file: str | None, given: dict[str, Any]) -> SimConfig:
             section[name] = value
         else:
             data[key] = value
+    if engine_args:
+        data["engine_flags"] = " ".join(p for p in (str(data.get("engine_flags") or ""), shlex.join(engine_args)) if p)
     try:
-        return SimConfig.model_validate(data)
+        cfg = SimConfig.model_validate(data)
     except ValidationError as exc:
         raise ConfigError(format_validation_error(exc, config_file or "sim options")) from exc
+    if cfg.gpu is None and (engine_args or cfg.engine_flags):
+        words = shlex.join(engine_args) if engine_args else cfg.engine_flags
+        raise ConfigError(
+            f"unknown option(s) or SGLang flags without a twin: {words}; SGLang flags are read only by the "
+            "twin: add --gpu (e.g. --gpu rtx-pro-6000) and a planner --model, or see `tokenmill sim --help`"
+        )
+    return cfg
 
 
 async def _serve(cfg: SimConfig, port_file: str | None) -> None:
@@ -85,6 +111,12 @@ async def _serve(cfg: SimConfig, port_file: str | None) -> None:
 
     _log_to_stderr(cfg.log_level)
     server = SimServer(cfg)
+    log = logging.getLogger("tokenmill.sim")
+    if server.twin is not None:
+        for line in server.twin.startup_lines():
+            log.info("%s", line)
+        if server.twin.unmodeled_flags:
+            log.warning("SGLang flags the twin does not model: %s", " ".join(server.twin.unmodeled_flags))
     url = await server.start()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -93,11 +125,11 @@ async def _serve(cfg: SimConfig, port_file: str | None) -> None:
     try:
         if port_file:
             _write_atomically(Path(port_file), f"{server.port}\n")
-        logging.getLogger("tokenmill.sim").info(
+        log.info(
             "max_total_num_tokens=%d, max_running_requests=%d, context_len=%d, time_scale=%g, instant=%s",
             server.engine.model.max_total_tokens,
             server.engine.model.max_running_requests,
-            cfg.context_length,
+            server.cfg.context_length,
             cfg.time_scale,
             cfg.instant,
         )
@@ -155,9 +187,9 @@ def _options(model: type[BaseModel], section: str = "", taken: frozenset[str] = 
             flag = f"{section.rstrip('s')}-{flag}"
         dest = f"{section}__{name}" if section else name
         default = field.get_default(call_default_factory=True)
-        shown = "" if default is None else f" [default: {default}]"
+        shown = "" if default is None or default == "" else f" [default: {default}]"
         help_text = f"{field.description or name.replace('_', ' ')}{shown}"
-        decls = [f"--{flag}/--no-{flag}" if is_flag else f"--{flag}", dest]
+        decls = [*_ALIASES.get(name, ()), f"--{flag}/--no-{flag}" if is_flag else f"--{flag}", dest]
         opts.append(
             click.Option(decls, type=ptype, default=None, help=help_text, envvar=_ENVVARS.get(name), show_envvar=True)
         )

@@ -18,7 +18,7 @@ from tokenmill.sim.metrics import RequestMetrics
 from tokenmill.sim.scheduler import QueueFullError, Scheduler, SchedulerSnapshot, SimRequest, State
 from tokenmill.sim.timing import LinearStepModel, StepModel
 
-__all__ = ["EngineClosedError", "QueueFullError", "SimEngine", "Timing"]
+__all__ = ["EngineClosedError", "QueueFullError", "SimEngine", "Timing", "default_step_model"]
 
 
 class EngineClosedError(Exception):
@@ -32,6 +32,7 @@ class Timing:
     queue_s: float
     ttft_s: float
     e2e_s: float
+    retractions: int = 0  # times the server took the request back to its queue (KV ran out)
 
 
 _INSTANT = Timing(0.0, 0.0, 0.0)
@@ -41,7 +42,7 @@ class SimEngine:
     """A simulated SGLang scheduler on the running event loop. Use ``await start()`` / ``await close()``."""
 
     def __init__(self, cfg: SimConfig, model: StepModel | None = None) -> None:
-        self.model: StepModel = model if model is not None else LinearStepModel(cfg)
+        self.model: StepModel = model if model is not None else default_step_model(cfg)
         self.scheduler = Scheduler(
             self.model,
             time_scale=cfg.time_scale,
@@ -70,8 +71,10 @@ class SimEngine:
             if r.waiter is not None and not r.waiter.done():
                 r.waiter.set_exception(EngineClosedError("the simulated server is shutting down"))
 
-    async def generate(self, prompt_tokens: int, output_tokens: int) -> Timing:
-        """Serve one request; raises :class:`QueueFullError` or :class:`EngineClosedError`.
+    async def generate(self, prompt_tokens: int, output_tokens: int, max_new_tokens: int = 0) -> Timing:
+        """Serve one request of ``output_tokens`` tokens, asked with a limit of ``max_new_tokens`` (what a
+        finite KV pool reserves for; at least ``output_tokens``); raises :class:`QueueFullError` or
+        :class:`EngineClosedError`.
 
         Cancelling the caller (a client that hung up) aborts the request and frees its slot.
         """
@@ -81,7 +84,9 @@ class SimEngine:
             self.metrics.observe_finished(prompt_tokens, output_tokens, _INSTANT)
             return _INSTANT
         loop = asyncio.get_running_loop()
-        req = SimRequest(prompt_tokens=prompt_tokens, output_tokens=output_tokens, arrived=loop.time())
+        req = SimRequest(
+            prompt_tokens=prompt_tokens, output_tokens=output_tokens, arrived=loop.time(), max_new_tokens=max_new_tokens
+        )
         req.waiter = loop.create_future()
         self._settle(self.scheduler.advance(req.arrived))  # the queue limit sees the queue as of now
         try:
@@ -142,8 +147,17 @@ class SimEngine:
                     handle.cancel()
 
 
+def default_step_model(cfg: SimConfig) -> StepModel:
+    """The twin when ``cfg.gpu`` names a GPU (pools and times from the planner), else fixed step times."""
+    if cfg.gpu is not None:
+        from tokenmill.sim.twin import TwinStepModel  # the planner is imported only for a twin
+
+        return TwinStepModel.from_config(cfg)
+    return LinearStepModel(cfg)
+
+
 def _timing(r: SimRequest) -> Timing:
-    return Timing(r.started - r.arrived, r.first_token - r.arrived, r.finished - r.arrived)
+    return Timing(r.started - r.arrived, r.first_token - r.arrived, r.finished - r.arrived, r.retractions)
 
 
 def _set_done(fut: asyncio.Future[None]) -> None:

@@ -143,10 +143,20 @@ class SimCollector:
             max(0, m.mamba_slots - u.mamba_used),
         )
         yield g("mamba_evictable_tokens", "Number of evictable state slots in the mamba SSM pool.", 0)
-        yield g("num_retracted_reqs", "The number of retracted requests.", 0)
+        yield g("num_retracted_reqs", "The number of retracted requests.", s.last_retracted)
         yield g("num_paused_reqs", "The number of paused requests.", s.waiting if s.paused else 0)
+        yield g("new_token_ratio", "The new token ratio.", s.new_token_ratio)
+        yield g("is_cuda_graph", "Whether the batch is using CUDA graph.", 1.0 if s.cuda_graph else 0.0)
         yield g("max_total_num_tokens", "Maximum total number of tokens in the KV pool.", m.max_total_tokens)
         yield g("context_len", "The context length.", self._context_length)
+        for name, doc, value in (
+            ("num_retracted_requests", "Total number of retracted requests.", s.retracted_requests),
+            ("num_retracted_input_tokens", "Total number of retracted input tokens.", s.retracted_input_tokens),
+            ("num_retracted_output_tokens", "Total number of retracted output tokens.", s.retracted_output_tokens),
+        ):
+            counter = CounterMetricFamily(f"sglang:{name}", doc, labels=list(self._sched_labels))
+            counter.add_metric(list(self._sched_labels.values()), value)
+            yield counter
         realtime = CounterMetricFamily(
             "sglang:realtime_tokens",
             "Tokens processed, updated every scheduler iteration.",

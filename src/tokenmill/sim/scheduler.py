@@ -2,10 +2,11 @@
 
 The scheduler does not touch every running request on every step. It keeps a global step counter, the
 number of running requests, the tokens they hold, and a heap of the step at which each will finish; the
-state between two events (a finish, a log boundary every ``log_interval`` steps, the end of a prefill) is
-advanced in one arithmetic jump. The async driver (:mod:`tokenmill.sim.engine`) calls :meth:`advance`
-when something arrives or when :meth:`next_event_at` says something is due, so a busy simulator wakes
-about once per finishing request, and an idle one never.
+state between two events (a finish, a log boundary every ``log_interval`` steps, the end of a prefill, the
+step at which a finite KV pool runs out) is advanced in one arithmetic jump. The async driver
+(:mod:`tokenmill.sim.engine`) calls :meth:`advance` when something arrives or when :meth:`next_event_at`
+says something is due, so a busy simulator wakes about once per finishing request, and an idle one never.
+Waiting requests are admitted at the simulated instant a slot frees, however late the driver wakes.
 
 A request's life, for ``output_tokens = L``::
 
@@ -13,6 +14,12 @@ A request's life, for ``output_tokens = L``::
 
 A prefill that starts while requests are decoding keeps the progress of the step it interrupted, so no
 decode time is lost or counted twice; requests admitted while a prefill runs join it and extend it.
+
+With a :class:`PoolModel` (the twin) the KV pool is finite, as in SGLang: admission also keeps room for the
+running requests' future tokens (scaled by the new-token ratio, :class:`KvPolicy`), and when a decode step
+would need more KV than is free, running requests are retracted back to the queue. A retracted request
+keeps the tokens it generated, but its KV is gone: when admitted again it prefills its prompt plus those
+tokens, and then continues.
 """
 
 from __future__ import annotations
@@ -22,8 +29,10 @@ import heapq
 import logging
 import math
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
+from typing import Protocol, runtime_checkable
 
 from tokenmill.sim.timing import PoolUsage, StepModel
 
@@ -43,6 +52,57 @@ class State(Enum):
     ABORTED = "aborted"
 
 
+@dataclass(frozen=True, slots=True)
+class KvPolicy:
+    """SGLang's KV admission reserve and retraction rule, with SGLang's constants supplied by the caller.
+
+    * Admission (``PrefillAdder``): the free KV minus ``ratio * min(max_new - generated, clip)`` for each
+      running request must exceed a new request's ``fill + min(max_new - generated, clip)``; each admitted
+      request is then charged that much.
+    * The ratio (``new_token_ratio``) starts at ``init_ratio``, falls by ``(init_ratio - min_ratio) /
+      decay_steps`` per decode step down to ``min_ratio``, and is back at ``init_ratio`` when the engine idles.
+    * Retraction (``retract_decode``): when the next decode step needs more KV than is free, the request with
+      the fewest generated tokens (then the longest prompt) goes back to the queue, and so on until the step
+      fits, keeping at least one; the ratio becomes ``(generated + retract_decode_steps * n) / (max_new + 1)``
+      over the n requests left, at most 1.
+    """
+
+    init_ratio: float
+    min_ratio: float
+    decay_steps: int
+    clip_max_new_tokens: int
+    retract_decode_steps: int
+
+    @property
+    def decay(self) -> float:
+        """Ratio lost per decode step."""
+        return (self.init_ratio - self.min_ratio) / self.decay_steps
+
+
+@runtime_checkable
+class PoolModel(StepModel, Protocol):
+    """A :class:`StepModel` with SGLang's finite pools (the twin): the scheduler then reserves future KV,
+    retracts when a decode step does not fit, prices a prefill batch request by request, and writes the log
+    lines of the model's kind (hybrid or plain)."""
+
+    @property
+    def kv_policy(self) -> KvPolicy: ...
+
+    @property
+    def is_hybrid(self) -> bool:
+        """Whether the model has recurrent state (SGLang's hybrid log format with ``mamba usage``)."""
+        ...
+
+    @property
+    def cuda_graph_max_bs(self) -> int:
+        """Decode batches up to this size run with CUDA graphs (the ``cuda graph`` field of the log)."""
+        ...
+
+    def prefill_batch_time_s(self, fill_tokens: Sequence[int]) -> float:
+        """Seconds to prefill one batch whose requests prefill ``fill_tokens`` tokens each."""
+        ...
+
+
 @dataclass(eq=False, slots=True)
 class SimRequest:
     """One generation in the scheduler; times are on the caller's clock."""
@@ -50,11 +110,15 @@ class SimRequest:
     prompt_tokens: int
     output_tokens: int
     arrived: float
+    max_new_tokens: int = 0  # the request's limit (what admission reserves for); below output_tokens: that
     started: float = math.nan
     first_token: float = math.nan
     finished: float = math.nan
     admit_step: int = 0
     finish_step: int = 0
+    resumed: int = 0  # tokens generated before the current admission (kept across a retraction)
+    retractions: int = 0
+    seq: int = 0  # identifies the request's live heap entry
     state: State = State.WAITING
     waiter: asyncio.Future[None] | None = None  # owned by the async driver
 
@@ -71,6 +135,12 @@ class SchedulerSnapshot:
     decode_tokens: int
     prefill_tokens: int
     paused: bool
+    retracted_requests: int = 0
+    retracted_input_tokens: int = 0
+    retracted_output_tokens: int = 0
+    last_retracted: int = 0  # requests retracted by the latest retraction
+    new_token_ratio: float = 0.0
+    cuda_graph: bool = True
 
 
 class Scheduler:
@@ -78,6 +148,8 @@ class Scheduler:
 
     def __init__(self, model: StepModel, *, time_scale: float, max_queued: int | None, log_interval: int) -> None:
         self.model = model
+        self._pool: PoolModel | None = model if isinstance(model, PoolModel) else None
+        self._kv: KvPolicy | None = self._pool.kv_policy if self._pool is not None else None
         self._scale = time_scale
         self._max_queued = max_queued
         self._interval = log_interval
@@ -87,6 +159,10 @@ class Scheduler:
         self.waiting = 0
         self.decode_tokens = 0
         self.prefill_tokens = 0
+        self.retracted_requests = 0
+        self.retracted_input_tokens = 0
+        self.retracted_output_tokens = 0
+        self._last_retracted = 0
         self._queue: deque[SimRequest] = deque()
         self._heap: list[tuple[int, int, SimRequest]] = []
         self._seq = 0
@@ -98,6 +174,8 @@ class Scheduler:
         self._gen_throughput = 0.0
         self._window = (0.0, 0)  # (time, decode_tokens) at the last log boundary
         self._last_prefill_at = 0.0
+        self._ratio_base = self._kv.init_ratio if self._kv is not None else 0.0
+        self._ratio_step = 0  # the step at which the ratio was last set
 
     # ---- driving -------------------------------------------------------------------------------------
 
@@ -112,9 +190,12 @@ class Scheduler:
         """
         if self._max_queued is not None and self.waiting >= self._max_queued:
             raise QueueFullError("The request queue is full.")
+        req.max_new_tokens = max(req.max_new_tokens, req.output_tokens)
+        done = self.advance(now)  # events before the arrival must not see the new request
         self._queue.append(req)
         self.waiting += 1
-        return self.advance(now)
+        done.extend(self.advance(now))
+        return done
 
     def advance(self, now: float) -> list[SimRequest]:
         """Run the engine up to ``now`` and admit what fits; returns the requests that finished."""
@@ -135,7 +216,7 @@ class Scheduler:
         if self.running == 0:
             return None
         dt = self._step_dt()
-        if dt <= 0:
+        if dt <= 0 or self._must_retract():
             return self._t_base
         return self._t_base + (self._next_target() - self.step) * dt
 
@@ -174,7 +255,7 @@ class Scheduler:
     def drain(self) -> list[SimRequest]:
         """Every unfinished request (waiting or running), marked aborted; for shutdown."""
         live = [r for r in self._queue if r.state is State.WAITING]
-        live += [r for _, _, r in self._heap if r.state is State.RUNNING]
+        live += self._live()
         for r in live:
             r.state = State.ABORTED
         self._queue.clear()
@@ -193,6 +274,12 @@ class Scheduler:
             decode_tokens=self.decode_tokens,
             prefill_tokens=self.prefill_tokens,
             paused=self._paused_at is not None,
+            retracted_requests=self.retracted_requests,
+            retracted_input_tokens=self.retracted_input_tokens,
+            retracted_output_tokens=self.retracted_output_tokens,
+            last_retracted=self._last_retracted,
+            new_token_ratio=self._ratio(),
+            cuda_graph=self._cuda_graph(),
         )
 
     # ---- internals -----------------------------------------------------------------------------------
@@ -200,23 +287,47 @@ class Scheduler:
     def _step_dt(self) -> float:
         return self.model.step_time_s(self.running, self.ctx_tokens) * self._scale
 
+    def _live(self) -> list[SimRequest]:
+        """The running requests (each heap entry that is its request's current one)."""
+        return [r for _, seq, r in self._heap if r.seq == seq and r.state is State.RUNNING]
+
+    def _generated(self, r: SimRequest) -> int:
+        """Tokens a running request has produced so far (its prefill made one)."""
+        return r.resumed + 1 + (self.step - r.admit_step)
+
+    def _kv_free(self) -> int:
+        return self.model.max_total_tokens - self.ctx_tokens
+
+    def _must_retract(self) -> bool:
+        """A finite KV pool cannot hold the next decode step's tokens (one per running request)."""
+        return self._kv is not None and self.running > 1 and self._kv_free() < self.running
+
     def _next_target(self) -> int:
-        """The next step at which something happens: the earliest finish or the next log boundary."""
+        """The next step at which something happens: the earliest finish, the next log boundary, or (finite
+        KV) the step after which the pool cannot hold another one."""
         heap = self._heap
-        while heap[0][2].state is not State.RUNNING:  # aborted entries are dropped lazily
+        while heap[0][2].seq != heap[0][1] or heap[0][2].state is not State.RUNNING:  # stale entries drop lazily
             heapq.heappop(heap)
         boundary = (self.step // self._interval + 1) * self._interval
-        return min(heap[0][0], boundary)
+        target = min(heap[0][0], boundary)
+        if self._kv is not None and self.running > 1:
+            target = min(target, self.step + self._kv_free() // self.running)
+        return target
 
     def _catch_up(self, now: float, done: list[SimRequest]) -> None:
         while True:
             if self._prefill_end is not None:
-                if now < self._prefill_end:
+                t = self._prefill_end
+                if now < t:
                     return
                 self._end_prefill(done)
+                self._admit(t)
                 continue
             if self.running == 0:
                 return
+            if self._must_retract():
+                self._retract()
+                continue
             dt = self._step_dt()
             n = self._next_target() - self.step
             if dt > 0:
@@ -235,6 +346,7 @@ class Scheduler:
             self._pop_finished(self._t_base, done)
             if k < n:
                 return
+            self._admit(self._t_base)  # slots freed at this instant go to waiting requests at this instant
 
     def _end_prefill(self, done: list[SimRequest]) -> None:
         assert self._prefill_end is not None
@@ -243,15 +355,16 @@ class Scheduler:
         self._t_base = t - self._partial
         self._partial = 0.0
         for r in self._prefilling:
-            r.first_token = t
+            if math.isnan(r.first_token):
+                r.first_token = t
         self._prefilling.clear()
         self._pop_finished(t, done)
 
     def _pop_finished(self, t: float, done: list[SimRequest]) -> None:
         heap = self._heap
         while heap and heap[0][0] <= self.step:
-            r = heapq.heappop(heap)[2]
-            if r.state is not State.RUNNING:
+            _, seq, r = heapq.heappop(heap)
+            if r.seq != seq or r.state is not State.RUNNING:
                 continue
             r.state = State.DONE
             r.finished = t
@@ -259,15 +372,34 @@ class Scheduler:
             done.append(r)
 
     def _release(self, r: SimRequest) -> None:
-        """Give back a running request's slot and tokens (its prompt, first token and decoded tokens)."""
+        """Give back a running request's slot and tokens (its prompt and every token it generated)."""
         self.running -= 1
-        self.ctx_tokens -= r.prompt_tokens + 1 + (self.step - r.admit_step)
+        self.ctx_tokens -= r.prompt_tokens + self._generated(r)
+
+    def _ratio(self) -> float:
+        """SGLang's new-token ratio now (0 without a finite KV pool)."""
+        p = self._kv
+        if p is None:
+            return 0.0
+        return max(p.min_ratio, self._ratio_base - p.decay * (self.step - self._ratio_step))
+
+    def _kv_budget(self) -> float:
+        """Free KV minus what the running requests are expected to still need (``rem_total_tokens``)."""
+        p = self._kv
+        assert p is not None
+        clip = p.clip_max_new_tokens
+        reserve = sum(min(r.max_new_tokens - self._generated(r), clip) for r in self._live())
+        return self._kv_free() - self._ratio() * reserve
 
     def _admit(self, now: float) -> bool:
         """Move waiting requests that fit into a prefill batch; True if any moved."""
         if not self.waiting:
             return False
         running_before = self.running
+        idle = running_before == 0 and self._prefill_end is None
+        if idle and self._kv is not None:
+            self._ratio_base, self._ratio_step = self._kv.init_ratio, self.step  # SGLang re-inits it when idle
+        budget: float | None = None
         batch: list[SimRequest] = []
         queue = self._queue
         while queue:
@@ -275,23 +407,36 @@ class Scheduler:
             if r.state is not State.WAITING:
                 queue.popleft()
                 continue
-            if not self.model.admit(self.running, self.ctx_tokens, r.prompt_tokens):
+            fill = r.prompt_tokens + r.resumed
+            if not self.model.admit(self.running, self.ctx_tokens, fill):
                 break
+            if self._kv is not None and self.running:  # an idle engine takes its first request regardless
+                budget = self._kv_budget() if budget is None else budget
+                need = fill + min(max(r.max_new_tokens - r.resumed, 0), self._kv.clip_max_new_tokens)
+                if need >= budget:
+                    break
+                budget -= need
             queue.popleft()
             self.waiting -= 1
             r.state = State.RUNNING
-            r.started = now
+            if math.isnan(r.started):
+                r.started = now
             r.admit_step = self.step
-            r.finish_step = self.step + max(r.output_tokens, 1) - 1
+            r.finish_step = self.step + max(r.output_tokens - r.resumed, 1) - 1
             self.running += 1
-            self.ctx_tokens += r.prompt_tokens + 1  # the prefill yields the first token
+            self.ctx_tokens += fill + 1  # the prefill yields the next token
             self._seq += 1
-            heapq.heappush(self._heap, (r.finish_step, self._seq, r))
+            r.seq = self._seq
+            heapq.heappush(self._heap, (r.finish_step, r.seq, r))
             batch.append(r)
         if not batch:
             return False
-        new_tokens = sum(r.prompt_tokens for r in batch)
-        cost = self.model.prefill_time_s(new_tokens) * self._scale
+        fills = [r.prompt_tokens + r.resumed for r in batch]
+        new_tokens = sum(fills)
+        if self._pool is not None:
+            cost = self._pool.prefill_batch_time_s(fills) * self._scale
+        else:
+            cost = self.model.prefill_time_s(new_tokens) * self._scale
         if self._prefill_end is None:
             if running_before:
                 self._partial = max(0.0, now - self._t_base)
@@ -306,22 +451,82 @@ class Scheduler:
         self._log_prefill(now, len(batch), new_tokens)
         return True
 
+    def _retract(self) -> None:
+        """SGLang's ``retract_decode``: back to the queue, fewest generated tokens first, until the step fits."""
+        p = self._kv
+        assert p is not None
+        live = self._live()
+        # SGLang sorts by (generated, -prompt) descending and retracts from the end of the list
+        live.sort(key=lambda r: (self._generated(r), -r.prompt_tokens), reverse=True)
+        before = self.model.usage(self.running, self.ctx_tokens)
+        retracted = 0
+        while len(live) > 1 and (retracted == 0 or self._kv_free() < len(live)):
+            r = live.pop()
+            generated = self._generated(r)
+            self._release(r)
+            r.state = State.WAITING
+            r.resumed = generated
+            r.retractions += 1
+            self._queue.append(r)
+            self.waiting += 1
+            retracted += 1
+            self.retracted_input_tokens += r.prompt_tokens
+            self.retracted_output_tokens += generated
+        self.retracted_requests += retracted
+        self._last_retracted = retracted
+        old = self._ratio()
+        decoded = sum(self._generated(r) for r in live)
+        limit = sum(r.max_new_tokens for r in live)
+        self._ratio_base = min(1.0, (decoded + p.retract_decode_steps * len(live)) / (limit + 1))
+        self._ratio_step = self.step
+        if log.isEnabledFor(logging.WARNING):
+            after = self.model.usage(self.running, self.ctx_tokens)
+            log.warning(
+                "KV cache pool is full. Retract requests. #retracted_reqs: %d, #new_tokens_gained: %d, "
+                "#mamba_num_gained: %d, #new_token_ratio: %.4f -> %.4f",
+                retracted,
+                before.used_tokens - after.used_tokens,
+                before.mamba_used - after.mamba_used,
+                old,
+                self._ratio(),
+            )
+
+    def _cuda_graph(self) -> bool:
+        return self._pool is None or self.running <= self._pool.cuda_graph_max_bs
+
+    def _hybrid(self) -> bool:
+        return self._pool is None or self._pool.is_hybrid
+
     def _on_log_boundary(self) -> None:
         t0, tokens0 = self._window
         span = self._t_base - t0
         if span > 0:
             self._gen_throughput = (self.decode_tokens - tokens0) / span
         self._window = (self._t_base, self.decode_tokens)
-        if log.isEnabledFor(logging.INFO):
-            u = self.model.usage(self.running, self.ctx_tokens)
+        if not log.isEnabledFor(logging.INFO):
+            return
+        u = self.model.usage(self.running, self.ctx_tokens)
+        if self._hybrid():
             log.info(
                 "Decode batch, #running-req: %d, #full token: %d, full token usage: %.2f, mamba num: %d, "
-                "mamba usage: %.2f, cuda graph: True, gen throughput (token/s): %.2f, #queue-req: %d",
+                "mamba usage: %.2f, cuda graph: %s, gen throughput (token/s): %.2f, #queue-req: %d",
                 self.running,
                 u.used_tokens,
                 u.full_token_usage,
                 u.mamba_used,
                 u.mamba_usage,
+                self._cuda_graph(),
+                self._gen_throughput,
+                self.waiting,
+            )
+        else:
+            log.info(
+                "Decode batch, #running-req: %d, #token: %d, token usage: %.2f, cuda graph: %s, "
+                "gen throughput (token/s): %.2f, #queue-req: %d",
+                self.running,
+                u.used_tokens,
+                u.token_usage,
+                self._cuda_graph(),
                 self._gen_throughput,
                 self.waiting,
             )
@@ -329,17 +534,21 @@ class Scheduler:
     def _log_prefill(self, now: float, n: int, new_tokens: int) -> None:
         gap = now - self._last_prefill_at
         self._last_prefill_at = now
-        if log.isEnabledFor(logging.INFO):
-            u = self.model.usage(self.running, self.ctx_tokens)
-            log.info(
-                "Prefill batch, #new-seq: %d, #new-token: %d, #cached-token: 0, full token usage: %.2f, "
-                "mamba usage: %.2f, #running-req: %d, #queue-req: %d, #pending-token: 0, cuda graph: False, "
-                "input throughput (token/s): %.2f",
-                n,
-                new_tokens,
-                u.full_token_usage,
-                u.mamba_usage,
-                self.running - n,
-                self.waiting,
-                new_tokens / gap if gap > 0 else 0.0,
-            )
+        if not log.isEnabledFor(logging.INFO):
+            return
+        u = self.model.usage(self.running, self.ctx_tokens)
+        usage = (
+            f"full token usage: {u.full_token_usage:.2f}, mamba usage: {u.mamba_usage:.2f}"
+            if self._hybrid()
+            else f"token usage: {u.token_usage:.2f}"
+        )
+        log.info(
+            "Prefill batch, #new-seq: %d, #new-token: %d, #cached-token: 0, %s, #running-req: %d, "
+            "#queue-req: %d, #pending-token: 0, cuda graph: False, input throughput (token/s): %.2f",
+            n,
+            new_tokens,
+            usage,
+            self.running - n,
+            self.waiting,
+            new_tokens / gap if gap > 0 else 0.0,
+        )

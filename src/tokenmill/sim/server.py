@@ -13,10 +13,17 @@ With ``SimConfig.api_key`` set, every route except ``/health*``, ``/ready*`` and
 ``Authorization: Bearer <key>`` (or ``x-api-key``) and answers 401 ``{"error": "Unauthorized"}``
 otherwise, as SGLang does. A client that hangs up aborts its request and frees its slot.
 
+With ``SimConfig.gpu`` set the server is the twin (:mod:`tokenmill.sim.twin`): pools, admission and step
+times come from the capacity planner for ``model_spec`` (else ``model``) with ``engine_flags``; the context
+length, max running and KV pool it reports are the ones the planner sized, and, as SGLang, it refuses
+prompts longer than ``max_req_input_len`` and trims ``max_new_tokens`` to what the KV pool can hold.
+
 In-process use::
 
     async with SimServer(SimConfig(time_scale=0.01)) as srv:
         ...  # talk to srv.url
+    async with SimServer(SimConfig(gpu="rtx-pro-6000", model="qwen3.6-27b", time_scale=0.01)) as twin:
+        ...
 """
 
 from __future__ import annotations
@@ -41,6 +48,7 @@ from tokenmill.sim.faults import FaultInjector
 from tokenmill.sim.metrics import SimCollector, exposition, make_registry
 from tokenmill.sim.text import Draft, content_key, plan_output
 from tokenmill.sim.timing import StepModel
+from tokenmill.sim.twin import TwinStepModel
 
 _OPEN_PREFIXES = ("/health", "/ready", "/metrics")
 _Serve = Callable[[Any], Awaitable[Any]]
@@ -52,6 +60,9 @@ class SimServer:
     def __init__(self, cfg: SimConfig | None = None, *, step_model: StepModel | None = None) -> None:
         self.cfg = cfg if cfg is not None else SimConfig()
         self.engine = SimEngine(self.cfg, step_model)
+        self.twin = self.engine.model if isinstance(self.engine.model, TwinStepModel) else None
+        if self.twin is not None:
+            self.cfg = self.twin.resolve(self.cfg)
         self.faults = FaultInjector(self.cfg.faults)
         self._registry = make_registry(
             SimCollector(
@@ -200,14 +211,23 @@ class SimServer:
 
     async def _run(self, spec: api.GenSpec) -> tuple[Draft, Timing]:
         cfg = self.cfg
+        max_new = spec.max_new_tokens
+        if self.twin is not None:
+            limit = self.twin.max_req_input_len
+            if spec.prompt_tokens > limit:
+                raise api.BadRequest(
+                    f"Input length ({spec.prompt_tokens} tokens) exceeds the maximum allowed length ({limit} "
+                    "tokens). Use a shorter input or enable --allow-auto-truncate."
+                )
+            max_new = self.twin.max_new_tokens(spec.prompt_tokens, max_new)
         draft = plan_output(
             content_key(cfg.seed, spec.prompt, spec.seed),
-            spec.max_new_tokens,
+            max_new,
             ignore_eos=spec.ignore_eos,
             mean=cfg.output_len_mean,
             sigma=cfg.output_len_sigma,
         )
-        timing = await self.engine.generate(spec.prompt_tokens, len(draft.token_ids))
+        timing = await self.engine.generate(spec.prompt_tokens, len(draft.token_ids), max_new)
         return draft, timing
 
     def _model_name(self, body: Any) -> str:
@@ -241,6 +261,8 @@ class SimServer:
                     t.cancel()
                 await asyncio.gather(*tasks, return_exceptions=True)
         items = [api.generate_item(s, d, t.e2e_s) for s, (d, t) in zip(specs, results, strict=True)]
+        for item, (_, timing) in zip(items, results, strict=True):
+            item["meta_info"]["num_retractions"] = timing.retractions
         return items if batch else items[0]
 
     # ---- descriptions, health, metrics ---------------------------------------------------------------

@@ -1,0 +1,311 @@
+"""The twin: the simulated server's physics taken from the capacity planner, for one (model, GPU, flags).
+
+:class:`TwinStepModel` turns a :class:`~tokenmill.planner.ServerCapacity` into the simulator's
+:class:`~tokenmill.sim.timing.StepModel` (and the scheduler's :class:`~tokenmill.sim.scheduler.PoolModel`):
+
+* **Pools**: ``max_running_requests``, the KV pool (``max_total_num_tokens``) and the Mamba state pool
+  (``max_mamba_cache_size``) exactly as the planner sizes them from SGLang's own rules.
+* **Admission**: a request starts when fewer than ``max_running`` run, its state slots are free, its prompt
+  fits in the free KV, and the KV left after SGLang's reserve for future tokens holds it (the reserve and
+  its new-token ratio are the scheduler's :class:`~tokenmill.sim.scheduler.KvPolicy`, with SGLang's
+  constants below and ``--schedule-conservativeness``).
+* **State slots held** by a running request: 1 working slot, plus the ping-pong track slots of
+  ``extra_buffer`` (2 with the overlap scheduler, 1 without; ``extra_buffer_lazy`` 1). The rest of the
+  ``S`` slots SGLang sets aside per request (``max_running = slots // S``) hold radix-cached states, which
+  are evictable and so not "used": ``mamba_usage = running * held / slots``, as SGLang's
+  ``(size - free - evictable) / size``.
+* **Usage**: ``full_token_usage = KV tokens held / KV pool``; ``token_usage`` is the fuller of the KV and
+  Mamba pools (SGLang's gauge since PR #22554; before it, the KV pool alone).
+* **Time**: a decode step is the planner's roofline ``step_time_s(running, tokens held)``; a prefill batch
+  reads the weights once and computes each request's prompt (``prefill_compute_s`` per request, the same
+  cost the planner's prefill dilution uses), plus the fixed per-step cost.
+
+Not modeled: prefix-cache hits (every prompt is new), chunked prefill and ``--max-prefill-tokens`` (a batch
+is priced as a whole), speculative decoding, the slower decode of batches above ``--cuda-graph-max-bs``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from tokenmill.config import SimConfig
+from tokenmill.errors import ConfigError
+from tokenmill.planner import EngineFlags, ServerCapacity, command_line, parse_flags, server_capacity
+from tokenmill.planner.memory import (
+    PING_PONG_SLOTS_LAZY,
+    PING_PONG_SLOTS_NO_OVERLAP,
+    PING_PONG_SLOTS_OVERLAP,
+    auto_cuda_graph_max_bs,
+)
+from tokenmill.planner.roofline import fixed_time
+from tokenmill.sim.scheduler import KvPolicy
+from tokenmill.sim.timing import PoolUsage
+
+# SGLang's scheduler constants (environment variables of sglang/srt/environ.py, unchanged from v0.5 to 2026)
+INIT_NEW_TOKEN_RATIO = 0.7  # SGLANG_INIT_NEW_TOKEN_RATIO (times --schedule-conservativeness)
+MIN_NEW_TOKEN_RATIO_FACTOR = 0.14  # SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR
+NEW_TOKEN_RATIO_DECAY_STEPS = 600  # SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS
+CLIP_MAX_NEW_TOKENS = 4096  # SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION
+RETRACT_DECODE_STEPS = 20  # SGLANG_RETRACT_DECODE_STEPS
+MAX_REQ_INPUT_MARGIN = 5  # max_req_input_len = max_req_len - 5
+CONSERVATIVENESS_FLAG = "--schedule-conservativeness"
+
+# SimConfig fields that are SGLang flags too: given to the twin, they mean the flag
+_SHARED_FIELDS = (
+    ("max_running_requests", "max_running_requests", "--max-running-requests"),
+    ("max_total_tokens", "max_total_tokens", "--max-total-tokens"),
+    ("context_length", "context_length", "--context-length"),
+)
+
+
+def kv_policy(conservativeness: float = 1.0) -> KvPolicy:
+    """SGLang's new-token ratio and retraction constants for ``--schedule-conservativeness``."""
+    init = min(INIT_NEW_TOKEN_RATIO * conservativeness, 1.0)
+    return KvPolicy(
+        init_ratio=init,
+        min_ratio=min(init * MIN_NEW_TOKEN_RATIO_FACTOR, 1.0),
+        decay_steps=NEW_TOKEN_RATIO_DECAY_STEPS,
+        clip_max_new_tokens=CLIP_MAX_NEW_TOKENS,
+        retract_decode_steps=RETRACT_DECODE_STEPS,
+    )
+
+
+def held_slots_per_request(capacity: ServerCapacity) -> int:
+    """State slots one running request holds itself (working + track buffers), 0 without recurrent state."""
+    if not capacity.model.is_hybrid:
+        return 0
+    strategy = capacity.pools.strategy
+    if strategy.strategy == "extra_buffer_lazy":
+        return 1 + PING_PONG_SLOTS_LAZY
+    if strategy.strategy == "extra_buffer":
+        overlap = strategy.overlap and not capacity.flags.speculative_algorithm
+        return 1 + (PING_PONG_SLOTS_OVERLAP if overlap else PING_PONG_SLOTS_NO_OVERLAP)
+    return 1  # no_buffer (its finished states sit in the radix tree) or no radix cache
+
+
+def schedule_conservativeness(flags: EngineFlags) -> tuple[float, tuple[str, ...]]:
+    """``--schedule-conservativeness`` from the flags the planner left unmodeled, and the rest of them."""
+    value, rest = 1.0, []
+    for item in flags.ignored:
+        name, _, raw = item.partition(" ")
+        if name != CONSERVATIVENESS_FLAG:
+            rest.append(item)
+            continue
+        try:
+            value = float(raw)
+        except ValueError as exc:
+            raise ConfigError(f"{CONSERVATIVENESS_FLAG} takes a number, got {raw!r}") from exc
+        if value <= 0:
+            raise ConfigError(f"{CONSERVATIVENESS_FLAG} must be positive, got {value}")
+    return value, tuple(rest)
+
+
+class TwinStepModel:
+    """Capacity and timing of one SGLang server replica as the planner predicts it (see the module doc)."""
+
+    def __init__(self, capacity: ServerCapacity) -> None:
+        self.capacity = capacity
+        pools = capacity.pools
+        self.conservativeness, self.unmodeled_flags = schedule_conservativeness(capacity.flags)
+        self._policy = kv_policy(self.conservativeness)
+        self._max_running = pools.max_running
+        self._kv_tokens = pools.kv_tokens
+        self._slots = pools.mamba_slots
+        self._held = held_slots_per_request(capacity)
+        self._graph_bs = capacity.flags.cuda_graph_max_bs or auto_cuda_graph_max_bs(
+            capacity.gpu.memory_mib, capacity.flags.tp_size
+        )
+
+    @classmethod
+    def from_config(cls, cfg: SimConfig) -> TwinStepModel:
+        """The twin ``cfg`` asks for (``cfg.gpu`` set): model ``model_spec`` (else ``model``), its engine flags
+        plus the SimConfig fields that are SGLang flags too, when given (``max_running_requests``,
+        ``max_total_tokens``, ``context_length``). Raises ConfigError with what to change."""
+        if cfg.gpu is None:
+            raise ConfigError("the twin needs a GPU: give --gpu (e.g. rtx-pro-6000; see `tokenmill plan --list-gpus`)")
+        flags = parse_flags(cfg.engine_flags)
+        for field, attr, flag in _SHARED_FIELDS:
+            if field not in cfg.model_fields_set:
+                continue
+            value, current = getattr(cfg, field), getattr(flags, attr)
+            if current is not None and current != value:
+                raise ConfigError(
+                    f"--{field.replace('_', '-')} {value} and {flag} {current} in the engine flags disagree; "
+                    "give the value once"
+                )
+            flags = flags.with_(**{attr: value})
+        model = cfg.model_spec or cfg.model
+        try:
+            capacity = server_capacity(model, cfg.gpu, flags, eta=cfg.eta_bw)
+        except ConfigError as exc:
+            raise ConfigError(
+                f"cannot build the twin of {model} on {cfg.gpu}: {exc} "
+                "(the twin's model is --model-spec, else --model: a bundled planner model or a config.json path)"
+            ) from exc
+        return cls(capacity)
+
+    # ---- StepModel -----------------------------------------------------------------------------------
+
+    @property
+    def max_running_requests(self) -> int:
+        return self._max_running
+
+    @property
+    def max_total_tokens(self) -> int:
+        return self._kv_tokens
+
+    @property
+    def mamba_slots(self) -> int:
+        return self._slots
+
+    def step_time_s(self, running: int, ctx_tokens: int) -> float:
+        return self.capacity.step_time_s(running, ctx_tokens)
+
+    def prefill_time_s(self, new_tokens: int) -> float:
+        return self.prefill_batch_time_s([new_tokens])
+
+    def admit(self, running: int, ctx_tokens: int, new_tokens: int) -> bool:
+        if running >= self._max_running:
+            return False
+        if self._held and (running + 1) * self._held > self._slots:
+            return False
+        return ctx_tokens + new_tokens <= self._kv_tokens
+
+    def usage(self, running: int, ctx_tokens: int) -> PoolUsage:
+        full = min(1.0, ctx_tokens / self._kv_tokens)
+        held = running * self._held
+        mamba = min(1.0, held / self._slots) if self._slots else 0.0
+        return PoolUsage(
+            token_usage=max(full, mamba),
+            full_token_usage=full,
+            mamba_usage=mamba,
+            used_tokens=ctx_tokens,
+            mamba_used=held,
+        )
+
+    # ---- PoolModel -----------------------------------------------------------------------------------
+
+    @property
+    def kv_policy(self) -> KvPolicy:
+        return self._policy
+
+    @property
+    def is_hybrid(self) -> bool:
+        return self.capacity.model.is_hybrid
+
+    @property
+    def cuda_graph_max_bs(self) -> int:
+        return self._graph_bs
+
+    def prefill_batch_time_s(self, fill_tokens: Sequence[int]) -> float:
+        """Weights read once for the batch; each request's prompt computed on its own; plus the fixed cost."""
+        cap = self.capacity
+        cost, params = cap.cost, cap.roofline
+        total = sum(fill_tokens)
+        if total <= 0:
+            return 0.0
+        moved = (
+            cost.weights_dense_bytes
+            + cost.experts_bytes * cost.experts_touched(total)
+            + total * cost.kv_bytes_per_token
+            + len(fill_tokens) * cost.state_rw_bytes_per_request
+        )
+        compute = sum(cap.prefill_compute_s(n) for n in fill_tokens)
+        return max(moved / (params.eta_bw * cost.bandwidth), compute) + fixed_time(cost, params)
+
+    # ---- what the server reports ---------------------------------------------------------------------
+
+    @property
+    def slots_held_per_request(self) -> int:
+        return self._held
+
+    @property
+    def context_length(self) -> int:
+        return self.capacity.pools.context_length
+
+    @property
+    def max_req_len(self) -> int:
+        """SGLang's ``max_req_len``: prompt plus output of one request never exceeds it."""
+        return min(self.context_length - 1, self._kv_tokens - 1)
+
+    @property
+    def max_req_input_len(self) -> int:
+        return self.max_req_len - MAX_REQ_INPUT_MARGIN
+
+    def max_new_tokens(self, prompt_tokens: int, requested: int) -> int:
+        """SGLang caps each request's ``max_new_tokens`` so that it fits the context and the KV pool."""
+        return max(0, min(requested, self.max_req_len - prompt_tokens - 1))
+
+    def resolve(self, cfg: SimConfig) -> SimConfig:
+        """``cfg`` with the limits the twin sized (context length, max running, KV tokens) filled in."""
+        return cfg.model_copy(
+            update={
+                "context_length": self.context_length,
+                "max_running_requests": self._max_running,
+                "max_total_tokens": self._kv_tokens,
+            }
+        )
+
+    def server_args(self) -> dict[str, Any]:
+        """SGLang ``ServerArgs`` fields as this server would resolve them."""
+        cap = self.capacity
+        pools, flags = cap.pools, cap.flags
+        strategy = pools.strategy
+        return {
+            "tp_size": flags.tp_size,
+            "dp_size": flags.dp_size,
+            "mem_fraction_static": pools.mem_fraction_static,
+            "max_running_requests": pools.max_running,
+            "max_total_tokens": flags.max_total_tokens,
+            "max_mamba_cache_size": pools.mamba_slots,
+            "mamba_scheduler_strategy": flags.mamba_strategy if strategy.strategy == "n/a" else strategy.strategy,
+            "mamba_full_memory_ratio": flags.mamba_full_memory_ratio,
+            "mamba_ssm_dtype": pools.ssm_dtype,
+            "disable_radix_cache": not strategy.radix_cache,
+            "disable_overlap_schedule": not strategy.overlap,
+            "page_size": flags.page_size or 1,
+            "cuda_graph_max_bs": self._graph_bs,
+            "kv_cache_dtype": pools.kv_dtype,
+            "schedule_conservativeness": self.conservativeness,
+            "context_length": self.context_length,
+        }
+
+    def describe(self) -> dict[str, Any]:
+        """The twin's own account: what it simulates and every pool number with its source."""
+        cap = self.capacity
+        pools = cap.pools
+        return {
+            "model": cap.model.name,
+            "gpu": cap.gpu.key,
+            "flags": command_line(cap.flags),
+            "unmodeled_flags": list(self.unmodeled_flags),
+            "strategy": pools.strategy.strategy,
+            "overlap_schedule": pools.strategy.overlap,
+            "slots_per_request": pools.slots_per_request,
+            "slots_held_per_request": self._held,
+            "mamba_slots": pools.mamba_slots,
+            "mamba_slots_source": pools.mamba_slots_source,
+            "kv_tokens": pools.kv_tokens,
+            "max_running": pools.max_running,
+            "max_running_source": pools.max_running_source,
+            "kv_bytes_per_token": pools.kv_bytes_per_token,
+            "state_bytes_per_slot": pools.state_bytes_per_slot,
+            "mem_fraction_static": pools.mem_fraction_static,
+            "eta_bw": cap.roofline.eta_bw,
+            "notes": list(pools.notes),
+        }
+
+    def startup_lines(self) -> list[str]:
+        """SGLang's pool allocation log lines for these pools (what docs/planner.md asks users to compare)."""
+        cap = self.capacity
+        pools = cap.pools
+        lines = []
+        if pools.mamba_slots:
+            gib = pools.mamba_slots * pools.state_bytes_per_slot / (1 << 30)
+            lines.append(
+                f"Mamba Cache is allocated. max_mamba_cache_size: {pools.mamba_slots}, state size: {gib:.2f} GB"
+            )
+        kv_gib = pools.kv_tokens * pools.kv_bytes_per_token / (1 << 30)
+        lines.append(f"KV Cache is allocated. #tokens: {pools.kv_tokens}, KV size: {kv_gib:.2f} GB")
+        return lines

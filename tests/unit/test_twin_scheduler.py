@@ -1,0 +1,246 @@
+"""The scheduler's finite-KV mode (what the twin uses): SGLang's admission reserve, new-token ratio,
+retraction and log lines, driven with explicit times and a small hand-checkable pool model."""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Sequence
+
+import pytest
+
+from tokenmill.config import SimConfig
+from tokenmill.sim.scheduler import KvPolicy, PoolModel, Scheduler, SimRequest, State
+from tokenmill.sim.timing import LinearStepModel, PoolUsage
+
+STEP = 0.010
+PREFILL_PER_TOKEN = 0.001
+FIXED_RATIO = KvPolicy(
+    init_ratio=0.5, min_ratio=0.5, decay_steps=600, clip_max_new_tokens=4096, retract_decode_steps=20
+)
+NO_RESERVE = KvPolicy(init_ratio=0.0, min_ratio=0.0, decay_steps=600, clip_max_new_tokens=4096, retract_decode_steps=20)
+
+
+class Pool:
+    """A finite KV pool of ``kv`` tokens, 10 ms decode steps, 1 ms of prefill per token, one state slot each."""
+
+    def __init__(
+        self, kv: int, policy: KvPolicy, *, max_running: int = 100, hybrid: bool = True, graph_bs: int = 8
+    ) -> None:
+        self.kv = kv
+        self.policy = policy
+        self.max_running = max_running
+        self.hybrid = hybrid
+        self.graph_bs = graph_bs
+        self.prefill_batches: list[list[int]] = []
+
+    @property
+    def max_running_requests(self) -> int:
+        return self.max_running
+
+    @property
+    def max_total_tokens(self) -> int:
+        return self.kv
+
+    @property
+    def mamba_slots(self) -> int:
+        return self.max_running if self.hybrid else 0
+
+    @property
+    def kv_policy(self) -> KvPolicy:
+        return self.policy
+
+    @property
+    def is_hybrid(self) -> bool:
+        return self.hybrid
+
+    @property
+    def cuda_graph_max_bs(self) -> int:
+        return self.graph_bs
+
+    def step_time_s(self, running: int, ctx_tokens: int) -> float:
+        return STEP
+
+    def prefill_time_s(self, new_tokens: int) -> float:
+        return PREFILL_PER_TOKEN * new_tokens
+
+    def prefill_batch_time_s(self, fill_tokens: Sequence[int]) -> float:
+        self.prefill_batches.append(list(fill_tokens))
+        return PREFILL_PER_TOKEN * sum(fill_tokens)
+
+    def admit(self, running: int, ctx_tokens: int, new_tokens: int) -> bool:
+        return running < self.max_running and ctx_tokens + new_tokens <= self.kv
+
+    def usage(self, running: int, ctx_tokens: int) -> PoolUsage:
+        full = ctx_tokens / self.kv
+        mamba = running / self.max_running if self.hybrid else 0.0
+        return PoolUsage(max(full, mamba), full, mamba, ctx_tokens, running if self.hybrid else 0)
+
+
+def make(pool: Pool, interval: int = 1000) -> Scheduler:
+    return Scheduler(pool, time_scale=1.0, max_queued=None, log_interval=interval)
+
+
+def req(prompt: int, out: int, max_new: int = 0) -> SimRequest:
+    return SimRequest(prompt_tokens=prompt, output_tokens=out, arrived=0.0, max_new_tokens=max_new)
+
+
+def run_until_idle(s: Scheduler, limit: int = 100_000) -> list[SimRequest]:
+    done: list[SimRequest] = []
+    for _ in range(limit):
+        at = s.next_event_at()
+        if at is None:
+            return done
+        done += s.advance(at)
+    raise AssertionError("scheduler never went idle")
+
+
+def test_the_pool_is_recognised_and_the_plain_model_is_not() -> None:
+    assert isinstance(Pool(100, FIXED_RATIO), PoolModel)
+    assert not isinstance(LinearStepModel(SimConfig()), PoolModel)
+
+
+def test_admission_keeps_room_for_the_running_requests_future_tokens() -> None:
+    s = make(Pool(1000, FIXED_RATIO))
+    a, b, c = req(100, 50, 400), req(100, 50, 400), req(100, 50, 400)
+    s.submit(a, 0.0)  # an idle engine takes its first request
+    s.submit(b, 0.0)  # free 899 - 0.5 * 399 reserved = 699.5 > 100 + 400
+    s.submit(c, 0.0)  # free 798 - 0.5 * (399 + 399) = 399 <= 500: waits, though its prompt fits
+    assert (s.running, s.waiting) == (2, 1)
+    done = run_until_idle(s)
+    assert set(map(id, done)) == {id(a), id(b), id(c)}
+    assert c.started == pytest.approx(a.finished)  # the reserve shrinks as fast as the pool fills: no earlier
+
+
+def test_without_a_finite_pool_the_same_requests_all_run() -> None:
+    cfg = SimConfig(max_running_requests=100, max_total_tokens=1000, step_base_ms=10, step_per_req_ms=0)
+    s = Scheduler(LinearStepModel(cfg), time_scale=1.0, max_queued=None, log_interval=1000)
+    for _ in range(3):
+        s.submit(req(100, 50, 400), 0.0)
+    assert (s.running, s.waiting) == (3, 0)
+
+
+def test_retraction_requeues_the_least_advanced_request_which_resumes_after_a_new_prefill() -> None:
+    pool = Pool(1000, NO_RESERVE)
+    s = make(pool)
+    a, b = req(100, 600), req(200, 600)
+    s.submit(a, 0.0)
+    s.submit(b, 0.0)  # 800 tokens asked, 899 free: admitted; together they outgrow the pool
+    assert s.running == 2
+    done = run_until_idle(s)
+    assert done == [a, b]
+    # 698 tokens free after both prefills, 2 a step: at step 349 the next step does not fit. Both generated
+    # 350 tokens; SGLang retracts the fewest generated, then the longest prompt: b.
+    assert (a.retractions, b.retractions) == (0, 1)
+    assert (s.retracted_requests, s.retracted_input_tokens, s.retracted_output_tokens) == (1, 200, 350)
+    assert pool.prefill_batches == [[100], [200], [550]]  # b prefills its prompt and its 350 tokens again
+    assert a.finished == pytest.approx(0.300 + 599 * STEP)
+    assert b.first_token == pytest.approx(0.300)  # the first prefill's token reached the client already
+    assert b.finished == pytest.approx(a.finished + 0.550 + 249 * STEP)  # re-admitted when a left
+    assert s.decode_tokens + 3 == a.output_tokens + b.output_tokens  # three prefills made one token each
+    assert (s.running, s.waiting, s.ctx_tokens) == (0, 0, 0)
+
+
+def test_after_a_retraction_the_ratio_estimates_the_remaining_requests_needs() -> None:
+    s = make(Pool(1000, NO_RESERVE))
+    a, b = req(100, 600), req(200, 600)
+    s.submit(a, 0.0)
+    s.submit(b, 0.0)
+    s.advance(0.300 + 349 * STEP + 1e-9)  # the step the pool runs out
+    assert b.state is State.WAITING
+    snap = s.snapshot()
+    assert snap.new_token_ratio == pytest.approx((350 + 20) / (600 + 1))  # (generated + 20 per req) / max_new
+    assert (snap.retracted_requests, snap.last_retracted, snap.running, snap.waiting) == (1, 1, 1, 1)
+
+
+def test_the_ratio_decays_per_decode_step_and_resets_when_idle() -> None:
+    policy = KvPolicy(init_ratio=0.7, min_ratio=0.1, decay_steps=600, clip_max_new_tokens=4096, retract_decode_steps=20)
+    s = make(Pool(100_000, policy))
+    s.submit(req(10, 1000), 0.0)
+    s.advance(0.010 + 300 * STEP + 1e-9)
+    assert s.snapshot().new_token_ratio == pytest.approx(0.7 - 0.6 * 300 / 600)
+    s.advance(0.010 + 900 * STEP + 1e-9)
+    assert s.snapshot().new_token_ratio == pytest.approx(0.1)  # floored
+    run_until_idle(s)
+    s.submit(req(10, 5), 100.0)
+    assert s.snapshot().new_token_ratio == pytest.approx(0.7)
+
+
+def test_clipped_estimate_for_huge_limits() -> None:
+    clip = KvPolicy(init_ratio=1.0, min_ratio=1.0, decay_steps=600, clip_max_new_tokens=100, retract_decode_steps=20)
+    s = make(Pool(1000, clip))
+    s.submit(req(10, 5, 1_000_000), 0.0)
+    s.submit(req(10, 5, 1_000_000), 0.0)  # charged 10 + 100 (clipped), not a million
+    assert s.running == 2
+
+
+def test_a_waiting_request_starts_when_the_slot_freed_however_late_the_driver_wakes() -> None:
+    cfg = SimConfig(max_running_requests=1, step_base_ms=10, step_per_req_ms=0, prefill_ms_per_1k=1000)
+    s = Scheduler(LinearStepModel(cfg), time_scale=1.0, max_queued=None, log_interval=1000)
+    a, b = req(10, 5), req(10, 5)
+    s.submit(a, 0.0)
+    s.submit(b, 0.0)
+    done = s.advance(1.0)  # the driver overslept by most of a second
+    assert done == [a, b]
+    assert b.started == pytest.approx(a.finished) == pytest.approx(0.050)
+    assert b.finished == pytest.approx(0.100)
+
+
+def test_a_request_arriving_late_is_not_admitted_before_it_arrived() -> None:
+    cfg = SimConfig(max_running_requests=1, step_base_ms=10, step_per_req_ms=0, prefill_ms_per_1k=1000)
+    s = Scheduler(LinearStepModel(cfg), time_scale=1.0, max_queued=None, log_interval=1000)
+    a = req(10, 5)
+    s.submit(a, 0.0)
+    b = SimRequest(prompt_tokens=10, output_tokens=5, arrived=0.5)
+    s.submit(b, 0.5)  # a finished at 0.05 while nobody was looking
+    assert b.started == pytest.approx(0.5)
+
+
+def _decode_lines(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.getMessage().startswith("Decode batch")]
+
+
+def test_hybrid_decode_log_line_has_sglang_hybrid_fields(caplog: pytest.LogCaptureFixture) -> None:
+    s = make(Pool(100_000, FIXED_RATIO, graph_bs=2), interval=10)
+    for _ in range(3):
+        s.submit(req(10, 25), 0.0)
+    with caplog.at_level(logging.INFO, logger="tokenmill.sim"):
+        run_until_idle(s)
+    lines = _decode_lines(caplog)
+    assert lines
+    pattern = (
+        r"Decode batch, #running-req: (\d+), #full token: (\d+), full token usage: \d\.\d\d, mamba num: (\d+), "
+        r"mamba usage: \d\.\d\d, cuda graph: (True|False), gen throughput \(token/s\): \d+\.\d\d, #queue-req: \d+"
+    )
+    first = re.fullmatch(pattern, lines[0])
+    assert first is not None, lines[0]
+    assert first.group(1) == "3" and first.group(3) == "3"
+    assert first.group(2) == str(3 * (10 + 1 + 10))  # prompt, the prefill's token, 10 decode steps
+    assert first.group(4) == "False"  # 3 running > --cuda-graph-max-bs 2
+
+
+def test_plain_model_decode_log_line(caplog: pytest.LogCaptureFixture) -> None:
+    s = make(Pool(100_000, FIXED_RATIO, hybrid=False), interval=10)
+    with caplog.at_level(logging.INFO, logger="tokenmill.sim"):
+        s.submit(req(10, 25), 0.0)
+        run_until_idle(s)
+    pattern = (
+        r"Decode batch, #running-req: 1, #token: \d+, token usage: \d\.\d\d, cuda graph: True, "
+        r"gen throughput \(token/s\): \d+\.\d\d, #queue-req: 0"
+    )
+    assert all(re.fullmatch(pattern, line) for line in _decode_lines(caplog))
+    prefill = [r.getMessage() for r in caplog.records if r.getMessage().startswith("Prefill batch")]
+    assert "token usage: " in prefill[0] and "mamba" not in prefill[0]
+
+
+def test_retraction_log_line(caplog: pytest.LogCaptureFixture) -> None:
+    s = make(Pool(1000, NO_RESERVE))
+    s.submit(req(100, 600), 0.0)
+    s.submit(req(200, 600), 0.0)
+    with caplog.at_level(logging.WARNING, logger="tokenmill.sim"):
+        run_until_idle(s)
+    [line] = [r.getMessage() for r in caplog.records if "Retract" in r.getMessage()]
+    assert line == (
+        "KV cache pool is full. Retract requests. #retracted_reqs: 1, #new_tokens_gained: 550, "
+        "#mamba_num_gained: 1, #new_token_ratio: 0.0000 -> 0.6156"
+    )
