@@ -140,3 +140,18 @@ def test_verify_finds_an_id_recorded_by_two_partitions(tmp_path: Path) -> None:
     (tmp_path / Names(1).shard(1)).write_bytes(text.replace(b"own1", b"own0"))
     report = verify(tmp_path)
     assert not report.ok and report.totals.get("duplicate") == 1 and report.totals.get("unindexed") == 1
+
+
+def test_retry_failed_takes_the_failures_of_every_partition(tmp_path: Path) -> None:
+    for part in (0, 1):
+        out = OutputDir(tmp_path, partition=part)
+        out.open()
+        out.fail(failure(f"bad{part}"))
+        out.close(seal=True)
+    archived = OutputDir(tmp_path).archive_failed()
+    assert archived is not None and sorted(p.name for p in tmp_path.glob("failed*")) == [
+        "failed.retry-1.jsonl",
+        "failed.retry-2.jsonl",
+    ]
+    state = OutputDir(tmp_path).open()
+    assert state.failed == 0 and not {"bad0", "bad1"} & state.done

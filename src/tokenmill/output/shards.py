@@ -321,21 +321,27 @@ class OutputDir:
         self._skipped.sync()
 
     def _move_failed(self) -> Path | None:
-        src = self.root / layout.FAILED
-        try:
-            size = src.stat().st_size
-        except FileNotFoundError:
-            return None
-        except OSError as exc:
-            raise output_error(exc, "reading", src) from exc
-        self._failed.close()
-        self._failed = AppendFile(src)
-        if size == 0:
-            return None
-        taken = layout.list_dir(self.root).archived_failed
-        dst = self.root / layout.archived_failed_name(max(taken, default=0) + 1)
-        rename(src, dst)
-        return dst
+        """Archive ``failed.jsonl``, and the failures of a partitioned run's writers (``failed.pNNN.jsonl``,
+        safe to move: they share ``.lock``, which this writer holds exclusively). Returns the last archive."""
+        moved: Path | None = None
+        partitions = sorted(layout.list_dir(self.root).partitions)
+        for names in [layout.Names(), *(layout.Names(p) for p in partitions)]:
+            src = self.root / names.failed
+            try:
+                size = src.stat().st_size
+            except FileNotFoundError:
+                continue
+            except OSError as exc:
+                raise output_error(exc, "reading", src) from exc
+            if names.partition is None:
+                self._failed.close()
+                self._failed = AppendFile(src)
+            if size == 0:
+                continue
+            taken = layout.list_dir(self.root).archived_failed
+            moved = self.root / layout.archived_failed_name(max(taken, default=0) + 1)
+            rename(src, moved)
+        return moved
 
 
 def _remove_empty(path: Path) -> None:
