@@ -77,6 +77,11 @@ class Store:
     """
 
     def __init__(self, url: str, storage_options: Mapping[str, Any] | None = None, *, hook: Hook | None = None):
+        if not re.match(r"^[a-zA-Z][a-zA-Z0-9+.-]*://.", url):
+            raise StoreError(
+                f"output.remote {display_url(url)!r} is not a URL: write it with its protocol, e.g. "
+                "s3://bucket/prefix/ or file:///srv/corpora/run-1/"
+            )
         self.url = url if url.endswith("/") else url + "/"
         self.shown = display_url(self.url)
         self._hook = hook

@@ -127,9 +127,11 @@ def test_local_store_is_atomic_and_cleans_partials(tmp_path: Path) -> None:
     assert (root / "_m.json").read_bytes() == b"b"
 
 
-def test_unknown_protocol_is_a_clear_error() -> None:
+def test_unknown_protocol_or_a_bare_path_is_a_clear_error() -> None:
     with pytest.raises(StoreError, match="nosuchproto"):
         Store("nosuchproto://bucket/p/", {})
+    with pytest.raises(StoreError, match="is not a URL: write it with its protocol"):
+        Store("my-bucket/prefix/", {})
 
 
 def test_secrets_are_masked_when_the_spec_is_dumped() -> None:
