@@ -155,3 +155,16 @@ def test_retry_failed_takes_the_failures_of_every_partition(tmp_path: Path) -> N
     ]
     state = OutputDir(tmp_path).open()
     assert state.failed == 0 and not {"bad0", "bad1"} & state.done
+
+
+def test_records_reader_sees_every_partition(tmp_path: Path) -> None:
+    from tokenmill.output.records_reader import iter_records
+
+    for part in (None, 0, 1):
+        out = OutputDir(tmp_path, partition=part)
+        out.open()
+        out.write(completion(f"ok{part}"))
+        out.fail(failure(f"bad{part}"))
+        out.close(seal=part != 1)
+    assert sorted(r["id"] for r in iter_records(tmp_path)) == ["ok0", "ok1", "okNone"]
+    assert sorted(r["id"] for r in iter_records(tmp_path, failed=True)) == ["bad0", "bad1", "badNone"]

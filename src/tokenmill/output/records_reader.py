@@ -12,15 +12,19 @@ from typing import Any
 import orjson
 
 from tokenmill.errors import OutputError
-from tokenmill.output.layout import FAILED, list_dir
+from tokenmill.output.layout import FAILED, Names, list_dir
 
 
 def shard_paths(root: Path) -> list[Path]:
-    """Every shard file, sealed and open, in index order."""
+    """Every shard file, sealed and open, in index order: the default writer's, then each partition's."""
     listing = list_dir(root)
-    names = {i: name for i, (name, _) in listing.sealed.items()}
-    names.update(listing.open)
-    return [root / names[i] for i in sorted(names)]
+    paths: list[Path] = []
+    for part in [None, *sorted(listing.partitions)]:
+        one = listing if part is None else list_dir(root, part)
+        names = {i: name for i, (name, _) in one.sealed.items()}
+        names.update(one.open)
+        paths += [root / names[i] for i in sorted(names)]
+    return paths
 
 
 def _lines(path: Path) -> Iterator[tuple[int, bytes]]:
@@ -34,8 +38,10 @@ def _lines(path: Path) -> Iterator[tuple[int, bytes]]:
 
 
 def iter_records(root: Path, failed: bool = False) -> Iterator[dict[str, Any]]:
-    """Completion records (or, with ``failed``, the records of failed.jsonl); a bad line names file and line."""
-    paths = [root / FAILED] if failed else shard_paths(root)
+    """Completion records (or, with ``failed``, the records of failed.jsonl and of each partition's failed
+    file); a bad line names file and line."""
+    parts = sorted(list_dir(root).partitions) if failed else []
+    paths = [root / FAILED, *(root / Names(p).failed for p in parts)] if failed else shard_paths(root)
     for path in paths:
         if not path.exists():
             continue
