@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -118,10 +119,8 @@ def count_remote(s3: S3) -> int:
 @pytest.mark.parametrize("fleet", [(2, ["--max-running-requests", "16"])], indirect=True)
 def test_sigkill_mid_upload_then_resume(fleet: list[SimProcess], s3: S3, tmp_path: Path) -> None:
     n = 800
-    job, out = job_with_remote(tmp_path, fleet, s3, n, manifest_interval_s=5)
+    job, out = job_with_remote(tmp_path, fleet, s3, n, manifest_interval_s=5, start_wait_s=1)
     cmd = [sys.executable, "-m", "tokenmill", "run", str(job), "--no-live"]
-    import os
-
     env = {**os.environ, **TEST_ENV}
     # 1: killed while uploads flow, once at least two shards are up
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
