@@ -20,9 +20,16 @@ from tokenmill.monitor.fleet import FleetMonitor
 
 def client_from_tick(tick: Mapping[str, Any]) -> tuple[dict[str, ClientSide], ClientObs]:
     """The client's side of each server, and of the whole client, from an event-log ``tick``."""
+
+    def inflight(row: Mapping[str, Any]) -> float | None:
+        for key in ("inflight_avg", "inflight"):  # the window mean, else the count at that instant
+            if isinstance(row.get(key), int | float):
+                return float(row[key])
+        return None
+
     sides = {
         str(r.get("url")): ClientSide(
-            inflight=float(r["inflight"]) if isinstance(r.get("inflight"), int | float) else None,
+            inflight=inflight(r),
             limit=int(r["limit"]) if isinstance(r.get("limit"), int) else None,
             usable=bool(r.get("usable", True)),
         )

@@ -18,6 +18,8 @@ from tokenmill.doctor import advice
 from tokenmill.doctor.model import Candidate, ClientObs, Finding, Observation, ServerObs
 from tokenmill.monitor.fleet import ServerView
 
+HALF_DTYPES = ("bfloat16", "float16", "bf16", "fp16")
+
 ServerCheck = Callable[[ServerObs, ClientObs, DoctorSpec], Finding | None]
 ClientCheck = Callable[[Observation, DoctorSpec], Finding | None]
 
@@ -141,7 +143,7 @@ def client_underfeeding(o: ServerObs, c: ClientObs, t: DoctorSpec) -> Finding | 
     if v.queued >= t.queue_waiting or v.running >= t.at_cap * cap:
         return None
     sent = cl.inflight if cl.inflight is not None else v.running + v.queued
-    if cl.limit is not None and sent < t.client_at_limit * cl.limit:
+    if cl.limit is not None and sent < min(t.client_at_limit * cl.limit, cl.limit - 1):
         return None  # the client is not holding back (the input may be running out)
     want = max(cap + 1, math.ceil(cap * t.feed_headroom))
     limit = "unknown" if cl.limit is None else f"{num(sent)}/{cl.limit} (at its limit)"
@@ -185,7 +187,7 @@ def state_pool_bound(o: ServerObs, c: ClientObs, t: DoctorSpec) -> Finding | Non
         cands.append(advice.radix_off(o, c, t.pool_full))
     if radix_on and info is not None and info.strategy == "extra_buffer":
         cands.append(advice.lazy_buffer(o))
-    if info is None or info.mamba_ssm_dtype not in ("bfloat16", "float16"):
+    if info is None or info.mamba_ssm_dtype not in HALF_DTYPES:
         cands.append(advice.bf16_state(o))
     cap_text = f"{slots} slots // {per}" if slots and per else "state slots"
     mode = "?"
@@ -231,7 +233,7 @@ def kv_bound(o: ServerObs, c: ClientObs, t: DoctorSpec) -> Finding | None:
     if more is not None:
         cands.append(more)
     if _hybrid(v) and info is not None:
-        if info.disable_radix_cache and info.mamba_ssm_dtype not in ("bfloat16", "float16"):
+        if info.disable_radix_cache and info.mamba_ssm_dtype not in HALF_DTYPES:
             cands.append(advice.bf16_state(o))
         elif info.radix_cache and (v.state_usage or 0) < t.pool_roomy:
             cands.append(advice.state_ratio(o, 0.5))
@@ -383,7 +385,7 @@ RULES: tuple[Rule, ...] = (
          "client CPU >= client_cpu or event-loop lag >= loop_lag_s, while most servers have no queue",
          check_client=client_bound),
     Rule("client-underfeeding", "client under-feeding", "client concurrency",
-         "queue empty, running below at_cap x max running, client in flight at its limit",
+         "queue empty, running below at_cap x max running, client in flight at its limit (within one request)",
          check=client_underfeeding),
     Rule("state-pool-bound", "state-pool bound", "state pool",
          "requests queued, KV below pool_full, and the state pool full or the cap = state slots // S",

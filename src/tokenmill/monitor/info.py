@@ -131,7 +131,9 @@ def launch_flags(info: ServerInfo) -> list[str]:
         flags.append("--disable-radix-cache")
     if info.disable_overlap_schedule:
         flags.append("--disable-overlap-schedule")
-    if info.max_running_flag is not None:
+    if info.max_running_flag is not None and (info.disable_radix_cache or info.max_running_flag != info.max_running):
+        # some builds report the resolved cap here; equal to the effective cap it may be SGLang's own value,
+        # and pinning it would hide what a change of pools does to the cap
         flags += ["--max-running-requests", str(info.max_running_flag)]
     if info.mamba_ssm_dtype:
         flags += ["--mamba-ssm-dtype", info.mamba_ssm_dtype]

@@ -36,8 +36,11 @@ def _r(x: float | None, nd: int = 3) -> float | None:
     return None if x is None else round(x, nd)
 
 
-def tick_record(snap: Snapshot, client: ClientMetrics) -> dict[str, Any]:
-    """The ``tick`` record of the event log for one snapshot."""
+def tick_record(
+    snap: Snapshot, client: ClientMetrics, inflight_avg: dict[str, float | None] | None = None
+) -> dict[str, Any]:
+    """The ``tick`` record of the event log for one snapshot (``inflight_avg``: window means per server)."""
+    avg = inflight_avg or {}
     return {
         "elapsed": round(snap.elapsed_s, 2),
         "client": {
@@ -75,6 +78,7 @@ def tick_record(snap: Snapshot, client: ClientMetrics) -> dict[str, Any]:
                 "client_tok_s": _r(r.tok_s, 1),
                 "prompt_tok_s": _r(r.prompt_tok_s, 1),
                 "inflight": r.inflight,
+                "inflight_avg": _r(avg.get(r.url), 2),
                 "limit": r.limit,
                 "completed": r.completed,
                 "errors": r.errors,
@@ -197,7 +201,10 @@ class RunMonitor:
         now = self.clock()
         if now >= self._next_event:
             self._next_event = now + self.spec.event_interval_s
-            self.events.write("tick", **tick_record(snap, self.client))
+            self.events.write("tick", **tick_record(snap, self.client, self._inflight_means()))
+
+    def _inflight_means(self) -> dict[str, float | None]:
+        return {url: w.mean() for url, w in self._inflight.items()}
 
     async def stop(self, final: Snapshot, finished: bool) -> None:
         """Stop scraping and serving; the last ``tick`` and the ``end`` record go to the event log."""
@@ -207,7 +214,7 @@ class RunMonitor:
                 await self._task
             self._task = None
         self.last = final
-        self.events.write("tick", **tick_record(final, self.client))
+        self.events.write("tick", **tick_record(final, self.client, self._inflight_means()))
         self.events.write("end", elapsed=round(final.elapsed_s, 2), finished=finished)
         self.events.close()
         if self.exporter is not None:

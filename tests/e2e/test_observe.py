@@ -1,0 +1,169 @@
+"""Watching real runs: the event log, the Prometheus exporter, status and doctor from another terminal,
+the report afterwards, and the doctor against the simulated twin of a state-bound hybrid SGLang server."""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import subprocess
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from tests.e2e.conftest import TOKENMILL, run_cli, write_job, write_prompts
+from tokenmill.fleet.simprocs import SimProcess, start_sim
+from tokenmill.monitor.events import EVENTS_FILE, read_events
+
+FAST_MONITOR = {"scrape_interval_s": 0.5, "event_interval_s": 0.5, "rate_window_s": 5.0}
+
+
+def wait_for(what: str, check: Callable[[], Any], timeout: float = 60.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def start_run(job: Path, *args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [*TOKENMILL, "run", str(job), "--no-live", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+
+
+def stop_run(proc: subprocess.Popen[str]) -> None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def verdict_rules(out: Path) -> list[list[str]]:
+    return [[v["rule"] for v in r["verdicts"]] for r in read_events(out / EVENTS_FILE) if r["kind"] == "verdicts"]
+
+
+@pytest.mark.parametrize("fleet", [(2, ["--max-running-requests", "64", "--output-len-mean", "64"])], indirect=True)
+def test_a_watched_run_from_start_to_report(fleet: list[SimProcess], tmp_path: Path) -> None:
+    data = write_prompts(tmp_path / "in.jsonl", 600)
+    out = tmp_path / "out"
+    job = write_job(
+        tmp_path / "job.yaml", [s.url for s in fleet], data, out, concurrency=4, monitor=FAST_MONITOR,
+        sampling={"max_tokens": 64},
+    )  # fmt: skip
+    proc = start_run(job, "--metrics-port", "0")
+    try:
+        log = out / "tokenmill.log"
+        url = wait_for(
+            "the metrics URL in the log",
+            lambda: log.exists() and re.search(r"metrics for Prometheus at (\S+)", log.read_text()),
+        ).group(1)
+        assert url.startswith("http://127.0.0.1:")
+        body = urllib.request.urlopen(url, timeout=10).read().decode()
+        assert "tokenmill_completions_total" in body and "tokenmill_request_latency_seconds_bucket" in body
+        assert 'tokenmill_server_max_running{server="' in body or "tokenmill_inflight" in body
+        # from another terminal while it runs
+        status = run_cli("status", str(out))
+        assert status.returncode == 0, status.stderr
+        assert status.stdout.startswith("running (last update"), status.stdout
+        servers = [a for s in fleet for a in ("--servers", s.url)]
+        doctor = run_cli("doctor", *servers, "--output", str(out), "--samples", "3", "--interval", "0.5")
+        assert doctor.returncode == 0, doctor.stderr
+        assert "binding resource: client concurrency (client under-feeding)" in doctor.stdout, doctor.stdout
+        assert "--concurrency 80" in doctor.stdout
+        wait_for("the run's own doctor verdict", lambda: any("client-underfeeding" in v for v in verdict_rules(out)))
+        assert proc.wait(120) == 0, proc.stderr.read() if proc.stderr else ""
+    finally:
+        stop_run(proc)
+    kinds = [r["kind"] for r in read_events(out / EVENTS_FILE)]
+    assert kinds[0] == "start" and kinds[-1] == "end" and kinds.count("tick") >= 2
+    summary = (out / "summary.md").read_text()
+    assert "| binding resource | client concurrency |" in summary
+    assert re.search(r"\| decode tok/s \(servers, aggregate\) \| [\d,]+ \|", summary), summary
+    report = run_cli("report", str(out))
+    assert report.returncode == 0, report.stderr
+    html = (out / "report.html").read_text()
+    assert html.count("data:image/png;base64,") >= 6 and "client under-feeding" in html
+    after = run_cli("status", str(out), "--json")
+    st = json.loads(after.stdout)
+    assert st["state"] == "finished" and st["completed_total"] == 600 and st["binding"] == "client concurrency"
+
+
+@pytest.fixture
+def twin() -> Iterator[SimProcess]:
+    """The twin of an SGLang server running Qwen3.6-35B-A3B on an H200 with default flags (extra_buffer)."""
+    pytest.importorskip("tokenmill.sim.twin", reason="the simulated twin (tokenmill sim --gpu) is not built yet")
+    proc = start_sim(["--model", "qwen3.6-35b-a3b", "--gpu", "h200", "--time-scale", "0.02", "--log-level", "warning"])
+    try:
+        yield proc
+    finally:
+        proc.stop()
+
+
+def load_job(tmp_path: Path, url: str, concurrency: int) -> tuple[Path, Path]:
+    data = tmp_path / "in.jsonl"
+    with data.open("wb") as f:
+        for i in range(4000):
+            f.write(orjson.dumps({"id": f"p{i}", "prompt": f"Tell a long story about the number {i}. " * 8}) + b"\n")
+    out = tmp_path / "out"
+    job = write_job(
+        tmp_path / "job.yaml", [url], data, out, concurrency=concurrency, model="qwen3.6-35b-a3b",
+        sampling={"max_tokens": 512}, monitor=FAST_MONITOR, output={"dir": str(out), "shard_size": 500},
+    )  # fmt: skip
+    return job, out
+
+
+def test_doctor_names_the_state_pool_of_a_state_bound_twin(twin: SimProcess, tmp_path: Path) -> None:
+    job, out = load_job(tmp_path, twin.url, concurrency=300)
+    proc = start_run(job)
+    try:
+        wait_for("a queue at the twin", lambda: (out / EVENTS_FILE).exists() and _queued(out) > 50)
+        res = run_cli("doctor", "--servers", twin.url, "--samples", "3", "--interval", "1", "--json")
+    finally:
+        stop_run(proc)
+    assert res.returncode == 0, res.stderr
+    verdicts = json.loads(res.stdout)["verdicts"]
+    first = verdicts[0]
+    assert first["rule"] == "state-pool-bound" and first["binds"] == "state pool", res.stdout
+    evidence = dict(first["evidence"])
+    assert evidence["cap from the state pool"] == "488 slots // 5"
+    assert evidence["state mode"] == "extra_buffer + radix cache"
+    changes = first["changes"]
+    assert any("--disable-radix-cache --max-running-requests" in c for c in changes)
+    assert "--mamba-ssm-dtype bfloat16" in changes
+    assert "--mamba-radix-cache-strategy extra_buffer_lazy" in changes
+    predictions = {p["change"]: p for p in first["predictions"]}
+    for change in changes:  # the twin says its model and GPU, so every change has the planner's numbers
+        p = predictions[change]
+        assert p["source"] == "planner"
+        assert p["before"]["max_running"] == 97
+        assert p["after"]["max_running"] > 97 and p["after"]["tok_s_per_gpu"] > p["before"]["tok_s_per_gpu"]
+
+
+def _queued(out: Path) -> float:
+    ticks = [r for r in read_events(out / EVENTS_FILE) if r["kind"] == "tick"]
+    return float((ticks[-1]["servers"][0].get("queued") or 0) if ticks else 0)
+
+
+def test_doctor_says_the_client_under_feeds_a_twin(twin: SimProcess, tmp_path: Path) -> None:
+    job, out = load_job(tmp_path, twin.url, concurrency=8)
+    proc = start_run(job)
+    try:
+        wait_for("the run's doctor verdict", lambda: any("client-underfeeding" in v for v in verdict_rules(out)))
+        res = run_cli("doctor", "--servers", twin.url, "--output", str(out), "--samples", "3", "--interval", "0.5")
+    finally:
+        stop_run(proc)
+    assert res.returncode == 0, res.stderr
+    assert "binding resource: client concurrency (client under-feeding)" in res.stdout, res.stdout
+    assert "client in flight / limit  8/8 (at its limit)" in res.stdout
+    assert "--concurrency 122" in res.stdout  # 1.25 x the twin's cap of 97
