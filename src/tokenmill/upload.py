@@ -197,7 +197,10 @@ class Uploader:
 
     async def drain(self, finished: bool, counts: dict[str, int] | None = None) -> UploadStatus:
         """Wait (up to ``upload.drain_timeout_s``) for pending uploads, write the manifest and, when the run
-        ``finished``, the final marker; then stop the worker. Cancelling this stops the worker at once."""
+        ``finished``, the final marker; then stop the worker. Cancelling this stops the worker at once.
+
+        A store call already in flight at the deadline gets as long again to return; after that the worker
+        (a daemon thread) is left behind and its shard counts as not uploaded."""
         self.finish(finished, counts)
         pending = self.status().pending
         if pending:
@@ -209,8 +212,12 @@ class Uploader:
             )
         thread = self._thread
         if thread is not None:
+            wait = max(self.spec.upload.drain_timeout_s, 1.0)
             try:
-                await asyncio.to_thread(thread.join)
+                await asyncio.to_thread(thread.join, wait)
+                if thread.is_alive():
+                    self.abort()
+                    await asyncio.to_thread(thread.join, wait)
             except asyncio.CancelledError:
                 self.abort()
                 raise

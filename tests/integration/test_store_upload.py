@@ -317,3 +317,25 @@ def test_a_long_manifest_interval_defers_the_manifest_to_the_end(s3: S3, tmp_pat
     # claimed once, written once after the first shard (the interval starts there), once at the end
     assert writes.count(MANIFEST) == 3
     assert set(remote_manifest(s3)["shards"]) == set(local_shards(tmp_path))
+
+
+async def test_drain_does_not_wait_forever_on_a_hung_store_call(s3: S3, tmp_path: Path) -> None:
+    sp = spec(s3, tmp_path, drain_timeout_s=0.2)
+    release = threading.Event()
+
+    def hang(op: str, name: str) -> None:
+        if name.startswith("completions_"):
+            release.wait(30)  # a call that does not return (released at the end of the test)
+
+    up = Uploader(Path(sp.dir), sp, store=Store(sp.remote or "", sp.storage_options, hook=hang))
+    out = OutputDir(sp.dir, sp.shard_size, on_seal=up.enqueue)
+    out.open()
+    up.start(JOB)
+    write(out, 0, 10)
+    out.close(seal=True)
+    started = time.monotonic()
+    status = await up.drain(True)
+    assert time.monotonic() - started < 5
+    assert not status.complete and status.pending == 1
+    release.set()
+    up.join(10)
