@@ -339,3 +339,22 @@ async def test_drain_does_not_wait_forever_on_a_hung_store_call(s3: S3, tmp_path
     assert not status.complete and status.pending == 1
     release.set()
     up.join(10)
+
+
+def test_a_local_path_prefix_works_the_same(tmp_path: Path) -> None:
+    remote = tmp_path / "remote" / "run-1"
+    sp = OutputSpec(
+        dir=str(tmp_path / "out"), shard_size=10, remote=f"file://{remote}", upload={"backoff_base_s": 0.01}
+    )
+    up = Uploader(Path(sp.dir), sp)
+    out = OutputDir(sp.dir, sp.shard_size, on_seal=up.enqueue)
+    out.open()
+    up.start(JOB)
+    write(out, 0, 25)
+    out.close(seal=True)
+    up.finish(True)
+    up.join(30)
+    assert up.status().complete and up.status().marker
+    assert {p.name for p in remote.iterdir()} == {*local_shards(tmp_path), MANIFEST, MARKER}
+    for name, data in local_shards(tmp_path).items():
+        assert (remote / name).read_bytes() == data
