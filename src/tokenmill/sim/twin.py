@@ -36,6 +36,7 @@ from tokenmill.planner.memory import (
     PING_PONG_SLOTS_LAZY,
     PING_PONG_SLOTS_NO_OVERLAP,
     PING_PONG_SLOTS_OVERLAP,
+    auto_chunked_prefill_size,
     auto_cuda_graph_max_bs,
 )
 from tokenmill.planner.roofline import fixed_time
@@ -50,6 +51,11 @@ CLIP_MAX_NEW_TOKENS = 4096  # SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION
 RETRACT_DECODE_STEPS = 20  # SGLANG_RETRACT_DECODE_STEPS
 MAX_REQ_INPUT_MARGIN = 5  # max_req_input_len = max_req_len - 5
 CONSERVATIVENESS_FLAG = "--schedule-conservativeness"
+
+# planner dtype names -> SGLang's flag values, for /server_info
+_SSM_DTYPE_NAMES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+_KV_DTYPE_NAMES = {"fp8": "fp8_e4m3", "bf16": "bfloat16"}
+_QUANTIZATION_NAMES = {"fp8": "fp8", "fp4": "modelopt_fp4"}
 
 # SimConfig fields that are SGLang flags too: given to the twin, they mean the flag
 _SHARED_FIELDS = (
@@ -248,10 +254,12 @@ class TwinStepModel:
         )
 
     def server_args(self) -> dict[str, Any]:
-        """SGLang ``ServerArgs`` fields as this server would resolve them."""
+        """SGLang ``ServerArgs`` fields as this server would resolve them (SGLang's spellings)."""
         cap = self.capacity
         pools, flags = cap.pools, cap.flags
-        strategy = pools.strategy
+        strategy = pools.strategy.strategy
+        if strategy in ("radix off", "n/a"):  # the field is kept but unused; auto resolves to no_buffer
+            strategy = "no_buffer" if flags.mamba_strategy == "auto" else flags.mamba_strategy
         return {
             "tp_size": flags.tp_size,
             "dp_size": flags.dp_size,
@@ -259,14 +267,16 @@ class TwinStepModel:
             "max_running_requests": pools.max_running,
             "max_total_tokens": flags.max_total_tokens,
             "max_mamba_cache_size": pools.mamba_slots,
-            "mamba_scheduler_strategy": flags.mamba_strategy if strategy.strategy == "n/a" else strategy.strategy,
+            "mamba_scheduler_strategy": strategy,
             "mamba_full_memory_ratio": flags.mamba_full_memory_ratio,
-            "mamba_ssm_dtype": pools.ssm_dtype,
-            "disable_radix_cache": not strategy.radix_cache,
-            "disable_overlap_schedule": not strategy.overlap,
+            "mamba_ssm_dtype": _SSM_DTYPE_NAMES.get(flags.mamba_ssm_dtype or "") if cap.model.is_hybrid else None,
+            "disable_radix_cache": not pools.strategy.radix_cache,
+            "disable_overlap_schedule": not pools.strategy.overlap,
             "page_size": flags.page_size or 1,
+            "chunked_prefill_size": flags.chunked_prefill_size or auto_chunked_prefill_size(cap.gpu.memory_mib),
             "cuda_graph_max_bs": self._graph_bs,
-            "kv_cache_dtype": pools.kv_dtype,
+            "kv_cache_dtype": _KV_DTYPE_NAMES.get(flags.kv_cache_dtype or "", "auto"),
+            "quantization": _QUANTIZATION_NAMES.get(flags.weight_dtype or ""),
             "schedule_conservativeness": self.conservativeness,
             "context_length": self.context_length,
         }
