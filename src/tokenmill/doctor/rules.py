@@ -282,6 +282,8 @@ def scheduler_conservative(o: ServerObs, c: ClientObs, t: DoctorSpec) -> Finding
     v = o.view
     if not v.healthy or v.engine != "sglang" or not _waiting(v, t) or not v.max_running or v.running is None:
         return None
+    if v.queued_min is not None and v.queued_min < t.queue_waiting:
+        return None  # the queue drains now and then: arrivals waiting for a prefill, not held back
     if v.running >= t.at_cap * v.max_running or v.kv_usage is None or v.kv_usage >= t.pool_roomy:
         return None
     if v.state_usage is not None and v.state_usage >= t.pool_roomy and not _state_sized_to_cap(v):
@@ -395,7 +397,7 @@ RULES: tuple[Rule, ...] = (
     Rule("retractions", "retractions / preemptions", "KV cache",
          "at least retractions_per_min retractions (SGLang) or preemptions (vLLM) per minute", check=retractions),
     Rule("scheduler-conservative", "conservative admission", "scheduler",
-         "requests queued while running is below the cap and both pools below pool_roomy",
+         "a queue that never empties while running is below the cap and both pools below pool_roomy",
          check=scheduler_conservative),
     Rule("compute-bound", "compute bound", "compute",
          "requests queued, running at the cap, neither pool full", check=compute_bound),

@@ -38,6 +38,7 @@ class ServerView:
     running: float | None = None  # window means of the gauges
     queued: float | None = None
     queued_max: float | None = None
+    queued_min: float | None = None  # 0 when the queue emptied at least once in the window
     kv_usage: float | None = None  # the KV pool (full attention on hybrids)
     state_usage: float | None = None  # the recurrent-state pool (hybrids)
     max_running: int | None = None
@@ -254,6 +255,7 @@ class FleetMonitor:
             running=track.running.mean(),
             queued=track.queued.mean(),
             queued_max=track.queued.max(),
+            queued_min=track.queued.min(),
             kv_usage=track.kv.mean(),
             state_usage=track.state.mean(),
             max_running=snap.max_running or (track.info.max_running if track.info else None),

@@ -63,6 +63,9 @@ class GaugeWindow:
     def max(self) -> float | None:
         return max((v for _, v in self.samples), default=None)
 
+    def min(self) -> float | None:
+        return min((v for _, v in self.samples), default=None)
+
     def last(self) -> float | None:
         return self.samples[-1][1] if self.samples else None
 
