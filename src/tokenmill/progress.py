@@ -79,6 +79,7 @@ class Snapshot:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     limit: int = 0  # the client's total in-flight limit
+    binding: str | None = None  # the resource the doctor found binding longest in this run
 
     @property
     def gpus(self) -> int:
@@ -159,6 +160,7 @@ class Tracker:
             server_tok_s=server_tok_s,
             history=tuple(self._history.values),
             verdicts=tuple(mon.doctor.shown) if mon is not None else (),
+            binding=mon.binding if mon is not None else None,
             cpu=mon.cpu_share if mon is not None else None,
             loop_lag_s=mon.fleet.loop_lag_s if mon is not None else None,
             prompt_tokens=st.prompt_tokens,

@@ -109,7 +109,7 @@ class Summary:
             gpus=gpus,
             usable_servers=sum(1 for s in dispatcher.servers if s.usable),
             eta_s=None if finished else snap.eta_s,
-            binding=snap.verdicts[0].binds if snap.verdicts else None,
+            binding=snap.binding or (snap.verdicts[0].binds if snap.verdicts else None),
             verdicts=[v.line() for v in snap.verdicts],
             state="finished" if finished else "stopped",
         )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import aiohttp
@@ -192,3 +193,21 @@ def test_status_of_something_else_says_so(tmp_path: Path) -> None:
 
     with pytest.raises(OutputError, match="not a tokenmill output directory"):
         read_status(tmp_path)
+
+
+async def test_the_run_binding_is_the_verdict_shown_longest(tmp_path: Path) -> None:
+    from tests.unit.test_doctor_rules import observe
+
+    spec = job(tmp_path, doctor={"confirm_rounds": 1})
+    (tmp_path / "out").mkdir()
+    now = {"t": 0.0}
+    mon = RunMonitor(spec, dispatcher(spec), tmp_path / "out", "r", clock=lambda: now["t"])
+    state_bound = [s.view for s in observe("state_bound_no_buffer").servers]
+    kv_bound = [s.view for s in observe("kv_bound").servers]
+    for views, seconds in ((state_bound, 30), (kv_bound, 5)):
+        for _ in range(seconds // 5):
+            await mon._round([replace(v, url="http://127.0.0.1:9") for v in views])
+            now["t"] += 5.0
+    assert [v.rule for v in mon.doctor.shown] == ["kv-bound"]  # what binds now
+    assert mon.binding == "state pool"  # what bound for most of the run
+    mon.events.close()

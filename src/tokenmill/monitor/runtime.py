@@ -88,7 +88,7 @@ def tick_record(
             for r in snap.servers
         ],
         "verdicts": [v.rule for v in snap.verdicts],
-        "binding": snap.verdicts[0].binds if snap.verdicts else None,
+        "binding": snap.binding,
     }
 
 
@@ -133,6 +133,9 @@ class RunMonitor:
         self.last: Snapshot | None = None
         self._inflight = {u: GaugeWindow(spec.rate_window_s) for u in urls}
         self._task: asyncio.Task[None] | None = None
+        self._shown_s: dict[str, float] = {}  # how long each verdict has been shown
+        self._binds: dict[str, str] = {}
+        self._last_round: float | None = None
         self._next_event = 0.0
         self._job = job
 
@@ -187,6 +190,20 @@ class RunMonitor:
         verdicts = await asyncio.to_thread(diagnose, obs, self.spec.doctor, self.predictor)
         if self.doctor.update(verdicts):
             self._verdicts_changed(self.doctor.shown)
+        now = self.clock()
+        if self._last_round is not None and self.doctor.shown:
+            top = self.doctor.shown[0]
+            self._shown_s[top.rule] = self._shown_s.get(top.rule, 0.0) + now - self._last_round
+            self._binds[top.rule] = top.binds
+        self._last_round = now
+
+    @property
+    def binding(self) -> str | None:
+        """The resource that bound longest so far (the first verdict's, round by round)."""
+        if not self._shown_s:
+            return None
+        rule = max(self._shown_s, key=lambda r: self._shown_s[r])
+        return self._binds[rule]
 
     def _verdicts_changed(self, shown: list[Verdict]) -> None:
         self.events.write("verdicts", verdicts=[v.as_dict() for v in shown])
