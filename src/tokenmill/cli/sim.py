@@ -97,11 +97,15 @@ def build_config(config_file: str | None, given: dict[str, Any], engine_args: Se
         cfg = SimConfig.model_validate(data)
     except ValidationError as exc:
         raise ConfigError(format_validation_error(exc, config_file or "sim options")) from exc
-    if cfg.gpu is None and (engine_args or cfg.engine_flags):
-        words = shlex.join(engine_args) if engine_args else cfg.engine_flags
+    if cfg.gpu is None and engine_args:
         raise ConfigError(
-            f"unknown option(s) or SGLang flags without a twin: {words}; SGLang flags are read only by the "
-            "twin: add --gpu (e.g. --gpu rtx-pro-6000) and a planner --model, or see `tokenmill sim --help`"
+            f"No such option '{engine_args[0]}' (in {shlex.join(engine_args)}): SGLang flags are read only by "
+            "the twin; add --gpu (e.g. --gpu rtx-pro-6000) and a planner --model, or see `tokenmill sim --help`"
+        )
+    if cfg.gpu is None and cfg.engine_flags:
+        raise ConfigError(
+            f"SGLang flags without a twin: {cfg.engine_flags}; they are read only by the twin: add --gpu "
+            "(e.g. --gpu rtx-pro-6000) and a planner --model, or see `tokenmill sim --help`"
         )
     return cfg
 
