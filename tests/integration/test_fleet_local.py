@@ -97,7 +97,7 @@ def test_a_server_that_cannot_start_stops_the_fleet_with_its_log_tail(tmp_path: 
         model="tokenmill-sim",
         gpus=2,
         base_port=0,
-        flags={"no-such-flag": 1},
+        flags={"max-running-requests": "many"},
         state_dir=str(tmp_path / "fleet"),
     )
     fleet = local_fleet(profile)
@@ -105,7 +105,7 @@ def test_a_server_that_cannot_start_stops_the_fleet_with_its_log_tail(tmp_path: 
         fleet.up()
     text = str(err.value)
     assert "2 of 2 servers did not start" in text and "exited with code 2" in text
-    assert "No such option '--no-such-flag'" in text and "server-0.log" in text
+    assert "Invalid value for '--max-running-requests'" in text and "server-0.log" in text
     assert read_json(tmp_path / "fleet" / STATE)["status"] == "failed"  # type: ignore[index]
 
 
