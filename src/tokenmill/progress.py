@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.live import Live
+from rich.logging import RichHandler
 
 from tokenmill.dispatch import Dispatcher
 from tokenmill.monitor.stats import History, Window
@@ -211,11 +212,18 @@ class Display:
         self.live_mode = self.console.is_terminal if live is None else live
         self._live: Live | None = None
         self._last_line = -1e18
+        self._handlers: list[tuple[RichHandler, Console]] = []
 
     def start(self) -> None:
         if self.live_mode:
             self._live = Live(console=self.console, refresh_per_second=2, transient=False)
             self._live.start()
+            # log records (the doctor's verdict changes, warnings) must go through the live console, or they
+            # land inside the dashboard's frame instead of above it
+            handlers = [h for h in logging.getLogger().handlers if isinstance(h, RichHandler)]
+            self._handlers = [(h, h.console) for h in handlers]
+            for h in handlers:
+                h.console = self.console
 
     def _render(self, snap: Snapshot) -> None:
         from tokenmill.monitor.dashboard import render
@@ -238,4 +246,7 @@ class Display:
             self._render(snap)
             self._live.stop()
             self._live = None
+            for handler, console in self._handlers:
+                handler.console = console
+            self._handlers = []
         return snap

@@ -100,3 +100,29 @@ def test_cpu_meter_is_cpu_time_over_wall_time() -> None:
     meter = CpuMeter(clock=lambda: now["wall"], cpu=lambda: now["cpu"])
     now.update(wall=2.0, cpu=1.5)
     assert meter.sample() == 0.75
+
+
+def test_log_records_go_through_the_live_console_while_the_dashboard_shows() -> None:
+    import io
+    import logging
+
+    from rich.logging import RichHandler
+
+    from tokenmill.progress import Display
+
+    class Fixed:
+        def snapshot(self) -> Snapshot:
+            return snap()
+
+    own = Console(file=io.StringIO())
+    handler = RichHandler(console=own)
+    root = logging.getLogger()
+    root.addHandler(handler)
+    try:
+        display = Display(Fixed(), 10, live=True, console=Console(file=io.StringIO(), force_terminal=True))  # type: ignore[arg-type]
+        display.start()
+        assert handler.console is display.console
+        display.stop()
+        assert handler.console is own
+    finally:
+        root.removeHandler(handler)

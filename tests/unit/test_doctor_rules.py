@@ -35,10 +35,12 @@ def observe(
     scrapes: list[str | None] | None = None,
     client: dict[str, Any] | None = None,
     process: dict[str, Any] | None = None,
+    server_info: dict[str, Any] | None = None,
 ) -> Observation:
     """Replay a fixture's scrapes through the monitor and pair the view with the client's side."""
     doc = fixture(name)
-    info = parse_server_info(doc["server_info"]) if doc.get("server_info") else None
+    raw_info = server_info if server_info is not None else doc.get("server_info")
+    info = parse_server_info(raw_info) if raw_info else None
     fleet = FleetMonitor([URL], window_s=120.0, flap_window_s=600.0)
     view = None
     for i, text in enumerate(scrapes if scrapes is not None else doc["scrapes"]):
@@ -228,3 +230,21 @@ def test_each_fixture_fires_its_rule(name: str) -> None:
 def test_every_rule_is_covered() -> None:
     covered = set(FIRES.values()) | {"server-down", "flapping", "client-bound"}  # built from fixtures above
     assert covered == set(RULE_IDS)
+
+
+def test_underfeeding_prediction_keeps_the_servers_flags() -> None:
+    # a twin-like server with the radix cache off and an explicit cap: raising the client's concurrency
+    # fills today's cap; the planner must not resize the server as it does for a radix-off recommendation
+    info = {
+        "model_path": "qwen3.6-35b-a3b",
+        "disable_radix_cache": True,
+        "max_running_requests": 64,
+        "mem_fraction_static": 0.88,
+        "internal_states": [{"effective_max_running_requests_per_dp": 64}],
+        "tokenmill_sim": {"gpu": "h200"},
+    }
+    v = verdicts(observe("underfeeding", server_info=info), model="qwen3.6-35b-a3b", gpu="h200")
+    p = v["client-underfeeding"].predictions[0]
+    assert p.source == "planner" and p.what == "running"
+    assert (p.before.max_running, p.after.max_running) == (8, 64)
+    assert p.after.tok_s_per_gpu and p.before.tok_s_per_gpu and p.after.tok_s_per_gpu > p.before.tok_s_per_gpu

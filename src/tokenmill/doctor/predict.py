@@ -94,8 +94,8 @@ class PlannerPredictor:
     def _radix_off_cap(self, model: ModelSpec, gpu: GpuSpec, cand: Candidate, inp: float, out: float) -> Candidate:
         """With the radix cache off, the planner's cap that fills memory exactly replaces the observed guess."""
         flags = list(cand.flags_after)
-        if "--disable-radix-cache" not in flags or "--max-running-requests" not in flags:
-            return cand
+        if "--disable-radix-cache" not in cand.change or "--max-running-requests" not in flags:
+            return cand  # only the radix-off recommendation sizes its cap; other changes keep today's flags
         from tokenmill.config import PlannerConfig
         from tokenmill.planner.flags import parse_flags
         from tokenmill.planner.plan import Workload, best_radix_off_running
