@@ -23,8 +23,8 @@ from tokenmill.config import JobSpec
 from tokenmill.dispatch import Dispatcher
 from tokenmill.errors import ConfigError, InputError, OutputError
 from tokenmill.feed import PromptFeed
-from tokenmill.output import OutputDir, ResumeState
 from tokenmill.monitor.runtime import RunMonitor
+from tokenmill.output import OutputDir, ResumeState
 from tokenmill.progress import Display, Snapshot, Tracker
 from tokenmill.records import Prompt, Skip
 from tokenmill.summary import Summary, write_summary
@@ -165,7 +165,8 @@ async def run_job(
         clock=clock,
     )
     feed = PromptFeed(_input_rows(job, partition), state.done, out.skip)
-    monitor = RunMonitor(job, dispatcher, out_path, uuid.uuid4().hex[:12], clock=clock)
+    run_id = uuid.uuid4().hex[:12]
+    monitor = RunMonitor(job, dispatcher, out_path, run_id, clock=clock, partition=partition[0] if partition else None)
     tracker = Tracker(
         dispatcher,
         clock=clock,

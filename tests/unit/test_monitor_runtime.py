@@ -14,7 +14,7 @@ from tests.unit.test_dispatch import ScriptedBackend, Sink, prompts, retry
 
 from tokenmill.config import JobSpec
 from tokenmill.dispatch import Dispatcher
-from tokenmill.errors import ConfigError, TransientError
+from tokenmill.errors import TransientError
 from tokenmill.monitor.client import ClientMetrics, Histogram
 from tokenmill.monitor.events import EVENTS_FILE, EventLog, last_events, read_events
 from tokenmill.monitor.runtime import RunMonitor
@@ -126,7 +126,9 @@ async def test_run_monitor_writes_ticks_and_serves_prometheus_metrics(tmp_path: 
     assert tick["servers"][0]["url"] == "http://127.0.0.1:9" and tick["servers"][0]["completed"] == 20
 
 
-async def test_a_taken_metrics_port_is_a_clear_error(tmp_path: Path) -> None:
+async def test_a_taken_metrics_port_is_a_warning_and_the_run_goes_on(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     spec = job(tmp_path, metrics_port=0)
     (tmp_path / "out").mkdir()
     first = RunMonitor(spec, dispatcher(spec), tmp_path / "out", "a")
@@ -135,8 +137,10 @@ async def test_a_taken_metrics_port_is_a_clear_error(tmp_path: Path) -> None:
     try:
         taken = job(tmp_path, metrics_port=first.exporter.port)
         second = RunMonitor(taken, dispatcher(taken), tmp_path / "out", "b")
-        with pytest.raises(ConfigError, match=r"choose another monitor\.metrics_port"):
-            await second.start(None, 0)
+        await second.start(None, 0)
+        assert second.exporter is None and second.metrics_url is None
+        assert "choose another monitor.metrics_port" in caplog.text and "goes on without" in caplog.text
+        await second.stop(Tracker(second.dispatcher, monitor=second).snapshot(), finished=False)
     finally:
         assert first.exporter is not None
         await first.exporter.stop()

@@ -25,6 +25,13 @@ from typing import Any
 import orjson
 
 EVENTS_FILE = "events.jsonl"
+
+
+def events_file(partition: int | None = None) -> str:
+    """The event log's name: ``events.jsonl``, or ``events.pPPP.jsonl`` for one partition of a split run."""
+    return EVENTS_FILE if partition is None else f"events.p{partition:03d}.jsonl"
+
+
 _TAIL_BYTES = 1 << 20
 
 log = logging.getLogger("tokenmill.monitor")
@@ -46,7 +53,7 @@ class EventLog:
         record = {"kind": kind, "t": round(self.wall(), 3), "run": self.run_id, **fields}
         try:
             if self._fh is None:
-                self._fh = self.path.open("ab")
+                self._fh = self.path.open("ab", buffering=0)  # one write() per record: appends stay whole
             self._fh.write(orjson.dumps(record, option=orjson.OPT_SERIALIZE_NUMPY) + b"\n")
             self._fh.flush()
         except (OSError, TypeError) as exc:

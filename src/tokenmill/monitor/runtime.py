@@ -18,8 +18,9 @@ from typing import TYPE_CHECKING, Any
 
 from tokenmill.config import JobSpec
 from tokenmill.doctor import ClientObs, ClientSide, DoctorState, Observation, PlannerPredictor, ServerObs, diagnose
+from tokenmill.errors import ConfigError
 from tokenmill.monitor.client import ClientMetrics
-from tokenmill.monitor.events import EVENTS_FILE, EventLog
+from tokenmill.monitor.events import EventLog, events_file
 from tokenmill.monitor.exporter import Exporter
 from tokenmill.monitor.fleet import FleetMonitor, ServerView
 from tokenmill.monitor.stats import CpuMeter, GaugeWindow
@@ -104,6 +105,7 @@ class RunMonitor:
         *,
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
+        partition: int | None = None,
     ) -> None:
         spec = job.monitor
         self.spec = spec
@@ -125,7 +127,7 @@ class RunMonitor:
         )
         self.doctor = DoctorState(spec.doctor.confirm_rounds)
         self.predictor = PlannerPredictor(spec.planner_model, spec.gpu)
-        self.events = EventLog(out / EVENTS_FILE, run_id, wall)
+        self.events = EventLog(out / events_file(partition), run_id, wall)
         self.exporter = Exporter(self, spec.metrics_host, spec.metrics_port) if spec.metrics_port is not None else None
         self.metrics_url: str | None = None
         self.cpu = CpuMeter(clock)
@@ -152,8 +154,13 @@ class RunMonitor:
             done_before=done_before,
         )
         if self.exporter is not None:
-            self.metrics_url = await self.exporter.start()
-            logging.getLogger("tokenmill.run").info("metrics for Prometheus at %s", self.metrics_url)
+            try:
+                self.metrics_url = await self.exporter.start()
+            except ConfigError as exc:  # a busy port must not stop a long run: say so loudly and go on
+                logging.getLogger("tokenmill.run").warning("%s; the run goes on without the metrics port", exc)
+                self.exporter = None
+            else:
+                logging.getLogger("tokenmill.run").info("metrics for Prometheus at %s", self.metrics_url)
         if self.spec.enabled:
             self._task = asyncio.create_task(self.fleet.run(self._round), name="tokenmill-monitor")
 
