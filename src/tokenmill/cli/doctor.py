@@ -107,6 +107,15 @@ def doctor(
     from tokenmill.doctor import PlannerPredictor, diagnose, format_verdicts
     from tokenmill.doctor.oneshot import observe
 
+    if gpu:  # a misspelt name would only mean silently missing predictions: say so now
+        from tokenmill.planner.hardware import GpuCatalog
+
+        GpuCatalog.load().get(gpu)
+    if model:
+        from tokenmill.planner.catalog import load_model
+
+        load_model(model)
+
     obs = asyncio.run(observe(urls, spec, headers=headers, concurrency=concurrency, out=Path(out) if out else None))
     verdicts = diagnose(obs, spec, PlannerPredictor(model, gpu))
     if as_json:

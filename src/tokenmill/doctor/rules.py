@@ -81,8 +81,8 @@ def server_down(o: ServerObs, c: ClientObs, t: DoctorSpec) -> Finding | None:
     return Finding(
         summary=f"not usable: {reason}",
         evidence=(("state", "unreachable" if not v.healthy else "set aside by the client"), ("reason", reason)),
-        advice="Check the server process and its log. tokenmill keeps probing it and sends work again as soon "
-        "as it answers; nothing is marked failed meanwhile. If it is gone for good, drop it from servers.",
+        advice="Check the server process and its log. A running tokenmill keeps probing it and sends work again "
+        "as soon as it answers; nothing is marked failed meanwhile. If it is gone for good, drop it from servers.",
         severity="critical",
     )
 
