@@ -125,9 +125,7 @@ class Backend(ABC):
         async for chunk in resp.content.iter_chunked(1 << 20):
             size += len(chunk)
             if size > limit:
-                raise TransientError(
-                    f"response exceeds the {limit}-byte limit (retry.max_response_mb)", server=server
-                )
+                raise TransientError(f"response exceeds the {limit}-byte limit (retry.max_response_mb)", server=server)
             chunks.append(chunk)
         return b"".join(chunks)
 
@@ -151,8 +149,12 @@ class Backend(ABC):
             obj = orjson.loads(raw)
             if not isinstance(obj, dict):
                 raise TypeError("response is not a JSON object")
-            return self.parse(obj, sent)
-        except (ValueError, KeyError, TypeError, IndexError) as exc:
+            gen = self.parse(obj, sent)
+            if not isinstance(gen.text, str):
+                raise TypeError(f"the generated text is {type(gen.text).__name__}, not a string")
+            return gen
+        # AttributeError: a field of the wrong JSON type (e.g. "message": null) met a .get()
+        except (ValueError, KeyError, TypeError, IndexError, AttributeError) as exc:
             snippet = raw[:120].decode("utf-8", "replace")
             raise TransientError(f"malformed response body ({exc}): {snippet!r}", server=server) from exc
 
