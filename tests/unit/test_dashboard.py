@@ -90,7 +90,7 @@ def test_windows() -> None:
     g = GaugeWindow(span_s=10)
     for t, v in ((0, 1.0), (5, 3.0), (12, 5.0)):
         g.add(t, v)
-    assert g.mean() == 4.0 and g.max() == 5.0 and g.last() == 5.0
+    assert g.mean() == 4.0 and g.max() == 5.0 and g.min() == 3.0
     g.add(16, None)  # no value, but time moves on: the sample at 5 s leaves the window
     assert g.mean() == 5.0
 

@@ -12,9 +12,7 @@ import click
 @click.option(
     "--output", "-o", "dest", type=click.Path(dir_okay=False), help="HTML file to write (default: OUT/report.html)."
 )
-@click.option(
-    "--max-points", default=2000, show_default=True, help="Most snapshots plotted (long runs are thinned)."
-)
+@click.option("--max-points", default=2000, show_default=True, help="Most snapshots plotted (long runs are thinned).")
 def report(out: str, dest: str | None, max_points: int) -> None:
     """Build a self-contained HTML report of the run(s) in OUT from its event log.
 

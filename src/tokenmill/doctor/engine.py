@@ -12,8 +12,8 @@ from tokenmill.doctor.rules import RULES, Rule
 
 def _predictions(
     server: ServerObs | None, client: ClientObs, cands: Sequence[Candidate], predictor: Predictor | None
-) -> tuple[tuple[str, ...], tuple[Prediction, ...]]:
-    """The changes, best predicted gain first, and whatever predictions could be made for them."""
+) -> tuple[tuple[str, ...], tuple[Prediction, ...], tuple[str, ...]]:
+    """The changes, best predicted gain first, the predictions that could be made, and each change's caveat."""
     pairs: list[tuple[Candidate, Prediction | None]] = []
     for cand in cands:
         pred = None
@@ -30,7 +30,8 @@ def _predictions(
 
     pairs.sort(key=gain, reverse=True)  # stable: without planner numbers the rule's order stays
     # a prediction may refine its change (the planner picks the radix-off cap that fills memory exactly)
-    return tuple(p.change if p else c.change for c, p in pairs), tuple(p for _, p in pairs if p is not None)
+    changes = tuple(p.change if p else c.change for c, p in pairs)
+    return changes, tuple(p for _, p in pairs if p is not None), tuple(c.note or "" for c, _ in pairs)
 
 
 def _verdict(
@@ -42,7 +43,7 @@ def _verdict(
     client: ClientObs,
     predictor: Predictor | None,
 ) -> Verdict:
-    changes, preds = _predictions(rep, client, finding.candidates, predictor)
+    changes, preds, caveats = _predictions(rep, client, finding.candidates, predictor)
     evidence = finding.evidence
     if len(servers) > 1:
         evidence = (("servers", f"{len(servers)}/{total}: " + ", ".join(servers[:8])), *evidence)
@@ -58,6 +59,7 @@ def _verdict(
         advice=finding.advice,
         changes=changes,
         predictions=preds,
+        caveats=caveats,
     )
 
 

@@ -40,7 +40,6 @@ class ClientObs:
     loop_lag_s: float | None = None  # how late the monitor's timer fired
     avg_prompt_tokens: float | None = None
     avg_output_tokens: float | None = None
-    remaining_prompts: int | None = None
     completions_s: float | None = None
 
 
@@ -118,6 +117,7 @@ class Verdict:
     advice: str
     changes: tuple[str, ...] = ()
     predictions: tuple[Prediction, ...] = ()
+    caveats: tuple[str, ...] = ()  # one per change ("" when none): what to know before applying it
 
     @property
     def key(self) -> tuple[str, tuple[str, ...]]:
@@ -151,6 +151,7 @@ class Verdict:
             "evidence": [list(e) for e in self.evidence],
             "advice": self.advice,
             "changes": list(self.changes),
+            "caveats": list(self.caveats),
             "predictions": [
                 {
                     "change": p.change,

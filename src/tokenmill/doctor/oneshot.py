@@ -39,13 +39,11 @@ def client_from_tick(tick: Mapping[str, Any]) -> tuple[dict[str, ClientSide], Cl
     completed = c.get("completed") or 0
     prompt = c.get("prompt_tokens")
     hist = Histogram.from_dict(c["output_len"]) if isinstance(c.get("output_len"), dict) else None
-    total, done, skipped = c.get("total"), c.get("done") or 0, c.get("skipped") or 0
     client = ClientObs(
         cpu=c.get("cpu"),
         loop_lag_s=c.get("loop_lag_s"),
         avg_prompt_tokens=prompt / completed if prompt and completed else None,
         avg_output_tokens=hist.mean() if hist is not None else None,
-        remaining_prompts=max(0, total - done - skipped) if isinstance(total, int) else None,
         completions_s=c.get("comp_s"),
     )
     return sides, client

@@ -19,9 +19,12 @@ def format_verdict(v: Verdict) -> str:
         by_change = {p.change: p for p in v.predictions}
         lines.append("   try:")
         cw = max(len(c) for c in v.changes)
-        for change in v.changes:
+        caveats = v.caveats or ("",) * len(v.changes)
+        for change, caveat in zip(v.changes, caveats, strict=False):
             pred = by_change.get(change)
             lines.append(f"     {change.ljust(cw)}  {pred.text() if pred else ''}".rstrip())
+            if caveat:
+                lines.append(f"     {' ' * cw}  note: {caveat}")
     return "\n".join(lines)
 
 

@@ -37,7 +37,6 @@ class ServerView:
     error: str | None
     running: float | None = None  # window means of the gauges
     queued: float | None = None
-    queued_max: float | None = None
     queued_min: float | None = None  # 0 when the queue emptied at least once in the window
     kv_usage: float | None = None  # the KV pool (full attention on hybrids)
     state_usage: float | None = None  # the recurrent-state pool (hybrids)
@@ -254,7 +253,6 @@ class FleetMonitor:
             error=snap.error,
             running=track.running.mean(),
             queued=track.queued.mean(),
-            queued_max=track.queued.max(),
             queued_min=track.queued.min(),
             kv_usage=track.kv.mean(),
             state_usage=track.state.mean(),

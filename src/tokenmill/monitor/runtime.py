@@ -177,15 +177,11 @@ class RunMonitor:
             side = ClientSide(inflight=window.mean(), limit=s.limit, usable=s.usable, problem=s.problem)
             servers.append(ServerObs(v, side))
         snap = self.last
-        remaining = None
-        if snap is not None and snap.total is not None:
-            remaining = max(0, snap.total - snap.done - snap.skipped)
         client = ClientObs(
             cpu=self.cpu_share,
             loop_lag_s=self.fleet.loop_lag_s,
             avg_prompt_tokens=self.client.avg_prompt_tokens,
             avg_output_tokens=self.client.avg_output_tokens,
-            remaining_prompts=remaining,
             completions_s=snap.comp_s if snap is not None else None,
         )
         return Observation(tuple(servers), client)

@@ -66,9 +66,6 @@ class GaugeWindow:
     def min(self) -> float | None:
         return min((v for _, v in self.samples), default=None)
 
-    def last(self) -> float | None:
-        return self.samples[-1][1] if self.samples else None
-
 
 class History:
     """The last ``size`` values of a series (the dashboard's sparkline)."""
@@ -78,9 +75,6 @@ class History:
 
     def add(self, value: float) -> None:
         self.values.append(value)
-
-    def sparkline(self) -> str:
-        return sparkline(self.values)
 
 
 def sparkline(values: Iterable[float]) -> str:

@@ -105,7 +105,12 @@ def _verdicts(data: RunData, spans: Sequence[VerdictSpan]) -> str:
         v = sp.verdict
         sev = escape(str(v.get("severity", "info")))
         where = ", ".join(v.get("servers") or []) or "client"
-        changes = "<br>".join(f"<code>{escape(c)}</code>" for c in v.get("changes") or [])
+        caveats = list(v.get("caveats") or [])
+        changes = "<br>".join(
+            f"<code>{escape(c)}</code>"
+            + (f" <small>({escape(caveats[i])})</small>" if i < len(caveats) and caveats[i] else "")
+            for i, c in enumerate(v.get("changes") or [])
+        )
         preds = "<br>".join(escape(p.get("text", "")) for p in v.get("predictions") or [])
         evidence = "<br>".join(f"{escape(str(k))}: {escape(str(val))}" for k, val in v.get("evidence") or [])
         rows.append(
