@@ -49,6 +49,9 @@ def test_text_and_json_output() -> None:
     data = json.loads(json.dumps(verdicts[0].as_dict()))
     assert data["rule"] == "state-pool-bound" and data["changes"][0].startswith("--disable-radix-cache")
     assert data["predictions"][0]["after"]["max_running"] == 380
+    bf16 = data["changes"].index("--mamba-ssm-dtype bfloat16")
+    assert "less accurate than float32" in data["caveats"][bf16]
+    assert "note: halves the SSM state per request" in block
     assert format_verdicts([], 3).startswith("no problem found on 3 server(s)")
 
 
