@@ -115,6 +115,16 @@ def _count_rows(job: JobSpec) -> int | None:
         return None
 
 
+def _follow_servers_file(job: JobSpec, dispatcher: Dispatcher) -> asyncio.Task[None] | None:
+    """Follow the servers that ``tokenmill fleet`` adds, drains or removes in the servers file."""
+    if not job.servers_file:
+        return None
+    from tokenmill.fleet.endpoints import follow
+
+    path = Path(job.servers_file)
+    return asyncio.create_task(follow(path, dispatcher, job.servers_file_poll_s), name="tokenmill-fleet-follow")
+
+
 async def run_job(
     job: JobSpec,
     *,
@@ -152,6 +162,7 @@ async def run_job(
             api_key=job.api_key(),
             save_token_ids=job.save_token_ids,
             tokenizer=job.tokenizer,
+            max_response_bytes=int(job.retry.max_response_mb * (1 << 20)),
         ),
     )
     dispatcher = Dispatcher(
@@ -159,7 +170,7 @@ async def run_job(
         backend,
         out,
         job.retry,
-        job.concurrency,
+        job.concurrency if isinstance(job.concurrency, int) else job.control.initial,
         model=job.model,
         sampling=job.sampling.as_dict(),
         clock=clock,
@@ -204,7 +215,11 @@ async def run_job(
         next_tick = 0.0
         while True:
             await asyncio.sleep(FLUSH_INTERVAL_S)
-            out.flush()
+            try:
+                out.flush()
+            except OutputError as exc:  # disk full, ...: stop cleanly; the output stays consistent
+                dispatcher.abort(exc)
+                return
             if total_task.done() and tracker.total is None and not total_task.cancelled():
                 tracker.total = total_task.result()
             if feed.counts.exhausted:
@@ -221,6 +236,7 @@ async def run_job(
     await monitor.start(tracker.total, tracker.done_before)
     display.start()
     house = asyncio.create_task(housekeeping(), name="tokenmill-housekeeping")
+    follower = _follow_servers_file(job, dispatcher)
     dispatch = asyncio.create_task(dispatcher.run(feed), name="tokenmill-dispatch")
     finished = False
     try:
@@ -232,6 +248,10 @@ async def run_job(
         house.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await house
+        if follower is not None:
+            follower.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await follower
         tracker.skipped = feed.counts.skipped
         if feed.counts.exhausted:
             tracker.total = feed.counts.rows
