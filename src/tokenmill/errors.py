@@ -42,9 +42,7 @@ class BadRowError(InputError):
         self.source = source
         self.reason = reason
         self.row_id = row_id
-        super().__init__(
-            f"{source}: {reason} (fix the row, or rerun with --on-bad-row skip to record it and go on)"
-        )
+        super().__init__(f"{source}: {reason} (fix the row, or rerun with --on-bad-row skip to record it and go on)")
 
 
 class OutputError(TokenmillError):
