@@ -41,5 +41,10 @@ test: venv system-deps engine engine-model lint typecheck
 bench: venv
 	$(PY) -m bench
 
+# A few minutes of SIGKILLs, server crashes, HTTP faults, a store outage and a full disk; then verify (chaos/).
+.PHONY: chaos
+chaos: venv
+	$(PY) -m chaos
+
 clean:
 	rm -rf $(VENV) tokenmill-demo .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,293 @@
+"""The chaos run, start to end: set up (:mod:`chaos.setup`); kill the client again and again while the fault
+tracks run; let a last client finish (killed once the moment everything is recorded); check; tear down.
+
+Every process and thread it starts is stopped on the way out, also when the run fails or is interrupted
+(one ExitStack: client, endpoints mirror, fault proxy, fleet, store, tmpfs). All traffic stays on 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import signal
+import tempfile
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+from chaos import checks
+from chaos.client import Start
+from chaos.config import ChaosConfig
+from chaos.disk import SmallDisk
+from chaos.faults import active_names
+from chaos.fleet import wait_for
+from chaos.observe import count_records, manifest_size
+from chaos.report import ChaosReport
+from chaos.setup import Run, prepare
+from chaos.tear import VARIANTS, tear_any
+
+TICK_S = 0.02
+SYNC_S = 0.5
+CRASH_LOOP_STARTS = 5  # starts in a row stopping by themselves without progress end the killing phase
+REQUESTS_PER_PROMPT = 25  # more requests than this per prompt would be a retry storm
+FINAL_ATTEMPTS = 4
+
+
+def run_chaos(cfg: ChaosConfig, log: Any = print) -> ChaosReport:
+    """Run the chaos test described by ``cfg``; returns its report (``report.ok``), its JSON already written."""
+    t0 = time.monotonic()
+    workdir = cfg.workdir or Path(tempfile.mkdtemp(prefix=f"tokenmill-chaos-{cfg.seed}-"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    config = {k: (str(v) if isinstance(v, Path) else v) for k, v in dataclasses.asdict(cfg).items()}
+    report = ChaosReport(seed=cfg.seed, quick=cfg.quick, workdir=workdir, config=config)
+    log(f"chaos: seed {cfg.seed}, at least {cfg.kills} client kills, {cfg.prompts} prompts; work directory {workdir}")
+    disk = SmallDisk(workdir / "disk", cfg.disk_mb)
+    pids: list[int] = []
+    try:
+        with contextlib.ExitStack() as stack:
+            run = prepare(cfg, report, disk, stack, log)
+            report.timings["setup"] = time.monotonic() - t0
+            try:
+                _kill_phase(run, log)
+                _final_phase(run, log)
+                _check(run, log)
+            except Exception as exc:
+                _harness_failed(report, "the chaos harness stopped", exc)
+            finally:
+                pids = run.ctx.fleet.pids() + run.ctx.client.alive_pids()
+                if not report.ok:
+                    disk.keep_copy(run.out, workdir / "out-copy")
+    except Exception as exc:
+        _harness_failed(report, "setting up or tearing down failed", exc)
+    _check_stopped(report, pids, disk)
+    report.timings["total"] = time.monotonic() - t0
+    report.write_json(cfg.json_path or workdir / "summary.json")
+    return report
+
+
+def _harness_failed(report: ChaosReport, what: str, exc: BaseException) -> None:
+    path = report.workdir / "harness-error.txt"
+    path.write_text(traceback.format_exc())
+    report.check("harness", False, f"{what}: {exc!r} (traceback in {path})")
+
+
+# ---- the killing phase ----------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(slots=True)
+class _Plan:
+    """When the running client is to be killed."""
+
+    mode: str = ""
+    after_s: float = 0.0
+    manifest_size: int = 0
+
+
+def _draw_kill(run: Run) -> _Plan:
+    plan, u = run.cfg.kill_plan, run.rng.random()
+    if u < plan.startup_share:
+        return _Plan("startup", run.rng.uniform(*plan.startup_s))
+    if u < plan.startup_share + plan.seal_share:
+        return _Plan("seal", plan.seal_wait_s, manifest_size(run.out))
+    return _Plan("run", run.rng.uniform(*plan.run_s))
+
+
+def _kill_due(run: Run, plan: _Plan) -> bool:
+    alive = run.ctx.client.alive_s
+    if plan.mode == "seal" and manifest_size(run.out) != plan.manifest_size:
+        return True
+    return alive >= plan.after_s
+
+
+def _kill_phase(run: Run, log: Any) -> None:
+    """Start, kill, restart the client until enough kills are done and every fault track has run."""
+    cfg, ctx, client = run.cfg, run.ctx, run.ctx.client
+    began = time.monotonic()
+    kills = crashes = 0
+    next_sync = 0.0
+    plan = _Plan()
+    faults_seen: set[str] = set()
+    budget = cfg.prompts * REQUESTS_PER_PROMPT
+    log(f"chaos: killing phase (at least {cfg.kills} kills, at most {cfg.phase_max_s:.0f} s)")
+    while True:
+        now = time.monotonic()
+        if now >= next_sync:
+            ctx.fleet.sync()
+            next_sync = now + SYNC_S
+        for track in run.tracks:
+            track.step(ctx, now - began)
+        faults_seen.update(active_names(run.tracks))
+        if ctx.proxy.requests > budget:
+            run.report.check("request budget", False, f"{ctx.proxy.requests} requests for {cfg.prompts} prompts")
+            break
+        if now - began > cfg.phase_max_s:
+            run.report.check("time budget", False, f"the killing phase ran past {cfg.phase_max_s:.0f} s")
+            break
+        if client.current is None:
+            if kills >= cfg.kills and all(t.finished for t in run.tracks):
+                break
+            plan = _draw_kill(run)
+            client.start(plan.mode, count_records(run.out))
+            faults_seen = set(active_names(run.tracks))
+        elif (code := client.poll()) is not None:
+            start = _ended(run, faults_seen)
+            if code == 0:
+                run.report.notes.append(f"the input was finished during the killing phase (start {start.index})")
+                break
+            crashes = crashes + 1 if start.progress == 0 and not ctx.hold_kills else 0
+            if crashes >= CRASH_LOOP_STARTS:
+                run.report.notes.append(
+                    f"{crashes} starts in a row stopped by themselves without progress; the killing phase ends "
+                    f"here (last log: {start.log})"
+                )
+                break
+        elif not ctx.hold_kills and _kill_due(run, plan):
+            client.kill()
+            kills += 1
+            start = _ended(run, faults_seen)
+            if run.rng.random() < cfg.tear_share:
+                _tear(run, start)
+            if kills % 10 == 0:
+                log(f"chaos: {kills} kills, {count_records(run.out)} of {cfg.prompts} prompts recorded")
+        time.sleep(TICK_S)
+    if client.current is not None:
+        client.kill()
+        _ended(run, faults_seen)
+    for track in run.tracks:
+        track.abort(ctx, time.monotonic() - began)
+    run.report.timings["killing phase"] = time.monotonic() - began
+    log(f"chaos: killing phase over: {kills} kills, {count_records(run.out)} of {cfg.prompts} prompts recorded")
+
+
+def _ended(run: Run, faults: set[str]) -> Start:
+    """Record how the client's process ended, then check the output (no client runs now)."""
+    start = run.ctx.client.finish(count_records(run.out), sorted(faults))
+    run.invariants.check(run.out, f"after start {start.index}")
+    for torn in run.tears:
+        if torn.repaired_by is None and torn.healed(run.out):
+            torn.repaired_by = start.index
+            torn.announced = "output repaired" in Path(start.log).read_text(errors="replace")
+    return start
+
+
+def _tear(run: Run, start: Start) -> None:
+    """Simulate a machine crash after this kill: tear the un-synced tail of one file (variants in turn)."""
+    first = VARIANTS[len(run.tears) % len(VARIANTS)]
+    torn = tear_any(run.out, run.rng, first, start.index)
+    if torn is not None:
+        run.tears.append(torn)
+        run.report.tally.add("torn-write", detail=f"{torn.variant}: {torn.done}")
+
+
+# ---- the last run ---------------------------------------------------------------------------------------------
+
+
+def _quiesce(run: Run) -> None:
+    """No fault in force: server and network faults off, store up, disk free, every server up."""
+    ctx = run.ctx
+    ctx.fleet.set_faults({})
+    ctx.proxy.set_rates({})
+    ctx.store.up()
+    ctx.disk.free()
+    ctx.hold_kills = False
+    if not wait_for(lambda: all(s.get("state") == "up" for s in ctx.fleet.state().get("servers", [])), 30.0):
+        run.report.notes.append("not every server was up when the last run started")
+
+
+def _final_phase(run: Run, log: Any) -> None:
+    """Run to the end without faults. The first start is killed the moment every prompt is recorded (its
+    uploads, remote manifest and marker still to come); a next one must finish everything."""
+    cfg, client = run.cfg, run.ctx.client
+    _quiesce(run)
+    began = time.monotonic()
+    deadline = began + cfg.final_max_s
+    extra = ("--concurrency", str(cfg.final_concurrency))
+    finished = False
+    for attempt in range(FINAL_ATTEMPTS):
+        at_end = attempt == 0
+        log(f"chaos: last run{' again' if attempt else ''}, without faults" + (", killed at the end" * at_end))
+        client.start("end" if at_end else "none", count_records(run.out), extra)
+        while client.poll() is None and time.monotonic() < deadline:
+            if at_end and count_records(run.out) >= cfg.prompts:
+                client.kill()
+                break
+            time.sleep(TICK_S)
+        if client.poll() is None:  # out of time
+            client.kill()
+            _ended(run, set())
+            break
+        start = _ended(run, set())
+        if start.ended == "exit 0":
+            finished = True
+            break
+        if not start.killed:
+            run.report.notes.append(f"last run {attempt + 1} ended {start.ended}: {start.message}")
+    took = time.monotonic() - began
+    run.report.timings["last run"] = took
+    detail = f"finished and uploaded in {took:.1f} s" if finished else f"not finished after {took:.0f} s"
+    run.report.check("last run finishes", finished, detail)
+
+
+# ---- checks ---------------------------------------------------------------------------------------------------
+
+
+def _check(run: Run, log: Any) -> None:
+    cfg, report, ctx = run.cfg, run.report, run.ctx
+    began = time.monotonic()
+    log("chaos: checking the output and the remote copy")
+    report.checks.append(checks.verify_cli(run.out, run.job, run.env))
+    report.checks.append(checks.exactly_once(run.input_ids, run.out))
+    inv = run.invariants
+    report.check(
+        "no duplicate, no sealed shard changed (after every stop)",
+        not inv.violations,
+        "; ".join(inv.violations[:5]) or f"checked after each of {inv.checks} stops; {len(inv.sealed)} sealed shards",
+    )
+    report.checks.append(checks.repairs(run.tears, report.starts))
+    report.checks.append(checks.crash_loop(report.starts, cfg.progress_window_s))
+    report.checks.append(checks.tracebacks(report.starts, run.out))
+    kills = report.kills()
+    report.tally.counts["client-sigkill"] = kills
+    report.check("client kills", kills >= cfg.kills, f"{kills} SIGKILLs (wanted at least {cfg.kills})")
+    ctx.fleet.sync()
+    for kind, n in {**ctx.fleet.counts(), **ctx.proxy.counts}.items():
+        report.tally.counts[kind] = n
+    missing = [k for k, n in report.tally.counts.items() if n == 0 and k not in report.tally.skipped]
+    shown = len(report.tally.counts) - len(report.tally.skipped)
+    report.check("every fault kind injected", not missing, f"not injected: {missing}" if missing else f"{shown} kinds")
+    report.check(
+        "every fault survived as it should",
+        not report.tally.problems,
+        "; ".join(report.tally.problems) or "servers restarted, the store came back, the disk stopped the client",
+    )
+    report.requests = {
+        "received by the proxy": ctx.proxy.requests,
+        "generation requests forwarded": ctx.proxy.forwarded,
+    }
+    report.timings["checks"] = time.monotonic() - began
+
+
+def _check_stopped(report: ChaosReport, pids: list[int], disk: SmallDisk) -> None:
+    """After tear-down: no process of the run is left, and the small disk is unmounted."""
+    deadline = time.monotonic() + 10.0
+    while time.monotonic() < deadline and any(_running(p) for p in pids):
+        time.sleep(0.1)
+    alive = [p for p in pids if _running(p)]
+    for pid in alive:  # not left behind, but reported
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+    ok = not alive and not disk.mounted
+    detail = f"left running: {alive}" if alive else f"{len(pids)} processes gone"
+    detail += "; tmpfs unmounted" if not disk.mounted else "; tmpfs still mounted"
+    report.check("everything stopped", ok, detail)
+
+
+def _running(pid: int) -> bool:
+    """Whether ``pid`` is a live process (a zombie waiting to be reaped is not)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rpartition(")")[2].split()[0] != "Z"
