@@ -12,11 +12,13 @@ are the server's state (refused or dropped connections, 429, 503) do not use up 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import gc
 import logging
 import random
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -31,6 +33,9 @@ log = logging.getLogger("tokenmill.dispatch")
 
 # A prompt whose failures are all the servers' fault is still failed after this many times max_attempts.
 HARD_ATTEMPT_FACTOR = 10
+# Garbage-collector thresholds while dispatching: every request allocates a few hundred short-lived objects,
+# and with the default (700) the collector runs every few requests and rescans all long-lived objects often.
+RUN_GC_THRESHOLDS = (20_000, 20, 20)
 
 
 class Sink(Protocol):
@@ -199,17 +204,18 @@ class Dispatcher:
         timeout = aiohttp.ClientTimeout(
             total=None, sock_connect=self.retry.connect_timeout_s, sock_read=self.retry.read_timeout_s
         )
-        async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
-            self._session = session
-            prober = asyncio.create_task(self._probe_loop(), name="tokenmill-prober")
-            try:
-                finished = await self._main(source)
-                await self._drain(grace_s if not finished else None)
-            finally:
-                prober.cancel()
-                for task in list(self._tasks):
-                    task.cancel()
-                await asyncio.gather(prober, *self._tasks, return_exceptions=True)
+        with _gc_for_run():
+            async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
+                self._session = session
+                prober = asyncio.create_task(self._probe_loop(), name="tokenmill-prober")
+                try:
+                    finished = await self._main(source)
+                    await self._drain(grace_s if not finished else None)
+                finally:
+                    prober.cancel()
+                    for task in list(self._tasks):
+                        task.cancel()
+                    await asyncio.gather(prober, *self._tasks, return_exceptions=True)
         if self._fatal is not None:
             raise self._fatal
         return finished and not self._stopping
@@ -485,6 +491,25 @@ class Dispatcher:
                     server.problem = None
                     server.consecutive_failures = 0
                     self._wake.set()
+
+
+_gc_runs: list[tuple[int, int, int]] = []  # thresholds before the first of the runs in progress
+
+
+@contextlib.contextmanager
+def _gc_for_run() -> Iterator[None]:
+    """Move what exists now (modules, config, the done set) out of the collector's way and collect less
+    often while runs last; the previous thresholds come back when the last one ends."""
+    _gc_runs.append(gc.get_threshold())
+    gc.freeze()
+    gc.set_threshold(*RUN_GC_THRESHOLDS)
+    try:
+        yield
+    finally:
+        before = _gc_runs.pop()
+        if not _gc_runs:
+            gc.set_threshold(*before)
+            gc.unfreeze()
 
 
 def turn_record(gen: Generation, server: str, latency: float) -> dict[str, Any]:

@@ -19,6 +19,8 @@ from typing import Any, ClassVar
 
 import aiohttp
 import orjson
+from multidict import CIMultiDict
+from yarl import URL
 
 from tokenmill.config import RetrySpec, SamplingSpec
 from tokenmill.errors import PermanentError, RequestError, TransientError
@@ -85,9 +87,12 @@ class Backend(ABC):
 
     def __init__(self, options: BackendOptions) -> None:
         self.options = options
-        self.headers = {"Content-Type": "application/json"}
+        headers = {"Content-Type": "application/json"}
         if options.api_key:
-            self.headers["Authorization"] = f"Bearer {options.api_key}"
+            headers["Authorization"] = f"Bearer {options.api_key}"
+        # Built once: aiohttp takes a CIMultiDict as is, and a parsed URL per server skips parsing per request.
+        self.headers: CIMultiDict[str] = CIMultiDict(headers)
+        self._targets: dict[str, URL] = {}
 
     def __init_subclass__(cls, **kw: Any) -> None:
         super().__init_subclass__(**kw)
@@ -112,14 +117,24 @@ class Backend(ABC):
                 out[name] = value
         return out
 
+    def target(self, server: str) -> URL:
+        """The request URL for ``server`` (parsed once per server)."""
+        url = self._targets.get(server)
+        if url is None:
+            url = self._targets[server] = URL(server + self.path)
+        return url
+
     async def _read_limited(self, resp: aiohttp.ClientResponse, server: str) -> bytes:
         """The body, refusing more than ``max_response_bytes`` (so no server can exhaust the client's memory)."""
         limit = self.options.max_response_bytes
-        if resp.content_length is not None and resp.content_length > limit:
-            raise TransientError(
-                f"response of {resp.content_length} bytes exceeds the {limit}-byte limit (retry.max_response_mb)",
-                server=server,
-            )
+        length = resp.content_length
+        if length is not None:
+            if length > limit:
+                raise TransientError(
+                    f"response of {length} bytes exceeds the {limit}-byte limit (retry.max_response_mb)",
+                    server=server,
+                )
+            return await resp.read()  # the common case: one read of a body of announced size
         chunks: list[bytes] = []
         size = 0
         async for chunk in resp.content.iter_chunked(1 << 20):
@@ -134,7 +149,7 @@ class Backend(ABC):
         sent = self.body(prompt)
         payload = orjson.dumps(sent)
         try:
-            async with session.post(server + self.path, data=payload, headers=self.headers) as resp:
+            async with session.post(self.target(server), data=payload, headers=self.headers) as resp:
                 status = resp.status
                 raw = await self._read_limited(resp, server)
         except aiohttp.SocketTimeoutError as exc:

@@ -18,12 +18,16 @@ def _ids(value: Any) -> list[int] | None:
 
 
 class _OpenAIBase(Backend):
+    def __init__(self, options: BackendOptions) -> None:
+        super().__init__(options)
+        common: dict[str, Any] = {"model": options.model, **self.sampling_fields()}
+        if options.save_token_ids:
+            common["return_token_ids"] = True
+        common.update(options.sampling.extra_body)
+        self._common_fields = common  # the same for every request: built once, copied per body
+
     def _common(self) -> dict[str, Any]:
-        body: dict[str, Any] = {"model": self.options.model, **self.sampling_fields()}
-        if self.options.save_token_ids:
-            body["return_token_ids"] = True
-        body.update(self.options.sampling.extra_body)
-        return body
+        return dict(self._common_fields)
 
     @staticmethod
     def _token_ids(obj: dict[str, Any], choice: dict[str, Any]) -> tuple[list[int] | None, list[int] | None]:

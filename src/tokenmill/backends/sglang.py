@@ -27,9 +27,7 @@ class SGLangGenerate(Backend):
     def __init__(self, options: BackendOptions) -> None:
         super().__init__(options)
         self.renderer = PromptRenderer(self.kind, options.tokenizer)
-
-    def body(self, prompt: Prompt) -> dict[str, Any]:
-        s = self.options.sampling
+        s = options.sampling
         params: dict[str, Any] = {"max_new_tokens": s.max_tokens, "temperature": s.temperature}
         for name in ("top_p", "top_k", "stop"):
             value = getattr(s, name)
@@ -39,8 +37,11 @@ class SGLangGenerate(Backend):
             params["sampling_seed"] = s.seed
         extra = dict(s.extra_body)
         params.update(extra.pop("sampling_params", {}))
+        self._common_fields: dict[str, Any] = {"sampling_params": params, **extra}  # built once per job
+
+    def body(self, prompt: Prompt) -> dict[str, Any]:
         text = self.renderer.text(prompt)
-        body: dict[str, Any] = {"sampling_params": params, **extra}
+        body = dict(self._common_fields)
         if self.options.save_token_ids and self.options.tokenizer:
             body["input_ids"] = self.renderer.encode(text)
         else:

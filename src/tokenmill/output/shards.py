@@ -142,18 +142,19 @@ class OutputDir:
             self._drop(rec.id, "completion")
             return
         line = records.encode(rec)
-        with self._guard():
-            shard = self._shard or self._start_shard()
-            shard.add(rec, line)
-            state.done.add(rec.id)
-            state.completed += 1
-            state.open_count += 1
-            state.prompt_tokens += rec.prompt_tokens or 0
-            state.completion_tokens += rec.completion_tokens or 0
-            if len(shard.ids) >= self.shard_size:
-                self._seal(shard)
-            elif shard.file.pending >= _FLUSH_BYTES:
-                shard.file.flush()
+        shard = self._shard or self._start_shard()
+        shard.add(rec, line)
+        state.done.add(rec.id)
+        state.completed += 1
+        state.open_count += 1
+        state.prompt_tokens += rec.prompt_tokens or 0
+        state.completion_tokens += rec.completion_tokens or 0
+        if len(shard.ids) >= self.shard_size or shard.file.pending >= _FLUSH_BYTES:
+            with self._guard():  # only here can a write fail (the rest above is memory only)
+                if len(shard.ids) >= self.shard_size:
+                    self._seal(shard)
+                else:
+                    shard.file.flush()
 
     def fail(self, rec: Failure) -> None:
         """Record a prompt that could not be completed (made durable by the next :meth:`flush`)."""
