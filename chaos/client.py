@@ -25,7 +25,7 @@ class Start:
 
     index: int
     at_s: float  # since the first start
-    kill_mode: str  # startup / seal / run: when it is killed; end: once all is recorded; none: never
+    kill_mode: str  # startup/resumed/seal/run: when it is killed; term: SIGTERM; end: once all is recorded; none
     records_before: int
     lived_s: float = 0.0
     ended: str = ""  # "SIGKILL", "exit 0", "exit 2", ...
@@ -81,6 +81,11 @@ class Client:
     def poll(self) -> int | None:
         """The exit code once the process ended by itself, else None."""
         return None if self.proc is None else self.proc.poll()
+
+    def send(self, sig: signal.Signals) -> None:
+        """Signal the running process without waiting."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(sig)
 
     def kill(self, sig: signal.Signals = signal.SIGKILL) -> None:
         """Signal the running process and wait for it to go."""

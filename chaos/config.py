@@ -15,10 +15,13 @@ class KillPlan:
     """When the client is killed after each start: a mix of moments (seconds after the start)."""
 
     startup_share: float = 0.2  # while importing, resuming, repairing: uniform in startup_s
-    startup_s: tuple[float, float] = (0.05, 1.2)
+    startup_s: tuple[float, float] = (0.05, 1.6)
+    resumed_share: float = 0.1  # the moment it logs that it resumes (repaired, store claimed, uploads queued)
     seal_share: float = 0.2  # right after the next shard is sealed (at most seal_wait_s after the start)
     seal_wait_s: float = 6.0
-    run_s: tuple[float, float] = (1.2, 5.0)  # the rest: in the middle of generating
+    term_share: float = 0.1  # SIGTERM (a graceful stop) in the middle of generating, instead of SIGKILL
+    term_wait_s: float = 30.0  # it must have stopped by then (requests in flight, then pending uploads)
+    run_s: tuple[float, float] = (1.2, 5.0)  # the rest: SIGKILL in the middle of generating
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,7 +47,9 @@ class ChaosConfig:
     server_kills: int  # SIGKILL one server
     server_terms: int  # SIGTERM one server (a graceful stop, then a restart)
     fleet_kills: int  # SIGKILL every server at once
+    store_outages: int
     store_outage_s: float
+    disk_fulls: int
     disk_mb: int  # size of the tmpfs holding the output
     disk_full_hold_s: float  # longest wait for the client to stop on the full disk
     phase_max_s: float  # the killing phase ends by then, whatever happened
@@ -76,10 +81,12 @@ class ChaosConfig:
             window_s=7.0,
             window_max_s=15.0,
             min_hits=3,
-            server_kills=6,
+            server_kills=8,
             server_terms=2,
-            fleet_kills=1,
+            fleet_kills=2,
+            store_outages=2,
             store_outage_s=15.0,
+            disk_fulls=2,
             disk_mb=64,
             disk_full_hold_s=40.0,
             phase_max_s=260.0,
@@ -105,7 +112,9 @@ class ChaosConfig:
             server_kills=1,
             server_terms=1,
             fleet_kills=1,
+            store_outages=1,
             store_outage_s=3.0,
+            disk_fulls=1,
             disk_mb=16,
             disk_full_hold_s=25.0,
             phase_max_s=60.0,

@@ -23,6 +23,7 @@ from chaos.store import MotoStore
 # kind -> (what it is, where it is injected); the order of the summary table
 KINDS: dict[str, tuple[str, str]] = {
     "client-sigkill": ("client SIGKILLed at a random moment", "harness"),
+    "client-sigterm": ("client stopped with SIGTERM (graceful stop)", "harness"),
     "torn-write": ("machine crash: a file's un-synced tail torn", "harness, after a kill"),
     "server-sigkill": ("one server SIGKILLed, restarted by the fleet", "fleet"),
     "server-sigterm": ("one server stopped (SIGTERM), restarted by the fleet", "fleet"),

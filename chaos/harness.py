@@ -78,27 +78,53 @@ def _harness_failed(report: ChaosReport, what: str, exc: BaseException) -> None:
 
 @dataclasses.dataclass(slots=True)
 class _Plan:
-    """When the running client is to be killed."""
+    """When and how the running client is to be stopped."""
 
     mode: str = ""
     after_s: float = 0.0
     manifest_size: int = 0
+    termed_at: float | None = None  # when SIGTERM was sent (mode "term")
 
 
-def _draw_kill(run: Run) -> _Plan:
-    plan, u = run.cfg.kill_plan, run.rng.random()
-    if u < plan.startup_share:
-        return _Plan("startup", run.rng.uniform(*plan.startup_s))
-    if u < plan.startup_share + plan.seal_share:
-        return _Plan("seal", plan.seal_wait_s, manifest_size(run.out))
-    return _Plan("run", run.rng.uniform(*plan.run_s))
+def _draw_kill(run: Run, done: set[str]) -> _Plan:
+    """Each way of stopping the client once first (in a seeded order), then at random by their shares."""
+    plan, u, rng = run.cfg.kill_plan, run.rng.random(), run.rng
+    shares = (
+        ("startup", plan.startup_share),
+        ("resumed", plan.resumed_share),
+        ("seal", plan.seal_share),
+        ("term", plan.term_share),
+    )
+    mode, edge = "run", 0.0
+    for name, share in shares:
+        edge += share
+        if u < edge:
+            mode = name
+            break
+    untried = [m for m in ("startup", "resumed", "seal", "term", "run") if m not in done]
+    if untried:
+        mode = rng.choice(untried)
+    if mode == "startup":
+        return _Plan(mode, rng.uniform(*plan.startup_s))
+    if mode in ("resumed", "seal"):
+        return _Plan(mode, plan.seal_wait_s, manifest_size(run.out))
+    return _Plan(mode, rng.uniform(*plan.run_s))
 
 
 def _kill_due(run: Run, plan: _Plan) -> bool:
-    alive = run.ctx.client.alive_s
+    client = run.ctx.client
     if plan.mode == "seal" and manifest_size(run.out) != plan.manifest_size:
         return True
-    return alive >= plan.after_s
+    if plan.mode == "resumed" and client.current is not None and "resuming " in _read(Path(client.current.log)):
+        return True
+    return client.alive_s >= plan.after_s
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(errors="replace")
+    except OSError:
+        return ""
 
 
 def _kill_phase(run: Run, log: Any) -> None:
@@ -109,6 +135,7 @@ def _kill_phase(run: Run, log: Any) -> None:
     next_sync = 0.0
     plan = _Plan()
     faults_seen: set[str] = set()
+    modes_done: set[str] = set()  # ways of stopping the client used at least once
     budget = cfg.prompts * REQUESTS_PER_PROMPT
     log(f"chaos: killing phase (at least {cfg.kills} kills, at most {cfg.phase_max_s:.0f} s)")
     while True:
@@ -128,7 +155,7 @@ def _kill_phase(run: Run, log: Any) -> None:
         if client.current is None:
             if kills >= cfg.kills and all(t.finished for t in run.tracks):
                 break
-            plan = _draw_kill(run)
+            plan = _draw_kill(run, modes_done)
             client.start(plan.mode, count_records(run.out))
             faults_seen = set(active_names(run.tracks))
         elif (code := client.poll()) is not None:
@@ -136,6 +163,9 @@ def _kill_phase(run: Run, log: Any) -> None:
             if code == 0:
                 run.report.notes.append(f"the input was finished during the killing phase (start {start.index})")
                 break
+            if plan.termed_at is not None:
+                _check_term(run, start)
+                continue
             crashes = crashes + 1 if start.progress == 0 and not ctx.hold_kills else 0
             if crashes >= CRASH_LOOP_STARTS:
                 run.report.notes.append(
@@ -143,9 +173,23 @@ def _kill_phase(run: Run, log: Any) -> None:
                     f"here (last log: {start.log})"
                 )
                 break
+        elif plan.termed_at is not None:
+            if client.alive_s - plan.termed_at > cfg.kill_plan.term_wait_s:  # a hang: stop it, report it
+                run.report.tally.problems.append(
+                    f"start {client.current.index if client.current else '?'} did not stop within "
+                    f"{cfg.kill_plan.term_wait_s:.0f} s of SIGTERM"
+                )
+                client.kill()
+                _ended(run, faults_seen)
+        elif not ctx.hold_kills and plan.mode == "term" and _kill_due(run, plan):
+            client.send(signal.SIGTERM)
+            plan.termed_at = client.alive_s
+            modes_done.add(plan.mode)
+            run.report.tally.add("client-sigterm")
         elif not ctx.hold_kills and _kill_due(run, plan):
             client.kill()
             kills += 1
+            modes_done.add(plan.mode)
             start = _ended(run, faults_seen)
             if run.rng.random() < cfg.tear_share:
                 _tear(run, start)
@@ -159,6 +203,14 @@ def _kill_phase(run: Run, log: Any) -> None:
         track.abort(ctx, time.monotonic() - began)
     run.report.timings["killing phase"] = time.monotonic() - began
     log(f"chaos: killing phase over: {kills} kills, {count_records(run.out)} of {cfg.prompts} prompts recorded")
+
+
+def _check_term(run: Run, start: Start) -> None:
+    """A SIGTERM stops the client cleanly: exit 3 saying to rerun (or, before its handler is installed, the
+    default action)."""
+    clean = start.ended == "SIGTERM" or (start.ended == "exit 3" and "rerun" in (start.message or ""))
+    if not clean:
+        run.report.tally.problems.append(f"start {start.index} after SIGTERM: {start.ended}, {start.message}")
 
 
 def _ended(run: Run, faults: set[str]) -> Start:

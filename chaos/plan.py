@@ -62,15 +62,17 @@ def build(cfg: ChaosConfig, rng: random.Random) -> list[Track]:
         http = [(2.0, e) for e in _windows(cfg, rng, SIM_FAULTS)]
         net = [(2.0, e) for e in _windows(cfg, rng, NET_FAULTS)]
         servers = [(6.0, e) for e in _server_events(cfg, rng)]
-        store = [(4.0, StoreOutage(cfg.store_outage_s))]
-        disk = [(10.0, DiskFull(cfg.disk_full_hold_s))]
+        store = [(4.0, StoreOutage(cfg.store_outage_s)) for _ in range(cfg.store_outages)]
+        disk = [(10.0, DiskFull(cfg.disk_full_hold_s)) for _ in range(cfg.disk_fulls)]
     else:
         span = length * 0.8
         http = _spread(rng, _windows(cfg, rng, SIM_FAULTS), 3.0, span)
         net = _spread(rng, _windows(cfg, rng, NET_FAULTS), 3.0 + span / 12, span)
         servers = _spread(rng, _server_events(cfg, rng), 5.0, span)
-        store = [(rng.uniform(0.15, 0.55) * length, StoreOutage(cfg.store_outage_s))]
-        disk = [(rng.uniform(0.3, 0.7) * length, DiskFull(cfg.disk_full_hold_s))]
+        outages: list[Event] = [StoreOutage(cfg.store_outage_s) for _ in range(cfg.store_outages)]
+        store = _spread(rng, outages, 0.1 * length, 0.6 * length)
+        fulls: list[Event] = [DiskFull(cfg.disk_full_hold_s) for _ in range(cfg.disk_fulls)]
+        disk = _spread(rng, fulls, 0.2 * length, 0.6 * length)
     return [
         Track("server faults", http),
         Track("network faults", net),

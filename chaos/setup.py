@@ -121,7 +121,7 @@ def write_job(path: Path, cfg: ChaosConfig, data: Path, servers_file: Path, out:
             "upload": {
                 "backoff_base_s": 0.1,
                 "backoff_max_s": 1.0,
-                "drain_timeout_s": 60.0,
+                "drain_timeout_s": 15.0,
                 "start_wait_s": 1.0,
                 "manifest_interval_s": 1.0,
             },
