@@ -25,6 +25,7 @@ from tokenmill.errors import ConfigError, InputError, OutputError
 from tokenmill.feed import PromptFeed
 from tokenmill.monitor.runtime import RunMonitor
 from tokenmill.output import OutputDir, ResumeState
+from tokenmill.output.fsio import atomic_write
 from tokenmill.progress import Display, Snapshot, Tracker
 from tokenmill.records import Prompt, Skip
 from tokenmill.summary import Summary, write_summary
@@ -85,12 +86,8 @@ def check_job_identity(out: Path, job: JobSpec, allow_changed: bool) -> str:
         "spec": job.model_dump(mode="json"),
         "created_at": time.time(),
     }
-    tmp = path.with_suffix(".tmp")
-    try:
-        tmp.write_bytes(orjson.dumps(record, option=orjson.OPT_INDENT_2))
-        tmp.replace(path)
-    except OSError as exc:
-        raise OutputError(f"cannot write {path}: {exc}") from exc
+    # fsynced: after a machine crash the job id must still be there (it owns the output.remote prefix)
+    atomic_write(path, orjson.dumps(record, option=orjson.OPT_INDENT_2))
     return job_id
 
 
