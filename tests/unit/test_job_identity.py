@@ -1,0 +1,54 @@
+"""``OUT/job.json``: one job per output directory, and its record durable.
+
+It is written atomically and fsynced: after a machine crash the job id is still there (it owns the remote
+prefix; a lost or empty job.json would stop the next start, and a new one would be another job). A job that
+would change what a completion is (input, API, model, sampling) is refused in an output of another job.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import orjson
+import pytest
+
+from tokenmill.config import JobSpec, parse_job
+from tokenmill.errors import ConfigError
+from tokenmill.runner import check_job_identity
+
+
+def job(**sampling: object) -> JobSpec:
+    return parse_job(
+        {
+            "input": {"path": "in.jsonl"},
+            "servers": ["http://127.0.0.1:9"],
+            "output": {"dir": "out"},
+            "sampling": {"max_tokens": 16, **sampling},
+        }
+    )
+
+
+def test_job_json_is_fsynced_then_renamed_into_place(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    synced: list[str] = []
+    real_fsync = os.fsync
+
+    def spy(fd: int) -> None:
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", spy)
+    job_id = check_job_identity(tmp_path, job(), allow_changed=False)
+    assert synced[0] == str(tmp_path / "job.json.tmp"), "the content is durable before the rename"
+    assert synced[-1] == str(tmp_path), "the rename is durable (the directory is fsynced)"
+    assert orjson.loads((tmp_path / "job.json").read_bytes())["job_id"] == job_id
+    assert not (tmp_path / "job.json.tmp").exists()
+    assert check_job_identity(tmp_path, job(), allow_changed=False) == job_id
+
+
+def test_another_job_in_the_same_output_is_refused_unless_allowed(tmp_path: Path) -> None:
+    first = check_job_identity(tmp_path, job(), allow_changed=False)
+    with pytest.raises(ConfigError, match=r"different job \(changed: sampling\).*--allow-changed-job"):
+        check_job_identity(tmp_path, job(temperature=0.1), allow_changed=False)
+    assert check_job_identity(tmp_path, job(temperature=0.1), allow_changed=True) == first
+    assert orjson.loads((tmp_path / "job.json").read_bytes())["job_id"] == first  # the record is not replaced
