@@ -10,6 +10,7 @@ from typing import Any
 
 import orjson
 import pytest
+from tests import factories
 from tests.s3server import S3, moto_server
 
 from tokenmill.config import OutputSpec
@@ -35,20 +36,12 @@ def s3(server: S3) -> S3:
 
 
 def completion(i: int) -> Completion:
-    return Completion(
-        id=f"p{i:05d}",
+    return factories.completion(
+        f"p{i:05d}",
         prompt=[{"role": "user", "content": f"question {i}"}],
         completion=f"answer {i} " * 20,
-        finish_reason="stop",
         prompt_tokens=10,
         completion_tokens=40,
-        model="m",
-        sampling={},
-        server="http://127.0.0.1:1",
-        latency_s=0.1,
-        attempts=1,
-        started_at=1.0,
-        finished_at=1.1,
     )
 
 

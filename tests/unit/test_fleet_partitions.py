@@ -7,6 +7,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from tests import factories
 
 from tokenmill.errors import OutputError
 from tokenmill.fleet.partitions import only_partition, partition_of
@@ -16,34 +17,11 @@ from tokenmill.records import Completion, Failure, Prompt, Skip
 
 
 def completion(rid: str) -> Completion:
-    return Completion(
-        id=rid,
-        prompt=f"q {rid}",
-        completion=f"a {rid}",
-        finish_reason="stop",
-        prompt_tokens=3,
-        completion_tokens=5,
-        model="m",
-        sampling={},
-        server="http://127.0.0.1:1",
-        latency_s=0.1,
-        attempts=1,
-        started_at=1.0,
-        finished_at=2.0,
-    )
+    return factories.completion(rid, prompt=f"q {rid}", completion=f"a {rid}", prompt_tokens=3, completion_tokens=5)
 
 
 def failure(rid: str) -> Failure:
-    return Failure(
-        id=rid,
-        prompt=f"q {rid}",
-        error_type="PermanentError",
-        error="too long",
-        http_status=400,
-        server="http://127.0.0.1:1",
-        attempts=1,
-        finished_at=2.0,
-    )
+    return factories.failure(rid, prompt=f"q {rid}", error="too long", finished_at=2.0)
 
 
 def test_partition_of_is_stable_and_spreads_ids() -> None:

@@ -14,6 +14,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from tests import factories
 
 from tokenmill.output import OutputDir, verify
 from tokenmill.records import Completion, Failure, Skip
@@ -22,34 +23,17 @@ SEEDS = range(60)
 
 
 def completion(i: int, rng: random.Random) -> Completion:
-    return Completion(
-        id=f"p{i}",
+    return factories.completion(
+        f"p{i}",
         prompt=[{"role": "user", "content": f"q{i}"}],
         completion="w" * rng.randint(0, 200),
-        finish_reason="stop",
         prompt_tokens=3,
         completion_tokens=rng.randint(1, 50),
-        model="m",
-        sampling={},
-        server="s",
-        latency_s=0.1,
-        attempts=1,
-        started_at=0.0,
-        finished_at=0.1,
     )
 
 
 def failure(i: int) -> Failure:
-    return Failure(
-        id=f"p{i}",
-        prompt="q",
-        error_type="PermanentError",
-        error="rejected",
-        http_status=400,
-        server="s",
-        attempts=1,
-        finished_at=0.1,
-    )
+    return factories.failure(f"p{i}")
 
 
 class Job:

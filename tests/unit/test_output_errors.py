@@ -8,6 +8,7 @@ import random
 from pathlib import Path
 
 import pytest
+from tests import factories
 
 from tokenmill.errors import OutputError
 from tokenmill.output import OutputDir, verify
@@ -15,27 +16,11 @@ from tokenmill.records import Completion, Failure
 
 
 def completion(i: int) -> Completion:
-    return Completion(
-        id=f"p{i}",
-        prompt="q",
-        completion="z" * 40,
-        finish_reason="stop",
-        prompt_tokens=1,
-        completion_tokens=1,
-        model="m",
-        sampling={},
-        server="s",
-        latency_s=0.1,
-        attempts=1,
-        started_at=0.0,
-        finished_at=0.1,
-    )
+    return factories.completion(f"p{i}", completion="z" * 40)
 
 
 def failure(i: int) -> Failure:
-    return Failure(
-        id=f"p{i}", prompt="q", error_type="E", error="e", http_status=None, server=None, attempts=1, finished_at=0
-    )
+    return factories.failure(f"p{i}", error_type="E", error="e", http_status=None, server=None, finished_at=0)
 
 
 class FullDisk:

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import orjson
 import pytest
+from tests import factories
 
 from tokenmill.errors import OutputError
 from tokenmill.output import OutputDir, verify
@@ -13,21 +14,7 @@ from tokenmill.records import Completion, Failure
 
 
 def completion(i: int) -> Completion:
-    return Completion(
-        id=f"p{i}",
-        prompt="q",
-        completion=f"answer {i}",
-        finish_reason="stop",
-        prompt_tokens=5,
-        completion_tokens=2,
-        model="m",
-        sampling={},
-        server="s",
-        latency_s=0.1,
-        attempts=1,
-        started_at=0.0,
-        finished_at=0.1,
-    )
+    return factories.completion(f"p{i}", completion=f"answer {i}", prompt_tokens=5, completion_tokens=2)
 
 
 def make(root: Path, n: int, shard_size: int = 3, seal: bool = False) -> None:

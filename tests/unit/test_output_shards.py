@@ -7,6 +7,7 @@ from pathlib import Path
 
 import orjson
 import pytest
+from tests import factories
 
 from tokenmill.errors import ConfigError, OutputError
 from tokenmill.output import OutputDir, SealedShard, verify
@@ -14,34 +15,21 @@ from tokenmill.records import Completion, Failure, Skip
 
 
 def completion(i: int, text: str = "answer") -> Completion:
-    return Completion(
-        id=f"p{i}",
+    return factories.completion(
+        f"p{i}",
         prompt=[{"role": "user", "content": f"question {i}"}],
         completion=f"{text} {i}",
-        finish_reason="stop",
         prompt_tokens=10,
         completion_tokens=i,
-        model="m",
         sampling={"temperature": 0.0},
-        server="http://127.0.0.1:1",
         latency_s=0.5,
-        attempts=1,
         started_at=1.0,
         finished_at=1.5,
     )
 
 
 def failure(i: int) -> Failure:
-    return Failure(
-        id=f"p{i}",
-        prompt="q",
-        error_type="PermanentError",
-        error="prompt too long",
-        http_status=400,
-        server="http://127.0.0.1:1",
-        attempts=1,
-        finished_at=2.0,
-    )
+    return factories.failure(f"p{i}", error="prompt too long", finished_at=2.0)
 
 
 def lines(path: Path) -> list[dict[str, object]]:

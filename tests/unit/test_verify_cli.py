@@ -8,6 +8,7 @@ from pathlib import Path
 import orjson
 import pytest
 from click.testing import CliRunner
+from tests import factories
 
 from tokenmill.cli import cli, main
 from tokenmill.output import OutputDir
@@ -15,21 +16,7 @@ from tokenmill.records import Completion
 
 
 def completion(pid: str) -> Completion:
-    return Completion(
-        id=pid,
-        prompt="q",
-        completion="a",
-        finish_reason="stop",
-        prompt_tokens=1,
-        completion_tokens=1,
-        model="m",
-        sampling={},
-        server="s",
-        latency_s=0.1,
-        attempts=1,
-        started_at=0.0,
-        finished_at=0.1,
-    )
+    return factories.completion(pid, completion="a")
 
 
 def make_out(root: Path, ids: list[str]) -> Path:
