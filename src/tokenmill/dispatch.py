@@ -201,8 +201,11 @@ class Dispatcher:
         # (aiohttp's default of 100 would), so it is unbounded when targets may grow.
         total_limit = 0 if self.adaptive else sum(s.limit for s in self.servers) + 4 * len(self.servers)
         connector = aiohttp.TCPConnector(limit=total_limit, limit_per_host=0)
+        # total bounds the whole request: a body trickling in a byte at a time never trips a per-read timeout
         timeout = aiohttp.ClientTimeout(
-            total=None, sock_connect=self.retry.connect_timeout_s, sock_read=self.retry.read_timeout_s
+            total=self.retry.connect_timeout_s + self.retry.read_timeout_s,
+            sock_connect=self.retry.connect_timeout_s,
+            sock_read=self.retry.read_timeout_s,
         )
         with _gc_for_run():
             async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
