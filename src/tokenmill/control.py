@@ -7,7 +7,9 @@ becoming lost work when the client restarts. Each monitor round, per server:
 1. a 429 or 503 since the last round (the server refuses work): multiply the target by ``throttle_factor``;
 2. the server reports its cap (SGLang ``max_running_requests``): capacity is that cap — unless it holds a
    queue while running clearly fewer (admission bound by the KV or state pool) or retracts/preempts requests,
-   in which case capacity is what it actually runs;
+   in which case capacity is what it actually runs. The queue that counts as standing is half the one this
+   rule keeps, so a server held at what it runs stays recognised as pool-bound (no flip back to the cap);
+   when its pool frees up it admits that queue, the queue vanishes and the target returns to the cap;
 3. no cap, but running/queued metrics (vLLM): a standing queue means capacity is what it runs; no queue while
    the client fills its target means the client limits, so the target grows by ``grow_factor``;
 4. no metrics at all: the target stays at ``initial`` (recovering there after a throttle).
@@ -24,7 +26,7 @@ from dataclasses import dataclass
 
 from tokenmill.config import ControlSpec
 from tokenmill.dispatch import ServerState
-from tokenmill.monitor.fleet import ServerView
+from tokenmill.monitor.fleet import FleetMonitor, ServerView
 
 log = logging.getLogger("tokenmill.control")
 
@@ -61,7 +63,7 @@ def next_target(current: int, obs: Observation, spec: ControlSpec) -> tuple[int,
         elif (
             running is not None
             and obs.queued is not None
-            and obs.queued >= queue_for(capacity, spec)
+            and obs.queued >= max(1.0, queue_for(max(1, round(running)), spec) / 2)
             and running < POOL_BOUND_FRACTION * obs.max_running
         ):
             capacity, why = max(1, round(running)), f"pool-bound at {running:.0f} of cap {obs.max_running}"
@@ -83,23 +85,38 @@ def _clamp(value: int, spec: ControlSpec) -> int:
 
 
 class ConcurrencyController:
-    """Sets ``ServerState.limit`` for every server after each monitor round."""
+    """Sets ``ServerState.limit`` (and ``limit_reason``) of every server after each monitor round.
+
+    ``servers`` is the dispatcher's own list, read afresh each round: servers the fleet adds later start at
+    ``initial`` and are steered from their first scrape on.
+    """
 
     def __init__(self, servers: Sequence[ServerState], spec: ControlSpec) -> None:
         self.spec = spec
-        self.servers = {s.url: s for s in servers}
+        self._servers = servers
         self._throttled_seen = {s.url: s.throttled for s in servers}
         self.reasons: dict[str, str] = {}
+        self.rounds = 0
+        self._rounds_seen = 0
         for s in servers:
             s.limit = _clamp(spec.initial, spec)
+            s.limit_reason = "initial"
+
+    def follow(self, monitor: FleetMonitor) -> None:
+        """Apply the monitor's latest round if this controller has not seen it yet (call it often)."""
+        if monitor.rounds != self._rounds_seen:
+            self._rounds_seen = monitor.rounds
+            self.update(monitor.views)
 
     def update(self, views: Sequence[ServerView]) -> None:
-        """Apply one monitor round (called from the monitor's task, never from the request path)."""
+        """Apply one monitor round (called beside the request path, never from it)."""
+        self.rounds += 1
+        states = {s.url: s for s in self._servers}
         for view in views:
-            state = self.servers.get(view.url)
+            state = states.get(view.url)
             if state is None or not view.healthy:
                 continue
-            throttled = state.throttled - self._throttled_seen.get(view.url, 0)
+            throttled = state.throttled - self._throttled_seen.get(view.url, state.throttled)
             self._throttled_seen[view.url] = state.throttled
             obs = Observation(
                 max_running=view.max_running,
@@ -114,3 +131,4 @@ class ConcurrencyController:
                 log.info("%s: in-flight target %d -> %d (%s)", view.url, state.limit, target, why)
                 state.limit = target
             self.reasons[view.url] = why
+            state.limit_reason = why

@@ -65,6 +65,7 @@ class ServerState:
     completion_tokens: int = 0
     set_aside_at: float | None = None
     draining: bool = False  # the fleet is about to restart it (or it is down): no new requests
+    limit_reason: str | None = None  # why ``limit`` is what it is (set by the concurrency controller)
 
 
 @dataclass(slots=True)

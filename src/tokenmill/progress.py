@@ -52,6 +52,7 @@ class ServerRow:
     prompt_tok_s: float | None = None
     gpus: int = 1
     output_tokens: float = 0.0  # tokens the server decoded while watched
+    limit_reason: str | None = None  # why the in-flight target is what it is (concurrency: auto)
 
 
 @dataclass(slots=True)
@@ -123,6 +124,7 @@ class Tracker:
             w = self._per_server.setdefault(s.url, Window())
             w.add(now, s.completion_tokens)
             row = ServerRow(s.url, s.inflight, s.limit, s.completed, s.errors, w.rate(), s.usable, s.problem)
+            row.limit_reason = s.limit_reason
             v = views.get(s.url)
             if v is not None and v.scrapes:
                 row.healthy = v.healthy

@@ -20,6 +20,7 @@ import orjson
 
 from tokenmill.backends import BackendOptions, make_backend
 from tokenmill.config import JobSpec
+from tokenmill.control import ConcurrencyController
 from tokenmill.dispatch import Dispatcher
 from tokenmill.errors import ConfigError, InputError, OutputError
 from tokenmill.feed import PromptFeed
@@ -171,7 +172,10 @@ async def run_job(
         model=job.model,
         sampling=job.sampling.as_dict(),
         clock=clock,
+        adaptive=job.concurrency == "auto",
     )
+    # concurrency: auto — each server's in-flight target follows its metrics, one monitor round at a time
+    controller = ConcurrencyController(dispatcher.servers, job.control) if dispatcher.adaptive else None
     feed = PromptFeed(_input_rows(job, partition), state.done, out.skip)
     run_id = uuid.uuid4().hex[:12]
     monitor = RunMonitor(job, dispatcher, out_path, run_id, clock=clock, partition=partition[0] if partition else None)
@@ -217,6 +221,8 @@ async def run_job(
             except OutputError as exc:  # disk full, ...: stop cleanly; the output stays consistent
                 dispatcher.abort(exc)
                 return
+            if controller is not None:
+                controller.follow(monitor.fleet)
             if total_task.done() and tracker.total is None and not total_task.cancelled():
                 tracker.total = total_task.result()
             if feed.counts.exhausted:

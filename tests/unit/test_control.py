@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from tokenmill.config import ControlSpec
-from tokenmill.control import Observation, next_target, queue_for
+from tokenmill.control import ConcurrencyController, Observation, next_target, queue_for
+from tokenmill.dispatch import ServerState
+from tokenmill.monitor.fleet import ServerView
 
 SPEC = ControlSpec()
 
@@ -64,3 +68,61 @@ def test_bounds_hold() -> None:
     spec = ControlSpec(min=8, max=100)
     assert next_target(10, obs(max_running=4096, running=4000, queued=0), spec)[0] == 100
     assert next_target(9, obs(throttled=1), spec)[0] == 8
+
+
+def test_a_server_held_at_what_it_runs_stays_pool_bound() -> None:
+    # at running + queue the server keeps that queue waiting: still pool-bound, no flip back to the cap
+    target, why = next_target(24, obs(max_running=128, running=20, queued=4), SPEC)
+    assert target == 24 and "pool-bound" in why
+    # its pool frees up: it admits the queue, the queue is gone, the target returns to the cap
+    target, why = next_target(24, obs(max_running=128, running=24, queued=0), SPEC)
+    assert target == 128 + queue_for(128, SPEC) and "cap" in why
+
+
+# ---- the controller over monitor rounds --------------------------------------------------------------
+
+
+def view(url: str, **kw: Any) -> ServerView:
+    base: dict[str, Any] = {"snapshot": None, "info": None, "healthy": True, "error": None}
+    base.update(kw)
+    return ServerView(url=url, **base)
+
+
+class Rounds:
+    """A stand-in for the fleet monitor: a round counter and the latest views."""
+
+    def __init__(self) -> None:
+        self.rounds = 0
+        self.views: list[ServerView] = []
+
+    def round(self, *views: ServerView) -> None:
+        self.rounds += 1
+        self.views = list(views)
+
+
+def test_controller_starts_at_initial_and_follows_each_round_once() -> None:
+    servers = [ServerState(url="http://a", limit=999), ServerState(url="http://b", limit=999)]
+    ctl = ConcurrencyController(servers, SPEC)
+    assert [s.limit for s in servers] == [SPEC.initial, SPEC.initial]
+    mon = Rounds()
+    mon.round(view("http://a", max_running=24, running=24.0, queued=30.0), view("http://b", healthy=False))
+    ctl.follow(mon)  # type: ignore[arg-type]
+    assert servers[0].limit == 28 and servers[0].limit_reason == "server cap 24"
+    assert servers[1].limit == SPEC.initial  # not answering: left alone
+    servers[0].throttled += 3  # three 429s, but no new round yet: nothing changes
+    ctl.follow(mon)  # type: ignore[arg-type]
+    assert servers[0].limit == 28 and ctl.rounds == 1
+    mon.round(view("http://a", max_running=24, running=24.0, queued=4.0))
+    ctl.follow(mon)  # type: ignore[arg-type]
+    assert servers[0].limit == 19 and "429/503" in (servers[0].limit_reason or "")
+    mon.round(view("http://a", max_running=24, running=19.0, queued=0.0))
+    ctl.follow(mon)  # type: ignore[arg-type]
+    assert servers[0].limit == 28  # no new throttling: back to the cap and its queue
+
+
+def test_controller_steers_a_server_the_fleet_added_later() -> None:
+    servers = [ServerState(url="http://a", limit=SPEC.initial)]
+    ctl = ConcurrencyController(servers, SPEC)
+    servers.append(ServerState(url="http://c", limit=SPEC.initial, throttled=5))  # what Dispatcher.add_server does
+    ctl.update([view("http://c", max_running=100, running=50.0, queued=0.0)])
+    assert servers[1].limit == 100 + queue_for(100, SPEC)  # its earlier 429s are not held against it

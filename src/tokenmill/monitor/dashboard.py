@@ -45,6 +45,8 @@ def _health(r: ServerRow) -> Text:
         return Text("metrics down", style="yellow")
     if r.healthy is None:
         return Text("ok (not scraped)", style="dim")
+    if r.limit_reason:  # concurrency: auto says why the in-flight target is what it is
+        return Text.assemble(("ok", "green"), (f"  target: {r.limit_reason}"[:60], "dim"))
     return Text("ok", style="green")
 
 
