@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import sys
 from pathlib import Path
 
 from rich.console import Console
@@ -24,10 +25,37 @@ def setup_logging(level: str = "INFO", log_file: Path | None = None, console: Co
     if log_file is not None:
         try:
             log_file.parent.mkdir(parents=True, exist_ok=True)
-            fh = logging.FileHandler(log_file)
+            fh = _LogFile(log_file)
         except OSError:
             return
         fh.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
         root.addHandler(fh)
     for noisy in ("aiohttp", "asyncio", "datasets", "fsspec", "urllib3", "httpx", "filelock"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+class _LogFile(logging.FileHandler):
+    """The run's log file: a write that fails (disk full, ...) says so once on stderr and stops writing it,
+    instead of a traceback for every record (the run reports the disk itself where it matters)."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self.broken = False
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if not self.broken:
+            super().emit(record)
+
+    def flush(self) -> None:
+        if not self.broken:
+            super().flush()
+
+    def handleError(self, record: logging.LogRecord) -> None:
+        exc = sys.exc_info()[1]
+        if not isinstance(exc, OSError):
+            super().handleError(record)
+            return
+        self.broken = True
+        sys.stderr.write(
+            f"cannot write the log file {self.baseFilename} ({exc.strerror or exc}); the run goes on without it\n"
+        )
