@@ -20,8 +20,10 @@ instance roles, ``GOOGLE_APPLICATION_CREDENTIALS``, ...). ``storage_options`` go
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hashlib
+import logging
 import os
 import re
 import shutil
@@ -34,6 +36,8 @@ from typing import Any, BinaryIO, TypeVar
 from tokenmill.errors import StoreConflict, StoreError, StoreUnavailable
 
 T = TypeVar("T")
+
+log = logging.getLogger("tokenmill.store")
 
 # An object name is one path segment or several joined by "/", each made of these characters.
 _SEGMENT = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]*")
@@ -100,6 +104,9 @@ class Store:
                 f"cannot open output.remote {self.shown}: {exc}; check the URL and storage_options"
             ) from exc
         self._root = str(root).rstrip("/")
+        loop = getattr(self._fs, "loop", None)  # the event loop an async driver (s3fs, gcsfs, ...) runs on
+        if isinstance(loop, asyncio.AbstractEventLoop):
+            loop.set_exception_handler(_quiet_lost_connections)
         protocols = self._fs.protocol if isinstance(self._fs.protocol, tuple) else (self._fs.protocol,)
         self._s3 = "s3" in protocols
         self._local = "file" in protocols or "local" in protocols
@@ -272,6 +279,18 @@ class Store:
             if not isinstance(exc, OSError | TimeoutError | ConnectionError) and not _is_foreign(exc):
                 raise
             raise StoreUnavailable(f"{op} {self.where(name)} failed: {_reason(exc)}") from exc
+
+
+def _quiet_lost_connections(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+    """The driver's event loop reports a task whose error nobody retrieved: when it is a lost connection (the
+    store went away under an upload, whose failure was already reported and is retried), one debug line
+    instead of a traceback; anything else goes to the default handler."""
+    exc = context.get("exception")
+    unretrieved = str(context.get("message", "")).startswith("Task exception was never retrieved")
+    if unretrieved and exc is not None and (isinstance(exc, OSError) or _is_foreign(exc)):
+        log.debug("a store request task failed after its operation had: %s: %s", type(exc).__name__, exc)
+        return
+    loop.default_exception_handler(context)
 
 
 def _reason(exc: BaseException) -> str:
