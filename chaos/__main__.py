@@ -40,6 +40,8 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, _interrupt)
     report = run_chaos(cfg, log=console.print)
     report.render(console)
+    if report.interrupted:
+        return 130
     return 0 if report.ok else 1
 
 

@@ -58,6 +58,7 @@ class ChaosConfig:
     tear_share: float  # share of kills followed by a simulated machine crash tearing a file's tail
     long_prompt_every: int  # every n-th prompt is longer than the servers' context: a recorded failure
     kill_plan: KillPlan = field(default_factory=KillPlan)
+    connect_timeout_s: float = 2.0  # the job's retry.connect_timeout_s (with read_timeout_s: a request's limit)
     workdir: Path | None = None
     json_path: Path | None = None
 

@@ -37,6 +37,7 @@ KINDS: dict[str, tuple[str, str]] = {
     "truncate": ("body shorter than its Content-Length", "proxy"),
     "garbage": ("200 with an HTML page / JSON of the wrong shape", "proxy"),
     "gateway": ("502/503/504 from a gateway", "proxy"),
+    "trickle": ("200 whose body trickles in a byte at a time", "proxy"),
     "store-outage": ("object store down (connections refused)", "moto stopped"),
     "disk-full": ("output disk full mid-shard", "tmpfs ballast"),
 }
@@ -69,7 +70,11 @@ class Ctx:
     out: Path
     tally: Tally
     stall_s: float
-    hold_kills: bool = False  # the disk-full event wants the client to stop by itself
+    holds: set[str] = field(default_factory=set)  # events that want the client left alone (no kill now)
+
+    @property
+    def hold_kills(self) -> bool:
+        return bool(self.holds)
 
 
 class Event(ABC):
@@ -130,6 +135,31 @@ class Window(Event):
         ctx.fleet.sync()
         if self.hits(ctx) < 1 and len(self.kinds) == 1:
             ctx.tally.problems.append(f"{self.name}: nothing was injected in {now - self.began:.0f} s (no traffic?)")
+
+
+class TrickleWindow(Window):
+    """Trickled answers, with the client left alone until it has given one up by its own request timeout
+    (``full_s``): what shows that a slow answer cannot hold a request for longer than that."""
+
+    def __init__(self, rate: float, min_s: float, max_s: float, full_s: float, seed: int) -> None:
+        super().__init__({"trickle": rate}, min_s, max_s, 1, seed)
+        self.full_s = full_s
+        self._seen = 0
+
+    def _begin(self, ctx: Ctx) -> None:
+        super()._begin(ctx)
+        self._seen = len(ctx.proxy.trickle_held_s)
+        ctx.holds.add(self.name)
+
+    def poll(self, ctx: Ctx, now: float) -> bool:
+        held = ctx.proxy.trickle_held_s[self._seen :]
+        return now - self.began >= self.max_s or (
+            now - self.began >= self.min_s and max(held, default=0) >= self.full_s
+        )
+
+    def end(self, ctx: Ctx, now: float) -> None:
+        ctx.holds.discard(self.name)
+        super().end(ctx, now)
 
 
 class ServerKill(Event):
@@ -210,7 +240,7 @@ class DiskFull(Event):
             if self._mid_shard(ctx) or now - self.began > self.MID_SHARD_WAIT_S:
                 ctx.disk.fill(self.LEAVE_BYTES)
                 self.filled_at = now
-                ctx.hold_kills = True
+                ctx.holds.add(self.name)
                 self._first_start = len(ctx.client.starts) - (1 if ctx.client.current is not None else 0)
             return False
         ended = [s for s in ctx.client.starts[self._first_start :] if s.ended and not s.killed]
@@ -230,7 +260,7 @@ class DiskFull(Event):
         if self.filled_at is None:
             return
         ctx.disk.free()
-        ctx.hold_kills = False
+        ctx.holds.discard(self.name)
         ctx.tally.add("disk-full", detail="; ".join(self.stops))
 
 

@@ -15,6 +15,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -189,7 +190,7 @@ class Fleet:
         )
 
 
-def wait_for(condition: Any, timeout_s: float, poll_s: float = 0.1) -> bool:
+def wait_for(condition: Callable[[], bool], timeout_s: float, poll_s: float = 0.1) -> bool:
     """Poll ``condition()`` until it is true or ``timeout_s`` passes; returns its last value."""
     deadline = time.monotonic() + timeout_s
     while True:

@@ -33,6 +33,7 @@ SYNC_S = 0.5
 CRASH_LOOP_STARTS = 5  # starts in a row stopping by themselves without progress end the killing phase
 REQUESTS_PER_PROMPT = 25  # more requests than this per prompt would be a retry storm
 FINAL_ATTEMPTS = 4
+TRICKLE_MARGIN_S = 1.0  # slack around the request timeout for a trickled answer (scheduling, clocks)
 
 
 def run_chaos(cfg: ChaosConfig, log: Any = print) -> ChaosReport:
@@ -61,6 +62,9 @@ def run_chaos(cfg: ChaosConfig, log: Any = print) -> ChaosReport:
                     disk.keep_copy(run.out, workdir / "out-copy")
     except Exception as exc:
         _harness_failed(report, "setting up or tearing down failed", exc)
+    except KeyboardInterrupt:
+        report.interrupted = True
+        report.check("harness", False, "interrupted (everything it started was stopped)")
     _check_stopped(report, pids, disk)
     report.timings["total"] = time.monotonic() - t0
     report.write_json(cfg.json_path or workdir / "summary.json")
@@ -147,10 +151,10 @@ def _kill_phase(run: Run, log: Any) -> None:
             track.step(ctx, now - began)
         faults_seen.update(active_names(run.tracks))
         if ctx.proxy.requests > budget:
-            run.report.check("request budget", False, f"{ctx.proxy.requests} requests for {cfg.prompts} prompts")
+            run.overrun.append(f"{ctx.proxy.requests} requests for {cfg.prompts} prompts: the killing phase stopped")
             break
         if now - began > cfg.phase_max_s:
-            run.report.check("time budget", False, f"the killing phase ran past {cfg.phase_max_s:.0f} s")
+            run.overrun.append(f"the killing phase ran past {cfg.phase_max_s:.0f} s and was stopped")
             break
         if client.current is None:
             if kills >= cfg.kills and all(t.finished for t in run.tracks):
@@ -243,7 +247,7 @@ def _quiesce(run: Run) -> None:
     ctx.proxy.set_rates({})
     ctx.store.up()
     ctx.disk.free()
-    ctx.hold_kills = False
+    ctx.holds.clear()
     if not wait_for(lambda: all(s.get("state") == "up" for s in ctx.fleet.state().get("servers", [])), 30.0):
         run.report.notes.append("not every server was up when the last run started")
 
@@ -314,10 +318,26 @@ def _check(run: Run, log: Any) -> None:
         not report.tally.problems,
         "; ".join(report.tally.problems) or "servers restarted, the store came back, the disk stopped the client",
     )
+    held, timeout = ctx.proxy.trickle_held_s, cfg.connect_timeout_s + cfg.read_timeout_s
+    full = [h for h in held if h >= timeout - TRICKLE_MARGIN_S]
+    report.check(
+        "slow answers given up in time",
+        bool(full) and max(held) <= timeout + TRICKLE_MARGIN_S,
+        f"{len(held)} trickled answers ({len(full)} lasted until the client's own timeout); the longest kept "
+        f"its client {max(held, default=0):.1f} s (request timeout {timeout:.0f} s)",
+    )
     report.requests = {
         "received by the proxy": ctx.proxy.requests,
         "generation requests forwarded": ctx.proxy.forwarded,
     }
+    budget = cfg.prompts * REQUESTS_PER_PROMPT
+    report.check(
+        "bounded in time and requests",
+        not run.overrun and ctx.proxy.requests <= budget,
+        "; ".join(run.overrun)
+        or f"{ctx.proxy.requests} requests for {cfg.prompts} prompts (at most {budget}); killing phase "
+        f"{report.timings.get('killing phase', 0):.0f} s of at most {cfg.phase_max_s:.0f} s",
+    )
     report.timings["checks"] = time.monotonic() - began
 
 

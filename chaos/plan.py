@@ -6,7 +6,7 @@ import random
 import signal
 
 from chaos.config import ChaosConfig
-from chaos.faults import DiskFull, Event, ServerKill, StoreOutage, Track, Window
+from chaos.faults import DiskFull, Event, ServerKill, StoreOutage, Track, TrickleWindow, Window
 from chaos.fleet import SIM_FAULTS
 from chaos.proxy import NET_FAULTS
 
@@ -30,10 +30,14 @@ def _spread(rng: random.Random, events: list[Event], start: float, span: float) 
 def _windows(cfg: ChaosConfig, rng: random.Random, kinds: tuple[str, ...]) -> list[Event]:
     order = list(kinds)
     rng.shuffle(order)
-    events: list[Event] = [
-        Window({k: rng.uniform(*cfg.fault_rate)}, cfg.window_s, cfg.window_max_s, cfg.min_hits, rng.randrange(1 << 30))
-        for k in order
-    ]
+    events: list[Event] = []
+    for kind in order:
+        rate, seed = rng.uniform(*cfg.fault_rate), rng.randrange(1 << 30)
+        if kind == "trickle":
+            timeout = cfg.connect_timeout_s + cfg.read_timeout_s
+            events.append(TrickleWindow(rate, cfg.window_s, cfg.window_max_s + timeout, timeout - 1.0, seed))
+        else:
+            events.append(Window({kind: rate}, cfg.window_s, cfg.window_max_s, cfg.min_hits, seed))
     if not cfg.quick:  # then everything at once, at low rates
         storm = dict.fromkeys(kinds, STORM_RATE)
         events.append(Window(storm, cfg.window_s, cfg.window_max_s, 1, rng.randrange(1 << 30)))

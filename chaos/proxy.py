@@ -9,6 +9,9 @@ generation requests (POST) only, at rates the harness changes while the run goes
 ``truncate``   a 200 whose body stops short of its Content-Length, then the connection closes
 ``garbage``    a 200 with a body that is not the API's: an HTML error page, or JSON of the wrong shape
 ``gateway``    502 / 503 / 504 with an HTML body, as a load balancer answers when its backend is away
+``trickle``    a 200 whose body comes a byte at a time, far slower than any timeout: the client must give
+               up on it within its request timeout (:attr:`FaultProxy.trickle_held_s` says how long it
+               stayed)
 =============  ========================================================================================
 
 A server that is down (killed, restarting) shows through as a reset connection. Every listener binds
@@ -29,10 +32,11 @@ from typing import Literal, get_args
 import aiohttp
 from aiohttp import web
 
-NetFault = Literal["reset", "truncate", "garbage", "gateway"]
+NetFault = Literal["reset", "truncate", "garbage", "gateway", "trickle"]
 NET_FAULTS: tuple[NetFault, ...] = get_args(NetFault)
 HOST = "127.0.0.1"
 START_TIMEOUT_S = 10.0
+TRICKLE_BYTE_S = 0.25  # one byte of a trickled body every this many seconds
 
 _GARBAGE: tuple[tuple[bytes, str], ...] = (
     (b"<html><body><h1>503 Service Temporarily Unavailable</h1></body></html>", "text/html"),
@@ -52,6 +56,7 @@ class FaultProxy:
         self.counts: dict[str, int] = dict.fromkeys(NET_FAULTS, 0)
         self.forwarded = 0  # generation requests passed to a server
         self.requests = 0  # every request received
+        self.trickle_held_s: list[float] = []  # how long each trickled answer kept its client
         self._rates: dict[NetFault, float] = {}
         self._rng = random.Random(seed)
         self._by_port: dict[int, str] = {}
@@ -128,9 +133,11 @@ class FaultProxy:
         for kind, rate in self._rates.items():
             edge += rate
             if u < edge:
-                self.counts[kind] += 1
                 return kind
         return None
+
+    def _injected(self, kind: NetFault) -> None:
+        self.counts[kind] += 1
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         self.requests += 1
@@ -139,10 +146,12 @@ class FaultProxy:
         body = await request.read()
         fault = self._draw() if request.method == "POST" else None
         if fault == "gateway":
+            self._injected(fault)
             status = self._rng.choice((502, 503, 504))
             page = f"<html><body><h1>{status} Bad Gateway</h1><p>upstream unavailable</p></body></html>"
             return web.Response(status=status, text=page, content_type="text/html")
         if fault == "reset" and self._rng.random() < 0.5:
+            self._injected(fault)
             return _reset(request)
         headers = {k: v for k, v in request.headers.items() if k in ("Content-Type", "Authorization")}
         assert self._session is not None
@@ -158,13 +167,35 @@ class FaultProxy:
         if request.method == "POST":
             self.forwarded += 1
         if fault == "reset":
+            self._injected(fault)
             return _reset(request)  # the server did the work; the answer never arrives
-        if fault == "truncate" and status == 200 and len(data) > 1:
+        if fault is None or status != 200:  # faults on answers apply to good answers only
+            return web.Response(status=status, body=data, headers=passed)
+        self._injected(fault)
+        if fault == "truncate":
             return await _truncated(request, data, passed)
-        if fault == "garbage" and status == 200:
+        if fault == "trickle":
+            return await self._trickle(request, data, passed)
+        if fault == "garbage":
             junk, ctype = self._rng.choice(_GARBAGE)
             return web.Response(status=200, body=junk, headers={"Content-Type": ctype})
         return web.Response(status=status, body=data, headers=passed)
+
+    async def _trickle(self, request: web.Request, data: bytes, headers: dict[str, str]) -> web.StreamResponse:
+        """Send the answer a byte at a time until the client hangs up; note how long that took."""
+        began = asyncio.get_running_loop().time()
+        resp = web.StreamResponse(status=200, headers=headers)
+        resp.content_length = len(data)
+        try:
+            await resp.prepare(request)
+            for i in range(len(data)):
+                await resp.write(data[i : i + 1])
+                await asyncio.sleep(TRICKLE_BYTE_S)
+        except (ConnectionError, RuntimeError):
+            pass  # the client hung up (a cancelled handler, the other way it shows, is re-raised)
+        finally:
+            self.trickle_held_s.append(asyncio.get_running_loop().time() - began)
+        return resp
 
 
 def _reset(request: web.Request) -> web.StreamResponse:

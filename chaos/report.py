@@ -34,6 +34,7 @@ class ChaosReport:
     notes: list[str] = field(default_factory=list)
     requests: dict[str, int] = field(default_factory=dict)
     json_path: Path | None = None
+    interrupted: bool = False
 
     @property
     def ok(self) -> bool:

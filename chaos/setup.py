@@ -45,6 +45,7 @@ class Run:
     tracks: list[Track]
     invariants: Invariants = field(default_factory=Invariants)
     tears: list[Tear] = field(default_factory=list)
+    overrun: list[str] = field(default_factory=list)  # a time or request budget the run went past
 
 
 def prepare(cfg: ChaosConfig, report: ChaosReport, disk: SmallDisk, stack: contextlib.ExitStack, log: Any) -> Run:
@@ -130,7 +131,7 @@ def write_job(path: Path, cfg: ChaosConfig, data: Path, servers_file: Path, out:
             "max_attempts": 8,
             "backoff_base_s": 0.05,
             "backoff_max_s": 1.0,
-            "connect_timeout_s": 2.0,
+            "connect_timeout_s": cfg.connect_timeout_s,
             "read_timeout_s": cfg.read_timeout_s,
             "quarantine_after": 4,
             "probe_interval_s": 0.3,
