@@ -15,12 +15,18 @@ becoming lost work when the client restarts. Each monitor round, per server:
 4. no metrics at all: the target stays at ``initial`` (recovering there after a throttle).
 
 target = capacity + clamp(ceil(queue_frac x capacity), queue_min, queue_max), within [min, max].
+
+"What it runs" is the most it ran at any of the last ``PEAK_ROUNDS`` scrapes (the latest gauges, not the
+monitor's window means, which lag by the whole window and start from an idle server): a scrape caught while
+a burst is still being prefilled must not shrink the target below what the server has shown it can run.
+The standing queue is the latest one or the window mean, whichever is larger.
 """
 
 from __future__ import annotations
 
 import logging
 import math
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -32,6 +38,8 @@ log = logging.getLogger("tokenmill.control")
 
 # Running below this fraction of the cap while a queue stands means admission is bound by a memory pool.
 POOL_BOUND_FRACTION = 0.9
+# Rounds over which the most a server ran counts as what it can run.
+PEAK_ROUNDS = 5
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,11 +47,12 @@ class Observation:
     """What one round tells about one server."""
 
     max_running: int | None
-    running: float | None
+    running: float | None  # the most it ran at the last few scrapes
     queued: float | None
     preempting: bool
     throttled: int  # 429/503 answers since the last round
     client_full: bool  # the client had the whole target in flight
+    running_now: float | None = None  # at the latest scrape (None: take ``running``)
 
 
 def queue_for(capacity: int, spec: ControlSpec) -> int:
@@ -59,7 +68,8 @@ def next_target(current: int, obs: Observation, spec: ControlSpec) -> tuple[int,
     if obs.max_running:
         capacity, why = obs.max_running, f"server cap {obs.max_running}"
         if running is not None and obs.preempting:
-            capacity, why = max(1, round(running)), "retracting: what it runs"
+            now = obs.running_now if obs.running_now is not None else running
+            capacity, why = max(1, round(now)), "retracting: what it runs"
         elif (
             running is not None
             and obs.queued is not None
@@ -95,6 +105,7 @@ class ConcurrencyController:
         self.spec = spec
         self._servers = servers
         self._throttled_seen = {s.url: s.throttled for s in servers}
+        self._running: dict[str, deque[float]] = {}  # the latest running gauge of the last rounds
         self.reasons: dict[str, str] = {}
         self.rounds = 0
         self._rounds_seen = 0
@@ -118,10 +129,12 @@ class ConcurrencyController:
                 continue
             throttled = state.throttled - self._throttled_seen.get(view.url, state.throttled)
             self._throttled_seen[view.url] = state.throttled
+            running_now, running, queued = self._gauges(view)
             obs = Observation(
                 max_running=view.max_running,
-                running=view.running,
-                queued=view.queued,
+                running=running,
+                running_now=running_now,
+                queued=queued,
                 preempting=bool(view.preemptions_per_min),
                 throttled=throttled,
                 client_full=state.inflight >= state.limit,
@@ -132,3 +145,18 @@ class ConcurrencyController:
                 state.limit = target
             self.reasons[view.url] = why
             state.limit_reason = why
+
+    def _gauges(self, view: ServerView) -> tuple[float | None, float | None, float | None]:
+        """What the server runs now and at its recent peak, and its standing queue."""
+        snap = view.snapshot
+        now_running = snap.running if snap is not None else None
+        if now_running is None:
+            now_running = view.running
+        running = None
+        if now_running is not None:
+            recent = self._running.setdefault(view.url, deque(maxlen=PEAK_ROUNDS))
+            recent.append(now_running)
+            running = max(recent)
+        now_queued = snap.queued if snap is not None else None
+        candidates = [q for q in (now_queued, view.queued) if q is not None]
+        return now_running, running, max(candidates) if candidates else None

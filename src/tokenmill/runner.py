@@ -11,10 +11,10 @@ import logging
 import signal
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 
@@ -41,6 +41,20 @@ FINGERPRINT_FIELDS = ("input", "api", "model", "sampling", "save_token_ids")
 SELECTION_FIELDS = ("offset", "limit", "on_bad_row")
 FLUSH_INTERVAL_S = 0.5
 TICK_INTERVAL_S = 1.0
+
+
+_T = TypeVar("_T")
+
+
+def run_sync(main: Coroutine[Any, Any, _T]) -> _T:
+    """Run ``main`` on a new event loop, uvloop's when it is installed (it costs the request path about a tenth
+    less CPU than asyncio's own loop; see bench/), and return its result."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(main)
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        return runner.run(main)
 
 
 @dataclass(slots=True)

@@ -8,6 +8,7 @@ from tokenmill.config import ControlSpec
 from tokenmill.control import ConcurrencyController, Observation, next_target, queue_for
 from tokenmill.dispatch import ServerState
 from tokenmill.monitor.fleet import ServerView
+from tokenmill.monitor.scrape import ServerSnapshot
 
 SPEC = ControlSpec()
 
@@ -126,3 +127,18 @@ def test_controller_steers_a_server_the_fleet_added_later() -> None:
     servers.append(ServerState(url="http://c", limit=SPEC.initial, throttled=5))  # what Dispatcher.add_server does
     ctl.update([view("http://c", max_running=100, running=50.0, queued=0.0)])
     assert servers[1].limit == 100 + queue_for(100, SPEC)  # its earlier 429s are not held against it
+
+
+def snapshot(running: float, queued: float) -> ServerSnapshot:
+    return ServerSnapshot(engine="sglang", taken_at=0.0, healthy=True, running=running, queued=queued)
+
+
+def test_a_scrape_during_a_burst_does_not_shrink_the_target_below_the_recent_peak() -> None:
+    servers = [ServerState(url="http://a", limit=SPEC.initial)]
+    ctl = ConcurrencyController(servers, SPEC)
+    # window means lag (an idle start pulls them down); the latest gauges count
+    ctl.update([view("http://a", max_running=128, running=5.0, queued=1.0, snapshot=snapshot(50, 30))])
+    assert servers[0].limit == 50 + queue_for(50, SPEC) and "pool-bound at 50" in (servers[0].limit_reason or "")
+    # a burst still being prefilled: 12 running now, but it ran 50 a round ago
+    ctl.update([view("http://a", max_running=128, running=30.0, queued=20.0, snapshot=snapshot(12, 40))])
+    assert servers[0].limit == 50 + queue_for(50, SPEC)

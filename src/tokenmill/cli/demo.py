@@ -47,6 +47,9 @@ def demo(n_servers: int, output: str, limit: int | None, fresh: bool, live: bool
                 "sampling": {"max_tokens": 600, "temperature": 0.7},
                 "output": {"dir": str(out)},
                 "status_interval_s": 5,
+                # more than the twins run, as a hand-set job would: their standing queue is what the doctor
+                # reads within this short run (concurrency: auto would keep just a few requests waiting)
+                "concurrency": 64,
             }
         )
         execute(job, allow_changed_job=False, live=live, log_level="INFO")

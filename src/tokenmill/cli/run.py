@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import sys
 from pathlib import Path
 from typing import Any
@@ -71,10 +70,10 @@ def execute(
     job: JobSpec, allow_changed_job: bool, live: bool | None, log_level: str, allow_existing_prefix: bool = False
 ) -> None:
     """Run a job and print its summary; exit 0 when finished (and uploaded), 3 when there is more to do."""
-    from tokenmill.runner import run_job
+    from tokenmill.runner import run_job, run_sync
 
     setup_logging(log_level, Path(job.output.dir) / "tokenmill.log")
-    result = asyncio.run(
+    result = run_sync(
         run_job(job, allow_changed_job=allow_changed_job, allow_existing_prefix=allow_existing_prefix, live=live)
     )
     click.echo(result.summary.markdown())
