@@ -57,6 +57,7 @@ def run_chaos(cfg: ChaosConfig, log: Any = print) -> ChaosReport:
             except Exception as exc:
                 _harness_failed(report, "the chaos harness stopped", exc)
             finally:
+                _count_injected(run)
                 pids = run.ctx.fleet.pids() + run.ctx.client.alive_pids()
                 if not report.ok:
                     disk.keep_copy(run.out, workdir / "out-copy")
@@ -64,7 +65,7 @@ def run_chaos(cfg: ChaosConfig, log: Any = print) -> ChaosReport:
         _harness_failed(report, "setting up or tearing down failed", exc)
     except KeyboardInterrupt:
         report.interrupted = True
-        report.check("harness", False, "interrupted (everything it started was stopped)")
+        report.check("harness", False, "interrupted by a signal; everything it started was stopped on the way out")
     _check_stopped(report, pids, disk)
     report.timings["total"] = time.monotonic() - t0
     report.write_json(cfg.json_path or workdir / "summary.json")
@@ -304,12 +305,9 @@ def _check(run: Run, log: Any) -> None:
     report.checks.append(checks.repairs(run.tears, report.starts))
     report.checks.append(checks.crash_loop(report.starts, cfg.progress_window_s))
     report.checks.append(checks.tracebacks(report.starts, run.out))
+    _count_injected(run)
     kills = report.kills()
-    report.tally.counts["client-sigkill"] = kills
     report.check("client kills", kills >= cfg.kills, f"{kills} SIGKILLs (wanted at least {cfg.kills})")
-    ctx.fleet.sync()
-    for kind, n in {**ctx.fleet.counts(), **ctx.proxy.counts}.items():
-        report.tally.counts[kind] = n
     missing = [k for k, n in report.tally.counts.items() if n == 0 and k not in report.tally.skipped]
     shown = len(report.tally.counts) - len(report.tally.skipped)
     report.check("every fault kind injected", not missing, f"not injected: {missing}" if missing else f"{shown} kinds")
@@ -339,6 +337,16 @@ def _check(run: Run, log: Any) -> None:
         f"{report.timings.get('killing phase', 0):.0f} s of at most {cfg.phase_max_s:.0f} s",
     )
     report.timings["checks"] = time.monotonic() - began
+
+
+def _count_injected(run: Run) -> None:
+    """Bring the tally up to date: client kills, and the faults the servers and the proxy counted."""
+    tally = run.report.tally
+    tally.counts["client-sigkill"] = run.report.kills()
+    with contextlib.suppress(Exception):  # the servers may be gone already (an interrupted run)
+        run.ctx.fleet.sync()
+    for kind, n in {**run.ctx.fleet.counts(), **run.ctx.proxy.counts}.items():
+        tally.counts[kind] = n
 
 
 def _check_stopped(report: ChaosReport, pids: list[int], disk: SmallDisk) -> None:
