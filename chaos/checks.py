@@ -84,6 +84,31 @@ def exactly_once(input_ids: list[str], out: Path) -> Check:
     return Check("exactly once", not problems, "; ".join(problems) or detail)
 
 
+def no_torn_shard(out: Path) -> Check:
+    """Every sealed shard ends with a whole line, every line is a record, the manifest lists each shard once,
+    and no open shard is left."""
+    problems: list[str] = []
+    shards = [p for p in record_files(out) if SEALED.fullmatch(p.name)]
+    for path in shards:
+        data = path.read_bytes()
+        if not data.endswith(b"\n"):
+            problems.append(f"{path.name} ends in a torn line")
+        for line in data.splitlines():
+            try:
+                orjson.loads(line)["id"]
+            except (ValueError, KeyError, TypeError):
+                problems.append(f"{path.name} holds a line that is not a record")
+                break
+    left_open = [p.name for p in out.glob("completions_*.jsonl.open")]
+    if left_open:
+        problems.append(f"open shard(s) left: {left_open}")
+    listed = [orjson.loads(line)["shard"] for line in (out / "manifest.jsonl").read_bytes().splitlines()]
+    if sorted(listed) != sorted(p.name for p in shards):
+        problems.append(f"the manifest lists {len(listed)} shards for {len(shards)} sealed ones")
+    detail = f"{len(shards)} sealed shards, each whole and listed once in the manifest; no open shard left"
+    return Check("no torn shard", not problems, "; ".join(problems[:5]) or detail)
+
+
 def crash_loop(starts: list[Start], window_s: float) -> Check:
     """Each start made progress, or was killed too soon to, or stopped by itself saying why."""
     unexplained: list[str] = []

@@ -296,6 +296,7 @@ def _check(run: Run, log: Any) -> None:
     log("chaos: checking the output and the remote copy")
     report.checks.append(checks.verify_cli(run.out, run.job, run.env))
     report.checks.append(checks.exactly_once(run.input_ids, run.out))
+    report.checks.append(checks.no_torn_shard(run.out))
     inv = run.invariants
     report.check(
         "no duplicate, no sealed shard changed (after every stop)",

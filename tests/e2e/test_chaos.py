@@ -14,7 +14,7 @@ from pathlib import Path
 import orjson
 import pytest
 from chaos import ChaosConfig, run_chaos
-from chaos.checks import crash_loop, exactly_once
+from chaos.checks import crash_loop, exactly_once, no_torn_shard
 from chaos.client import Start
 from chaos.faults import KINDS
 from chaos.observe import Invariants
@@ -60,6 +60,18 @@ def test_exactly_once_names_missing_duplicated_and_reasonless_records(tmp_path: 
     assert not check.ok
     assert "1 recorded twice" in check.detail and "1 never recorded" in check.detail
     assert "failed without a reason" in check.detail
+
+
+def test_no_torn_shard_sees_a_torn_shard_an_open_one_and_an_unlisted_one(tmp_path: Path) -> None:
+    (tmp_path / "completions_000000.jsonl").write_bytes(_record("a"))
+    (tmp_path / "manifest.jsonl").write_bytes(orjson.dumps({"shard": "completions_000000.jsonl"}) + b"\n")
+    assert no_torn_shard(tmp_path).ok
+    (tmp_path / "completions_000001.jsonl").write_bytes(_record("b") + b'{"id": "c"')
+    (tmp_path / "completions_000002.jsonl.open").write_bytes(_record("d"))
+    check = no_torn_shard(tmp_path)
+    assert not check.ok
+    assert "completions_000001.jsonl ends in a torn line" in check.detail
+    assert "open shard(s) left" in check.detail and "lists 1 shards for 2" in check.detail
 
 
 def test_crash_loop_flags_a_long_silent_start_but_not_an_early_kill() -> None:
