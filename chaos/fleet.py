@@ -107,6 +107,12 @@ class Fleet:
         res = self._cli("down", "--state-dir", str(self.state_dir))
         return (res.stdout + res.stderr).strip()
 
+    def status(self) -> tuple[bool, str]:
+        """``tokenmill fleet status``: whether it says every server is up, and its first line."""
+        res = self._cli("status", "--state-dir", str(self.state_dir))
+        lines = (res.stdout or res.stderr).strip().splitlines()
+        return res.returncode == 0, lines[0] if lines else ""
+
     def state(self) -> dict[str, Any]:
         """``state.json`` as last written by the supervisor."""
         data = read_json(self.state_dir / "state.json")
