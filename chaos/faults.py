@@ -20,6 +20,10 @@ from chaos.observe import OPEN, record_files
 from chaos.proxy import NET_FAULTS, FaultProxy, NetFault
 from chaos.store import MotoStore
 
+# A trickled answer lasting at least the request timeout minus this was given up by the client itself (not
+# cut short by a kill); none may keep its client longer than the timeout plus this.
+TRICKLE_SLACK_S = 1.0
+
 # kind -> (what it is, where it is injected); the order of the summary table
 KINDS: dict[str, tuple[str, str]] = {
     "client-sigkill": ("client SIGKILLed at a random moment", "harness"),
@@ -98,8 +102,8 @@ class Event(ABC):
 
 
 class Window(Event):
-    """Inject one kind of HTTP fault at ``rate`` for at least ``min_s``, until ``min_hits`` were injected
-    (at most ``max_s``)."""
+    """Inject HTTP faults (``kinds``: kind -> rate; one kind, or all of a layer at once) for at least ``min_s``,
+    until each kind was injected ``min_hits`` times (at most ``max_s``)."""
 
     def __init__(self, kinds: dict[str, float], min_s: float, max_s: float, min_hits: int, seed: int) -> None:
         self.kinds = kinds

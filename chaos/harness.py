@@ -21,7 +21,7 @@ from chaos import checks
 from chaos.client import Start
 from chaos.config import ChaosConfig
 from chaos.disk import SmallDisk
-from chaos.faults import active_names
+from chaos.faults import TRICKLE_SLACK_S, active_names
 from chaos.fleet import wait_for
 from chaos.observe import count_records, manifest_size
 from chaos.report import ChaosReport
@@ -33,7 +33,6 @@ SYNC_S = 0.5
 CRASH_LOOP_STARTS = 5  # starts in a row stopping by themselves without progress end the killing phase
 REQUESTS_PER_PROMPT = 25  # more requests than this per prompt would be a retry storm
 FINAL_ATTEMPTS = 4
-TRICKLE_MARGIN_S = 1.0  # slack around the request timeout for a trickled answer (scheduling, clocks)
 
 
 def run_chaos(cfg: ChaosConfig, log: Any = print) -> ChaosReport:
@@ -321,10 +320,10 @@ def _check(run: Run, log: Any) -> None:
         "; ".join(report.tally.problems) or "servers restarted, the store came back, the disk stopped the client",
     )
     held, timeout = ctx.proxy.trickle_held_s, cfg.connect_timeout_s + cfg.read_timeout_s
-    full = [h for h in held if h >= timeout - TRICKLE_MARGIN_S]
+    full = [h for h in held if h >= timeout - TRICKLE_SLACK_S]
     report.check(
         "slow answers given up in time",
-        bool(full) and max(held) <= timeout + TRICKLE_MARGIN_S,
+        bool(full) and max(held) <= timeout + TRICKLE_SLACK_S,
         f"{len(held)} trickled answers ({len(full)} lasted until the client's own timeout); the longest kept "
         f"its client {max(held, default=0):.1f} s (request timeout {timeout:.0f} s)",
     )

@@ -6,7 +6,7 @@ import random
 import signal
 
 from chaos.config import ChaosConfig
-from chaos.faults import DiskFull, Event, ServerKill, StoreOutage, Track, TrickleWindow, Window
+from chaos.faults import TRICKLE_SLACK_S, DiskFull, Event, ServerKill, StoreOutage, Track, TrickleWindow, Window
 from chaos.fleet import SIM_FAULTS
 from chaos.proxy import NET_FAULTS
 
@@ -35,7 +35,8 @@ def _windows(cfg: ChaosConfig, rng: random.Random, kinds: tuple[str, ...]) -> li
         rate, seed = rng.uniform(*cfg.fault_rate), rng.randrange(1 << 30)
         if kind == "trickle":
             timeout = cfg.connect_timeout_s + cfg.read_timeout_s
-            events.append(TrickleWindow(rate, cfg.window_s, cfg.window_max_s + timeout, timeout - 1.0, seed))
+            full_s = timeout - TRICKLE_SLACK_S
+            events.append(TrickleWindow(rate, cfg.window_s, cfg.window_max_s + timeout, full_s, seed))
         else:
             events.append(Window({kind: rate}, cfg.window_s, cfg.window_max_s, cfg.min_hits, seed))
     if not cfg.quick:  # then everything at once, at low rates
