@@ -27,6 +27,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 
@@ -146,6 +147,51 @@ def child(mode: str, out: Path, n: int) -> dict[str, object]:
     return result
 
 
+def run(
+    n: int = 1_000_000,
+    done: int = 900_000,
+    chars: int = 1000,
+    failed_every: int = 1200,
+    shard_size: int = 500,
+    repeat: int = 3,
+    modes: tuple[str, ...] = ("warm", "cold", "filter"),
+    no_manifest: bool = True,
+    verify: bool = True,
+    workdir: Path | None = None,
+) -> dict[str, Any]:
+    """Build the output of an ``n``-prompt job with ``done`` done, open it ``repeat`` times per mode in fresh
+    processes, and return the summary (see the module docstring)."""
+    work = workdir or Path(tempfile.mkdtemp(prefix="tokenmill-bench-resume-"))
+    out = work / "out"
+    try:
+        print(f"building {done:,} of {n:,} done in {out} ...", flush=True)
+        built = build(out, n, done, chars, failed_every, shard_size)
+        print(f"  wrote {built['records_per_s']:,.0f} records/s, {built['dir_bytes'] / 1e9:.2f} GB", flush=True)
+        snapshot = work / "snapshot"
+        shutil.copytree(out, snapshot)
+        runs: dict[str, list[dict[str, object]]] = {}
+        for mode in modes:
+            runs[mode] = []
+            for _ in range(repeat):
+                shutil.rmtree(out)
+                shutil.copytree(snapshot, out)  # every open starts from the crashed state
+                runs[mode].append(child(mode, out, n))
+        if no_manifest:
+            shutil.rmtree(out)
+            shutil.copytree(snapshot, out)
+            (out / "manifest.jsonl").unlink()
+            runs["no-manifest"] = [child("no-manifest", out, n)]
+        if verify:
+            writer_done = child("warm", out, n)  # repair the torn line so verify checks a clean tree
+            runs["verify"] = [child("verify", out, n)]
+            runs["verify"][0]["after_open"] = writer_done["done"]
+        job = argparse.Namespace(n=n, done=done, chars=chars, shard_size=shard_size)
+        return _summarize(job, built, runs)
+    finally:
+        if workdir is None:
+            shutil.rmtree(work, ignore_errors=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--n", type=int, default=1_000_000, help="prompts in the job")
@@ -158,40 +204,24 @@ def main() -> None:
     parser.add_argument("--no-verify", action="store_true", help="skip the full verify pass")
     parser.add_argument("--output", type=Path, default=HERE / "results_resume.json")
     args = parser.parse_args()
-
-    work = args.dir or Path(tempfile.mkdtemp(prefix="tokenmill-bench-resume-"))
-    out = work / "out"
-    try:
-        print(f"building {args.done:,} of {args.n:,} done in {out} ...", flush=True)
-        built = build(out, args.n, args.done, args.chars, args.failed_every, args.shard_size)
-        print(f"  wrote {built['records_per_s']:,.0f} records/s, {built['dir_bytes'] / 1e9:.2f} GB", flush=True)
-        snapshot = work / "snapshot"
-        shutil.copytree(out, snapshot)
-        runs: dict[str, list[dict[str, object]]] = {}
-        for mode in ("warm", "cold", "filter"):
-            runs[mode] = []
-            for _ in range(args.repeat):
-                shutil.rmtree(out)
-                shutil.copytree(snapshot, out)  # every open starts from the crashed state
-                runs[mode].append(child(mode, out, args.n))
-        shutil.rmtree(out)
-        shutil.copytree(snapshot, out)
-        (out / "manifest.jsonl").unlink()
-        runs["no-manifest"] = [child("no-manifest", out, args.n)]
-        if not args.no_verify:
-            writer_done = child("warm", out, args.n)  # repair the torn line so verify checks a clean tree
-            runs["verify"] = [child("verify", out, args.n)]
-            runs["verify"][0]["after_open"] = writer_done["done"]
-        summary = _summarize(args, built, runs)
-        args.output.write_text(json.dumps(summary, indent=2))
-        _print(summary)
-        print(f"written to {args.output}")
-    finally:
-        if args.dir is None:
-            shutil.rmtree(work, ignore_errors=True)
+    summary = run(
+        args.n,
+        args.done,
+        args.chars,
+        args.failed_every,
+        args.shard_size,
+        args.repeat,
+        verify=not args.no_verify,
+        workdir=args.dir,
+    )
+    args.output.write_text(json.dumps(summary, indent=2))
+    _print(summary)
+    print(f"written to {args.output}")
 
 
-def _summarize(args: argparse.Namespace, built: dict[str, float], runs: dict[str, list[dict[str, object]]]) -> dict:
+def _summarize(
+    args: argparse.Namespace, built: dict[str, float], runs: dict[str, list[dict[str, object]]]
+) -> dict[str, Any]:
     modes = {}
     for mode, results in runs.items():
         secs = [float(r["seconds"]) for r in results]  # type: ignore[arg-type]
@@ -211,7 +241,7 @@ def _summarize(args: argparse.Namespace, built: dict[str, float], runs: dict[str
     }
 
 
-def _print(summary: dict) -> None:
+def _print(summary: dict[str, Any]) -> None:
     print(f"{'mode':<12} {'open s (median)':>16} {'open s (max)':>13} {'process s':>10} {'peak RSS MB':>12}")
     for mode, m in summary["modes"].items():
         print(

@@ -112,23 +112,16 @@ def measure(
     }
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    ap.add_argument("--seconds", type=float, default=5.0)
-    ap.add_argument("--clients", type=int, default=64, help="concurrent clients in instant mode")
-    ap.add_argument("--client-procs", type=int, default=2, help="client processes in instant mode")
-    args = ap.parse_args()
+def run(seconds: float = 5.0, clients: int = 64, client_procs: int = 2) -> dict[str, Any]:
+    """Every measurement of the module docstring; returns them by name."""
     results: dict[str, Any] = {"cpus": os.cpu_count()}
-
     sim = Sim("--instant")
     try:
-        results["idle"] = measure(sim, args.seconds)
+        results["idle"] = measure(sim, seconds)
         gen = {"text": "Write one line about the sea.", "sampling_params": {"max_new_tokens": 32}}
-        results["instant-generate"] = measure(sim, args.seconds, "/generate", gen, args.clients, args.client_procs)
+        results["instant-generate"] = measure(sim, seconds, "/generate", gen, clients, client_procs)
         chat = {"model": "m", "messages": [{"role": "user", "content": "Write one line."}], "max_tokens": 32}
-        results["instant-chat"] = measure(
-            sim, args.seconds, "/v1/chat/completions", chat, args.clients, args.client_procs
-        )
+        results["instant-chat"] = measure(sim, seconds, "/v1/chat/completions", chat, clients, client_procs)
     finally:
         sim.stop()
 
@@ -136,10 +129,19 @@ def main() -> None:
     for name, scale in (("busy", "1"), ("busy-time-scale-0.05", "0.05")):
         sim = Sim("--max-running-requests", "256", "--output-len-mean", "256", "--time-scale", scale)
         try:
-            results[name] = measure(sim, 2 * args.seconds, "/generate", busy, 256)
+            results[name] = measure(sim, 2 * seconds, "/generate", busy, 256)
         finally:
             sim.stop()
+    return results
 
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    ap.add_argument("--seconds", type=float, default=5.0)
+    ap.add_argument("--clients", type=int, default=64, help="concurrent clients in instant mode")
+    ap.add_argument("--client-procs", type=int, default=2, help="client processes in instant mode")
+    args = ap.parse_args()
+    results = run(args.seconds, args.clients, args.client_procs)
     for name, row in results.items():
         print(f"{name:18} {row}")
     (HERE / "results_sim.json").write_text(json.dumps(results, indent=2) + "\n")

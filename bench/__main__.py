@@ -1,0 +1,317 @@
+"""``make bench``: tokenmill's benchmark suite. Prints a table per section, then the targets, and writes
+everything to bench/results.json.
+
+Sections (each comparison is measured side by side within one run):
+
+* ``overhead`` — client CPU and completions/s against servers that answer at once with ~2,000-token
+  completions, tokenmill vs a plain ``openai.AsyncOpenAI`` + ``asyncio.Semaphore`` script (bench/overhead.py);
+* ``fleet``    — 8 twins of a state-bound hybrid SGLang server: saturation with ``concurrency: auto`` vs a fixed
+  64, client-effective vs server decode tok/s, the tail (bench/fleet.py);
+* ``resume``   — restart cost of a 1M-prompt job with 900K done: open + resume filter, time and peak RSS
+  (bench/bench_resume.py);
+* ``sim``      — what one simulated server costs (bench/bench_sim.py);
+* ``memory``   — peak RSS of a 1M-prompt ``tokenmill run`` against instant simulated servers (bench/memory.py;
+  a few minutes).
+
+Environment: ``BENCH_SKIP=memory,sim`` skips sections, ``BENCH_ONLY=fleet`` runs only those,
+``BENCH_QUICK=1`` uses smaller sizes everywhere (a smoke run), ``BENCH_MEMORY_N`` sets the memory run's size.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from bench.common import CLIENT_CORES, HERE, SERVER_CORES
+
+console = Console(width=None if sys.stdout.isatty() else 150)
+SECTIONS = ("overhead", "fleet", "resume", "sim", "memory")
+
+
+def _f(x: float | None, nd: int = 0) -> str:
+    return "-" if x is None else f"{x:,.{nd}f}"
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:.1f} %"
+
+
+# ---- sections ------------------------------------------------------------------------------------------
+
+
+def overhead(quick: bool) -> dict[str, Any]:
+    from bench import overhead as mod
+
+    res = mod.run(quick)
+    t = Table(title="Client overhead: servers answering at once with ~2,000-token completions")
+    for col in (
+        "server",
+        "client",
+        "in flight",
+        "compl/s",
+        "client CPU s / 1,000 compl",
+        "compl/s on one core",
+        "vs openai",
+    ):
+        t.add_column(col, justify="left" if col in ("server", "client") else "right")
+    for key, row in res.items():
+        server = "tokenmill sim --instant" if key.startswith("sim") else "bench.canned"
+        for client in ("tokenmill", "openai"):
+            r = row.get(client)
+            if r is None:
+                continue
+            ratio = f"{row['cpu_ratio']:.1f}x less CPU" if client == "tokenmill" and "cpu_ratio" in row else ""
+            t.add_row(
+                server,
+                client,
+                str(row["inflight"]),
+                _f(r["completions_per_s"]),
+                _f(r["cpu_per_1000"], 3),
+                _f(r["one_core_per_s"]),
+                ratio,
+            )
+    console.print(t)
+    sim = res.get("sim_instant_256", {}).get("tokenmill", {})
+    if "server_cpu_per_1000" in sim:
+        console.print(
+            f"  the instant sims spent {sim['server_cpu_per_1000']:.2f} CPU s per 1,000 completions "
+            f"(they bound that row's completions/s, not the client)"
+        )
+    return res
+
+
+def fleet(quick: bool) -> dict[str, Any]:
+    from bench import fleet as mod
+
+    res = mod.run(quick)
+    setup = res["setup"]
+    t = Table(
+        title=f"Fleet saturation: {setup['servers']} twins of {setup['model']} on {setup['gpu']} "
+        f"({setup['flags']}), time scale {setup['time_scale']}"
+    )
+    for col in (
+        "concurrency",
+        "targets",
+        "decode tok/s",
+        "saturation",
+        "of model max",
+        "(decode-only)",
+        "slots busy",
+        "client / server",
+        "tail / mean latency",
+        "run s",
+    ):
+        t.add_column(col, justify="left" if col == "concurrency" else "right")
+    names = {"auto": "auto", str(mod.FIXED): f"fixed {mod.FIXED}", str(mod.SATURATED): f"fixed {mod.SATURATED} (max)"}
+    for key, name in names.items():
+        r = res[key]
+        t.add_row(
+            name,
+            ",".join(map(str, r["targets_seen"])),
+            _f(r["decode_tok_s"]),
+            _pct(r["saturation"]),
+            _pct(r["model_saturation"]),
+            _pct(r["model_saturation_decode_only"]),
+            _pct(r["slots_busy"]),
+            _pct(r["client_over_server"]),
+            f"{r['tail_over_mean_latency']:.2f}",
+            _f(r["wall_s"], 1),
+        )
+    console.print(t)
+    auto = res["auto"]
+    console.print(
+        f"  saturation: decode tok/s over the deep-queue run's ({_f(res[str(mod.SATURATED)]['decode_tok_s'])}); "
+        f"model max {_f(auto['max_decode_tok_s'])} tok/s with one prefill per request, "
+        f"{_f(auto['max_decode_only_tok_s'])} decoding only"
+    )
+    return res
+
+
+def resume(quick: bool) -> dict[str, Any]:
+    from bench import bench_resume as mod
+
+    n, done = (200_000, 180_000) if quick else (1_000_000, 900_000)
+    res: dict[str, Any] = mod.run(
+        n, done, repeat=1 if quick else 2, modes=("warm", "filter"), no_manifest=False, verify=False
+    )
+    t = Table(title=f"Resume: a {n:,}-prompt job with {done:,} done (fresh process each)")
+    for col in ("mode", "open s", "resume filter s", "process wall s", "peak RSS MB"):
+        t.add_column(col, justify="left" if col == "mode" else "right")
+    for mode, m in res["modes"].items():
+        filt = m["runs"][0].get("filter_s")
+        t.add_row(
+            mode, _f(m["open_s_median"], 3), _f(filt, 3), _f(m["process_wall_s_max"], 2), _f(m["peak_rss_mb_max"])
+        )
+    console.print(t)
+    return res
+
+
+def sim(quick: bool) -> dict[str, Any]:
+    from bench import bench_sim as mod
+
+    res = mod.run(seconds=1.0 if quick else 2.0)
+    t = Table(title="Simulated server (tokenmill sim): what one costs")
+    for col in ("load", "requests/s", "server CPU % of a core", "server RSS MB"):
+        t.add_column(col, justify="left" if col == "load" else "right")
+    for name, r in res.items():
+        if isinstance(r, dict):
+            t.add_row(name, _f(r["requests_per_s"]), _f(r["server_cpu_pct_of_one_core"], 1), _f(r["server_rss_mb"]))
+    console.print(t)
+    return res
+
+
+def memory(quick: bool) -> dict[str, Any]:
+    from bench import memory as mod
+
+    n = int(os.environ.get("BENCH_MEMORY_N", 100_000 if quick else 1_000_000))
+    res = mod.run(n)
+    t = Table(title=f"Memory: tokenmill run over {n:,} prompts against instant simulated servers")
+    for col in ("prompts", "completed", "completions/s", "run s", "peak RSS MB"):
+        t.add_column(col, justify="right")
+    t.add_row(
+        _f(res["prompts"]),
+        _f(res["completed"]),
+        _f(res["completions_per_s"]),
+        _f(res["wall_s"], 1),
+        _f(res["peak_rss_mb"]),
+    )
+    console.print(t)
+    console.print(f"  RSS on the way (MB): {res['rss_mb_at']}")
+    return res
+
+
+# ---- targets -------------------------------------------------------------------------------------------
+
+
+def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+
+    def add(name: str, value: float | None, target: str, ok: Callable[[float], bool], fmt: str) -> None:
+        rows.append(
+            {
+                "target": name,
+                "measured": value,
+                "goal": target,
+                "met": None if value is None else ok(value),
+                "shown": "-" if value is None else fmt.format(value),
+            }
+        )
+
+    ov = results.get("overhead")
+    if ov:
+        for key in ("inflight_256", "inflight_1024"):
+            row = ov.get(key)
+            if row:
+                inflight = row["inflight"]
+                add(
+                    f"client completions/s on one core ({inflight} in flight)",
+                    row["tokenmill"]["one_core_per_s"],
+                    ">= 3,000",
+                    lambda v: v >= 3000,
+                    "{:,.0f}",
+                )
+                add(
+                    f"CPU per completion, openai script / tokenmill ({inflight})",
+                    row["cpu_ratio"],
+                    ">= 10x",
+                    lambda v: v >= 10,
+                    "{:.1f}x",
+                )
+    fl = results.get("fleet")
+    if fl:
+        add("fleet saturation, concurrency auto", fl["auto"]["saturation"], ">= 99 %", lambda v: v >= 0.99, "{:.1%}")
+        add(
+            "fleet saturation, concurrency auto, of the model max",
+            fl["auto"]["model_saturation"],
+            ">= 99 %",
+            lambda v: v >= 0.99,
+            "{:.1%}",
+        )
+        add("fleet saturation, fixed 64 (for comparison)", fl["64"]["saturation"], "-", lambda v: True, "{:.1%}")
+        add(
+            "client-effective / server decode tok/s (auto)",
+            fl["auto"]["client_over_server"],
+            ">= 97 %",
+            lambda v: v >= 0.97,
+            "{:.1%}",
+        )
+        add(
+            "tail: 99 % -> 100 % done / mean latency (auto)",
+            fl["auto"]["tail_over_mean_latency"],
+            "small",
+            lambda v: v <= 1.0,
+            "{:.2f}",
+        )
+    rs = results.get("resume")
+    if rs and "filter" in rs["modes"]:
+        m = rs["modes"]["filter"]
+        add("resume: restart (process, open + filter) s", m["process_wall_s_max"], "< 3 s", lambda v: v < 3, "{:.2f} s")
+        add("resume: peak RSS", m["peak_rss_mb_max"], "< 300 MB", lambda v: v < 300, "{:.0f} MB")
+    mem = results.get("memory")
+    if mem:
+        add(
+            f"memory: peak RSS of a {mem['prompts']:,}-prompt run",
+            mem["peak_rss_mb"],
+            "< 500 MB",
+            lambda v: v < 500,
+            "{:.0f} MB",
+        )
+    t = Table(title="Targets")
+    for col in ("target", "measured", "goal", "met"):
+        t.add_column(col, justify="left" if col == "target" else "right")
+    for r in rows:
+        met = "-" if r["met"] is None else ("[green]yes[/green]" if r["met"] else "[red]no[/red]")
+        t.add_row(r["target"], r["shown"], r["goal"], met)
+    console.print(t)
+    return rows
+
+
+def main() -> None:
+    quick = os.environ.get("BENCH_QUICK") == "1"
+    only = {s for s in os.environ.get("BENCH_ONLY", "").split(",") if s}
+    skip = {s for s in os.environ.get("BENCH_SKIP", "").split(",") if s}
+    unknown = (only | skip) - set(SECTIONS)
+    if unknown:
+        sys.exit(f"unknown section(s) {', '.join(sorted(unknown))}; known: {', '.join(SECTIONS)}")
+    chosen = [s for s in SECTIONS if (not only or s in only) and s not in skip]
+    console.print(
+        f"tokenmill bench: {', '.join(chosen)}{' (quick)' if quick else ''}; client on core(s) "
+        f"{sorted(CLIENT_CORES)}, servers on {sorted(SERVER_CORES)}"
+    )
+    runners: dict[str, Callable[[bool], dict[str, Any]]] = {
+        "overhead": overhead,
+        "fleet": fleet,
+        "resume": resume,
+        "sim": sim,
+        "memory": memory,
+    }
+    results: dict[str, Any] = {}
+    timings: dict[str, float] = {}
+    for name in chosen:
+        t0 = time.perf_counter()
+        results[name] = runners[name](quick)
+        timings[name] = round(time.perf_counter() - t0, 1)
+        console.print(f"  ({name}: {timings[name]:.0f} s)\n")
+    rows = targets(results)
+    out = {
+        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
+        "quick": quick,
+        "section_seconds": timings,
+        "targets": rows,
+        "results": results,
+    }
+    path = HERE / "results.json"
+    path.write_text(json.dumps(out, indent=2, default=str) + "\n")
+    console.print(f"written to {path}")
+
+
+if __name__ == "__main__":
+    main()

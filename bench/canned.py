@@ -1,0 +1,117 @@
+"""A canned OpenAI-compatible server for client benchmarks: every POST is answered at once with one of a few
+pre-built ~2,000-token chat completions.
+
+``tokenmill sim --instant`` draws and renders every completion (~0.6 ms of its CPU for 2,000 tokens), so one
+core of it serves fewer than 2,000 requests/s: it cannot show a client's limit. This server does no work per
+request beyond reading it and writing prepared bytes (a few microseconds), so the client is what is measured.
+Plain asyncio protocol, HTTP/1.1 keep-alive; ``GET /health`` and ``GET /metrics`` answer 200.
+
+    python -m bench.canned --tokens 2000      # prints "canned listening on http://127.0.0.1:PORT"
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import signal
+
+VARIANTS = 16
+
+
+def _completion(i: int, tokens: int, rng: random.Random) -> bytes:
+    words = [rng.choice(("lorem", "ipsum", "dolor", "amet", "sit", "elit", "sed", "tempor")) for _ in range(tokens)]
+    body = {
+        "id": f"chatcmpl-canned-{i}",
+        "object": "chat.completion",
+        "created": 1_700_000_000,
+        "model": "tokenmill-sim",
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": " ".join(words)},
+                "finish_reason": "stop",
+                "logprobs": None,
+            }
+        ],
+        "usage": {"prompt_tokens": 20, "completion_tokens": tokens, "total_tokens": tokens + 20},
+    }
+    return json.dumps(body).encode()
+
+
+def _response(body: bytes, status: str = "200 OK", ctype: str = "application/json") -> bytes:
+    head = f"HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {len(body)}\r\n\r\n"
+    return head.encode() + body
+
+
+def _content_length(head: bytes) -> int:
+    i = head.find(b"content-length:")
+    if i < 0:
+        return 0
+    end = head.find(b"\r\n", i)
+    return int(head[i + 15 : end if end >= 0 else len(head)])
+
+
+class _Conn(asyncio.Protocol):
+    def __init__(self, answers: list[bytes], small: bytes) -> None:
+        self.answers = answers
+        self.small = small
+        self.buf = b""
+        self.need = -1  # body bytes still to read for the current request (-1: reading a head)
+        self.is_post = False
+        self.n = 0
+        self.transport: asyncio.Transport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        self.buf += data
+        while True:
+            if self.need < 0:
+                end = self.buf.find(b"\r\n\r\n")
+                if end < 0:
+                    return
+                head = self.buf[:end].lower()
+                self.buf = self.buf[end + 4 :]
+                self.is_post = head.startswith(b"post")
+                self.need = _content_length(head)
+            if len(self.buf) < self.need:
+                return
+            self.buf = self.buf[self.need :]
+            self.need = -1
+            assert self.transport is not None
+            if self.is_post:
+                self.n += 1
+                self.transport.write(self.answers[self.n % len(self.answers)])
+            else:
+                self.transport.write(self.small)
+
+
+async def serve(tokens: int, port: int) -> None:
+    rng = random.Random(0)
+    answers = [_response(_completion(i, tokens, rng)) for i in range(VARIANTS)]
+    small = _response(b"ok\n", ctype="text/plain")
+    loop = asyncio.get_running_loop()
+    server = await loop.create_server(lambda: _Conn(answers, small), "127.0.0.1", port, backlog=4096)
+    port = server.sockets[0].getsockname()[1]
+    print(f"canned listening on http://127.0.0.1:{port}", flush=True)
+    stop = asyncio.Event()
+    loop.add_signal_handler(signal.SIGTERM, stop.set)
+    loop.add_signal_handler(signal.SIGINT, stop.set)
+    async with server:
+        await stop.wait()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    ap.add_argument("--tokens", type=int, default=2000)
+    ap.add_argument("--port", type=int, default=0)
+    args = ap.parse_args()
+    asyncio.run(serve(args.tokens, args.port))
+
+
+if __name__ == "__main__":
+    main()

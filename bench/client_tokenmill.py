@@ -1,0 +1,82 @@
+"""One tokenmill run in this process (the client side of the overhead benchmark); prints one JSON line.
+
+python -m bench.client_tokenmill --servers http://127.0.0.1:1234 --n 20000 --inflight 256 --work /tmp/x
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import resource
+from pathlib import Path
+
+from bench.common import Stopwatch, write_prompts
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--servers", nargs="+", required=True)
+    ap.add_argument("--n", type=int, required=True)
+    ap.add_argument("--inflight", type=int, required=True, help="requests in flight in total")
+    ap.add_argument("--max-tokens", type=int, default=4096)
+    ap.add_argument("--work", type=Path, required=True)
+    ap.add_argument("--profile", type=Path, help="write a cProfile of the run here")
+    args = ap.parse_args()
+    logging.basicConfig(level=logging.WARNING)
+
+    from tokenmill.config import JobSpec
+    from tokenmill.runner import run_job
+
+    try:
+        from tokenmill.runner import run_sync
+    except ImportError:  # an older tokenmill (before/after comparisons): asyncio's loop
+        run_sync = asyncio.run
+
+    args.work.mkdir(parents=True, exist_ok=True)
+    prompts = write_prompts(args.work / "prompts.jsonl", args.n)
+    per_server = max(1, args.inflight // len(args.servers))
+    job = JobSpec.model_validate(
+        {
+            "input": {"path": str(prompts), "id_field": "id"},
+            "servers": args.servers,
+            "model": "tokenmill-sim",
+            "sampling": {"max_tokens": args.max_tokens},
+            "concurrency": per_server,
+            "output": {"dir": str(args.work / "out")},
+            "status_interval_s": 3600,
+            "monitor": {"enabled": bool(int(os.environ.get("BENCH_MONITOR", "0")))},
+        }
+    )
+    watch = Stopwatch()
+    if args.profile:
+        import cProfile
+
+        prof = cProfile.Profile()
+        prof.enable()
+    main = run_job(job, live=False, install_signals=False)
+    # what `tokenmill run` does (uvloop when installed); BENCH_LOOP=asyncio measures asyncio's own loop
+    result = asyncio.run(main) if os.environ.get("BENCH_LOOP") == "asyncio" else run_sync(main)
+    wall, cpu = watch.read()
+    if args.profile:
+        prof.disable()
+        prof.dump_stats(str(args.profile))
+    done = result.summary.completed_this_run
+    print(
+        json.dumps(
+            {
+                "client": "tokenmill",
+                "completions": done,
+                "finished": result.finished,
+                "wall_s": wall,
+                "cpu_s": cpu,
+                "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+            }
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()
