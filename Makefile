@@ -21,8 +21,8 @@ demo: venv
 	$(VENV)/bin/tokenmill demo
 
 lint: venv
-	$(VENV)/bin/ruff check src tests scripts
-	$(VENV)/bin/ruff format --check src tests scripts
+	$(VENV)/bin/ruff check src tests scripts chaos
+	$(VENV)/bin/ruff format --check src tests scripts chaos
 
 typecheck: venv
 	$(VENV)/bin/mypy
@@ -38,6 +38,8 @@ system-deps:
 test: venv system-deps engine engine-model lint typecheck
 	$(VENV)/bin/pytest -q -p no:cacheprovider tests
 
+# Benchmarks (~7 min on 2 cores; see bench/__main__.py): BENCH_SKIP=memory skips the 1M-prompt run,
+# BENCH_ONLY=overhead,fleet runs only those sections, BENCH_QUICK=1 is a smoke run. Writes bench/results.json.
 bench: venv
 	$(PY) -m bench
 

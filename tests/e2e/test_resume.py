@@ -39,18 +39,20 @@ def test_sigkill_five_times_then_resume_verifies(fleet: list[SimProcess], tmp_pa
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
         )
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and proc.poll() is None:
-            if out.exists() and count_lines(out) >= target:
-                break
-            time.sleep(0.01)
-        assert proc.poll() is None, (
-            f"the run ended before it could be killed: {proc.stderr.read() if proc.stderr else ''}"
-        )
-        proc.send_signal(signal.SIGKILL)
-        proc.wait()
-        if proc.stderr is not None:
-            proc.stderr.close()
+        try:
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline and proc.poll() is None:
+                if out.exists() and count_lines(out) >= target:
+                    break
+                time.sleep(0.01)
+            assert proc.poll() is None, (
+                f"the run ended before it could be killed: {proc.stderr.read() if proc.stderr else ''}"
+            )
+        finally:  # killed whether the test goes on or fails here: no client outlives the test
+            proc.send_signal(signal.SIGKILL)
+            proc.wait()
+            if proc.stderr is not None:
+                proc.stderr.close()
         kills += 1
         done, failed = read_records(out)
         ids = Counter(r["id"] for r in done + failed)
