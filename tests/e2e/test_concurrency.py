@@ -106,7 +106,7 @@ def test_auto_settles_at_cap_plus_queue_backs_off_on_429_and_recovers(
 def test_a_fixed_concurrency_stays_fixed(
     fleet: list[SimProcess], tmp_path: Path, running: list[subprocess.Popen[str]]
 ) -> None:
-    data = write_prompts(tmp_path / "in.jsonl", 400)
+    data = write_prompts(tmp_path / "in.jsonl", 2000)  # long enough for several monitor ticks on any machine
     out = tmp_path / "out"
     job = write_job(
         tmp_path / "job.yaml", [fleet[0].url], data, out, concurrency=16, monitor=FAST_MONITOR,
@@ -117,4 +117,4 @@ def test_a_fixed_concurrency_stays_fixed(
     seen = limits(out)
     assert len(seen) >= 3 and set(seen) == {16}
     done, _ = read_records(out)
-    assert len(done) == 400
+    assert len(done) == 2000

@@ -72,7 +72,9 @@ def test_a_watched_run_from_start_to_report(fleet: list[SimProcess], tmp_path: P
         body = urllib.request.urlopen(url, timeout=10).read().decode()
         assert "tokenmill_completions_total" in body and "tokenmill_request_latency_seconds_bucket" in body
         assert 'tokenmill_server_max_running{server="' in body or "tokenmill_inflight" in body
-        # from another terminal while it runs
+        # from another terminal while it runs (once the first snapshot is in the event log)
+        events = out / EVENTS_FILE
+        wait_for("the first event", lambda: events.exists() and b'"tick"' in events.read_bytes())
         status = run_cli("status", str(out))
         assert status.returncode == 0, status.stderr
         assert status.stdout.startswith("running (last update"), status.stdout
