@@ -21,8 +21,8 @@ demo: venv
 	$(VENV)/bin/tokenmill demo
 
 lint: venv
-	$(VENV)/bin/ruff check src tests scripts chaos
-	$(VENV)/bin/ruff format --check src tests scripts chaos
+	$(VENV)/bin/ruff check src tests scripts chaos bench
+	$(VENV)/bin/ruff format --check src tests scripts chaos bench
 
 typecheck: venv
 	$(VENV)/bin/mypy
