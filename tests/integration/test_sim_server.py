@@ -10,14 +10,13 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import orjson
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
+from tests.integration.simserver_helpers import metrics, until
 
 from tokenmill.config import FaultSpec, SimConfig
 from tokenmill.errors import ConfigError
@@ -25,30 +24,6 @@ from tokenmill.sim import SimServer, run_sim_in_thread
 
 CHAT = {"model": "tokenmill-sim", "messages": [{"role": "user", "content": "Say something."}], "max_tokens": 64}
 SLOW = {"step_base_ms": 1000.0, "prefill_ms_per_1k": 0.0}  # requests stay in flight until the test ends them
-
-
-async def until(cond: Callable[[], Awaitable[bool]], timeout: float = 10.0) -> None:
-    """Poll ``cond`` until it holds, or fail after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while not await cond():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        await asyncio.sleep(0.01)
-
-
-async def metrics(session: aiohttp.ClientSession, url: str) -> dict[str, float]:
-    """``name{label=value,...}`` -> value, parsed with prometheus_client's own parser."""
-    async with session.get(url + "/metrics") as r:
-        assert r.status == 200
-        text = await r.text()
-    out = {}
-    for fam in text_string_to_metric_families(text):
-        for s in fam.samples:
-            labels = ",".join(f"{k}={v}" for k, v in sorted(s.labels.items()) if k not in _CONST_LABELS)
-            out[f"{s.name}{{{labels}}}" if labels else s.name] = s.value
-    return out
-
-
-_CONST_LABELS = {"model_name", "engine_type", "tp_rank", "pp_rank", "is_streaming"}
 
 
 async def post(session: aiohttp.ClientSession, url: str, body: Any) -> tuple[int, Any]:

@@ -10,13 +10,13 @@ import asyncio
 import logging
 import re
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
 import aiohttp
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
+from tests.integration.simserver_helpers import metrics, until
 
 from tokenmill.config import PlannerConfig, SimConfig
 from tokenmill.planner import GpuCatalog, Workload, load_model, parse_flags, plan
@@ -31,30 +31,6 @@ DECODE = "sglang:realtime_tokens_total{mode=decode}"
 
 def twin_config(flags: str, time_scale: float, **extra: Any) -> SimConfig:
     return SimConfig(model=MODEL, gpu=GPU, engine_flags=flags, time_scale=time_scale, **extra)
-
-
-async def until(cond: Callable[[], Awaitable[bool]], timeout: float = 20.0, every: float = 0.02) -> None:
-    """Poll ``cond`` until it holds, or fail after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while not await cond():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        await asyncio.sleep(every)
-
-
-async def metrics(session: aiohttp.ClientSession, url: str) -> dict[str, float]:
-    """``name{label=value}`` (the non-constant labels) -> value."""
-    async with session.get(url + "/metrics") as r:
-        assert r.status == 200
-        text = await r.text()
-    out = {}
-    for fam in text_string_to_metric_families(text):
-        for s in fam.samples:
-            labels = ",".join(f"{k}={v}" for k, v in sorted(s.labels.items()) if k not in _CONST_LABELS)
-            out[f"{s.name}{{{labels}}}" if labels else s.name] = s.value
-    return out
-
-
-_CONST_LABELS = {"model_name", "engine_type", "tp_rank", "pp_rank", "is_streaming"}
 
 
 def generate_body(prompt_tokens: int, max_new_tokens: int) -> dict[str, Any]:
