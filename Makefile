@@ -8,6 +8,7 @@ STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml constraints.txt | sha1su
 .PHONY: demo test check lint typecheck unit bench clean venv system-deps
 
 include engine.mk
+include sglang.mk
 
 venv: $(STAMP)
 
@@ -21,8 +22,8 @@ demo: venv
 	$(VENV)/bin/tokenmill demo
 
 lint: venv
-	$(VENV)/bin/ruff check src tests scripts chaos bench
-	$(VENV)/bin/ruff format --check src tests scripts chaos bench
+	$(VENV)/bin/ruff check src tests scripts chaos bench engines
+	$(VENV)/bin/ruff format --check src tests scripts chaos bench engines
 
 typecheck: venv
 	$(VENV)/bin/mypy
@@ -34,8 +35,8 @@ unit: venv
 system-deps:
 	test -x /usr/bin/chromium || (apt-get update && apt-get install -y --no-install-recommends chromium)
 
-# The whole suite: lint, types, then every test tier (the real vLLM CPU engine included).
-test: venv system-deps engine engine-model lint typecheck
+# The whole suite: lint, types, then every test tier (the real vLLM and SGLang CPU engines included).
+test: venv system-deps engine engine-model sglang sglang-models lint typecheck
 	$(VENV)/bin/pytest -q -p no:cacheprovider tests
 
 # Benchmarks (~7 min on 2 cores; see bench/__main__.py): BENCH_SKIP=memory skips the 1M-prompt run,

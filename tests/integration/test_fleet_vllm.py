@@ -7,27 +7,21 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from tests.integration.engine.vllm_server import (
-    MAX_MODEL_LEN,
-    MODEL_DIR,
-    SERVED_MODEL,
-    _build_model,
-    _engine_env,
-    _engine_python,
-)
+from tests.engines.pool import ServerPool
+from tests.engines.vllm import MAX_MODEL_LEN, MODEL_DIR, SERVED_MODEL, build_model, engine_env, engine_python
 
 from tokenmill.config import FleetProfile
 from tokenmill.fleet import health
 from tokenmill.fleet.local import local_fleet
 from tokenmill.fleet.process import tail
 
-pytestmark = pytest.mark.engine
+pytestmark = [pytest.mark.engine, pytest.mark.own_engine]
 
 
-def test_vllm_from_a_profile_serves_and_reports_idle(tmp_path: Path) -> None:
-    python = _engine_python()  # skips (or fails under make test) when the engine is not installed
-    _build_model(python)
-    wanted = _engine_env(tmp_path / "vllm-cache")
+def test_vllm_from_a_profile_serves_and_reports_idle(tmp_path: Path, engines_down: ServerPool) -> None:
+    python = engine_python()  # skips (or fails under make test) when the engine is not installed
+    build_model(python)
+    wanted = engine_env(tmp_path / "vllm-cache")
     env: dict[str, str | None] = {k: wanted[k] for k in wanted if k.startswith(("VLLM_", "HF_", "TRANSFORMERS_"))}
     env.update(PYTHONPATH=None, VIRTUAL_ENV=None)
     profile = FleetProfile(

@@ -193,19 +193,20 @@ def test_server_info_record_and_flags() -> None:
             "mamba_radix_cache_strategy": "extra_buffer",
             "disable_radix_cache": False,
             "mamba_ssm_dtype": "bfloat16",
-            "max_mamba_cache_size": 400,
+            "max_mamba_cache_size": None,  # the launch flag: SGLang sized the pool
             "max_running_requests": None,
             "mem_fraction_static": 0.88,
             "tp_size": 2,
             "dp_size": 1,
             "page_size": 64,
             "max_total_num_tokens": 900000,
-            "internal_states": [{"effective_max_running_requests_per_dp": 80}],
+            "internal_states": [{"effective_max_running_requests_per_dp": 80, "max_mamba_cache_size": 400}],
             "tokenmill_sim": {"gpu": "h100"},
         }
     )
     assert info.max_running == 80 and info.gpus == 2 and info.gpu == "h100" and info.radix_cache
     assert info.strategy_flag == "--mamba-radix-cache-strategy"
+    assert (info.state_slots, info.hybrid, info.max_mamba_cache_size) == (400, True, None)
     assert launch_flags(info) == [
         "--tp-size",
         "2",
@@ -218,6 +219,15 @@ def test_server_info_record_and_flags() -> None:
         "--page-size",
         "64",
     ]
+    pinned = parse_server_info({"max_mamba_cache_size": 64, "max_running_requests": 21, "max_total_tokens": 8192})
+    assert launch_flags(pinned)[-6:] == [
+        "--max-running-requests", "21", "--max-mamba-cache-size", "64", "--max-total-tokens", "8192",
+    ]  # fmt: skip
+    dense = parse_server_info(
+        {"mamba_radix_cache_strategy": "auto", "internal_states": [{"max_mamba_cache_size": None}]}
+    )
+    assert (dense.hybrid, dense.state_slots, dense.strategy) == (False, None, None)
+    assert "--mamba-radix-cache-strategy" not in launch_flags(dense)
     loads = parse_loads({"loads": [{"max_running_requests": 48}, {"max_running_requests": 48}]})
     assert loads is not None and loads.max_running == 96
     assert parse_loads({"aggregate": {}}) is None

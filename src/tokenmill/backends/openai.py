@@ -1,14 +1,17 @@
 """OpenAI-compatible APIs: ``/v1/chat/completions`` and ``/v1/completions`` (SGLang, vLLM, others).
 
-Token ids (``save_token_ids``) use vLLM's ``return_token_ids`` request field, answered with
-``prompt_token_ids`` on the response (or the choice) and ``token_ids`` on the choice.
+Token ids (``save_token_ids``) are asked for with the ``return_token_ids`` request field, which servers
+answer under different names (docs/compat.md): the prompt's ids as ``prompt_token_ids`` on the response
+(vLLM chat) or on the choice (vLLM completions, SGLang 0.5.23), the completion's as ``token_ids`` on the
+choice (vLLM, SGLang completions) or ``response_token_ids`` (SGLang chat). A server that answers without
+them (SGLang before mid-2026 ignores the field) is refused as misconfigured, never recorded with null ids.
 """
 
 from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from tokenmill.backends.base import Backend, BackendOptions, usage_int
+from tokenmill.backends.base import Backend, BackendOptions, MisconfiguredError, usage_int
 from tokenmill.backends.render import PromptRenderer
 from tokenmill.records import Generation, Message, Prompt
 
@@ -29,10 +32,21 @@ class _OpenAIBase(Backend):
     def _common(self) -> dict[str, Any]:
         return dict(self._common_fields)
 
-    @staticmethod
-    def _token_ids(obj: dict[str, Any], choice: dict[str, Any]) -> tuple[list[int] | None, list[int] | None]:
+    def _token_ids(self, obj: dict[str, Any], choice: dict[str, Any]) -> tuple[list[int] | None, list[int] | None]:
+        """The prompt and completion ids, when asked for; MisconfiguredError when the server left them out."""
+        if not self.options.save_token_ids:
+            return None, None
         prompt_ids = _ids(obj.get("prompt_token_ids")) or _ids(choice.get("prompt_token_ids"))
-        return prompt_ids, _ids(choice.get("token_ids"))
+        completion_ids = _ids(choice.get("token_ids"))
+        if completion_ids is None:
+            completion_ids = _ids(choice.get("response_token_ids"))
+        if prompt_ids is None or completion_ids is None:
+            raise MisconfiguredError(
+                f"save_token_ids is on, but the server answered {self.path} without token ids (it ignores "
+                "return_token_ids: SGLang before 0.5.23 does). Use api: sglang-generate with a tokenizer, "
+                "upgrade the server, or set save_token_ids: false"
+            )
+        return prompt_ids, completion_ids
 
 
 class OpenAIChat(_OpenAIBase):

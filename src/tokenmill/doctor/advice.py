@@ -44,10 +44,10 @@ def slots_per_request(info: ServerInfo | None) -> int | None:
 
 
 def state_slots(obs: ServerObs) -> int | None:
-    """State slots per rank: /server_info's max_mamba_cache_size, else the slot gauges."""
+    """State slots per rank: as /server_info's ``internal_states`` report them, else the slot gauges."""
     info, snap = obs.view.info, obs.view.snapshot
-    if info is not None and info.max_mamba_cache_size:
-        return info.max_mamba_cache_size
+    if info is not None and info.state_slots:
+        return info.state_slots
     total = snap.state_slots_total if snap is not None else None
     dp = info.dp_size if info is not None else 1
     return int(total // dp) if total else None

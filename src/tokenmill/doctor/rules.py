@@ -39,7 +39,10 @@ def _waiting(v: ServerView, t: DoctorSpec) -> bool:
 
 
 def _at_cap(v: ServerView, t: DoctorSpec) -> bool:
-    return v.running is not None and bool(v.max_running) and v.running >= t.at_cap * (v.max_running or 0)
+    """The server reached its running cap in the window. SGLang writes its gauges at batch boundaries, so a
+    window mean of them lags; the peak shows a cap that binds."""
+    running = v.running_peak if v.running_peak is not None else v.running
+    return running is not None and bool(v.max_running) and running >= t.at_cap * (v.max_running or 0)
 
 
 def _state_capped(o: ServerObs, t: DoctorSpec) -> bool:
@@ -50,9 +53,15 @@ def _state_capped(o: ServerObs, t: DoctorSpec) -> bool:
 
 
 def _state_sized_to_cap(v: ServerView) -> bool:
-    """Radix cache off with an explicit cap: SGLang sizes the state pool to exactly the cap, so a full state
-    pool is by construction and the cap itself is what binds."""
-    return v.info is not None and bool(v.info.disable_radix_cache) and v.info.max_running_flag is not None
+    """Radix cache off with an explicit cap (and no explicit slot count): SGLang sizes the state pool to
+    exactly the cap, so a full state pool is by construction and the cap itself is what binds."""
+    info = v.info
+    return (
+        info is not None
+        and bool(info.disable_radix_cache)
+        and info.max_running_flag is not None
+        and info.max_mamba_cache_size is None
+    )
 
 
 def _state_full(v: ServerView, t: DoctorSpec) -> bool:
@@ -60,7 +69,14 @@ def _state_full(v: ServerView, t: DoctorSpec) -> bool:
 
 
 def _hybrid(v: ServerView) -> bool:
-    return v.state_usage is not None or (v.info is not None and v.info.strategy is not None)
+    """A recurrent-state pool exists: /server_info says so, else the slot gauges (SGLang exports the state
+    gauges at 0 for a pure transformer, so their presence proves nothing)."""
+    if v.info is not None and v.info.hybrid is not None:
+        return v.info.hybrid
+    snap = v.snapshot
+    if snap is not None and snap.hybrid is not None:
+        return snap.hybrid
+    return v.state_usage is not None and v.state_usage > 0
 
 
 def _running(v: ServerView) -> str:
@@ -180,7 +196,7 @@ def state_pool_bound(o: ServerObs, c: ClientObs, t: DoctorSpec) -> Finding | Non
         return None
     info = v.info
     slots, per = advice.state_slots(o), advice.slots_per_request(info)
-    hit = v.snapshot.cache_hit_rate if v.snapshot is not None else None
+    hit = v.prefix_hit_rate
     radix_on = info is not None and info.radix_cache
     cands: list[Candidate] = []
     if radix_on and (hit is None or hit < t.low_cache_hit):
@@ -284,7 +300,7 @@ def scheduler_conservative(o: ServerObs, c: ClientObs, t: DoctorSpec) -> Finding
         return None
     if v.queued_min is not None and v.queued_min < t.queue_waiting:
         return None  # the queue drains now and then: arrivals waiting for a prefill, not held back
-    if v.running >= t.at_cap * v.max_running or v.kv_usage is None or v.kv_usage >= t.pool_roomy:
+    if _at_cap(v, t) or v.kv_usage is None or v.kv_usage >= t.pool_roomy:
         return None
     if v.state_usage is not None and v.state_usage >= t.pool_roomy and not _state_sized_to_cap(v):
         return None
@@ -344,7 +360,7 @@ def prefill_heavy(o: ServerObs, c: ClientObs, t: DoctorSpec) -> Finding | None:
         return None
     chunk = v.info.chunked_prefill_size if v.info is not None else None
     bigger = max(8192, 2 * chunk) if chunk and chunk > 0 else 8192
-    hit = v.snapshot.cache_hit_rate if v.snapshot is not None else None
+    hit = v.prefix_hit_rate
     return Finding(
         summary=f"{num(v.prompt_tok_s)} prompt tok/s vs {num(v.output_tok_s)} output tok/s ({ratio:.1f}x)",
         evidence=(

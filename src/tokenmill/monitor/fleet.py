@@ -36,6 +36,7 @@ class ServerView:
     healthy: bool
     error: str | None
     running: float | None = None  # window means of the gauges
+    running_peak: float | None = None  # the most seen running at once in the window
     queued: float | None = None
     queued_min: float | None = None  # 0 when the queue emptied at least once in the window
     kv_usage: float | None = None  # the KV pool (full attention on hybrids)
@@ -43,6 +44,7 @@ class ServerView:
     max_running: int | None = None
     output_tok_s: float | None = None  # live decode rate, else finished generation tokens
     prompt_tok_s: float | None = None  # live prefill rate, else finished prompt tokens
+    prefix_hit_rate: float | None = None  # share of prompt tokens served from the prefix cache, over the window
     requests_s: float | None = None
     preemptions_per_min: float | None = None
     transitions: int = 0  # up/down changes within the flap window
@@ -89,6 +91,8 @@ class _Track:
         self.state = GaugeWindow(window_s)
         self.out = Window(window_s)
         self.prompt = Window(window_s)
+        self.prefill_compute = Window(window_s)
+        self.prefill_cached = Window(window_s)
         self.requests = Window(window_s)
         self.preempt = Window(window_s)
         self.flips: deque[float] = deque()
@@ -97,6 +101,20 @@ class _Track:
         self.last_out: float | None = None
         self.output_tokens = 0.0
         self.scrapes = 0
+
+
+def _hybrid(info: ServerInfo | None, snap: ServerSnapshot) -> bool | None:
+    """Whether the server has a recurrent-state pool: /server_info says, else the slot gauges; None: unknown."""
+    if info is not None and info.hybrid is not None:
+        return info.hybrid
+    return snap.hybrid
+
+
+def _hit_rate(cached_s: float | None, computed_s: float | None) -> float | None:
+    """Cached prompt tokens over all prompt tokens in the window; None without prefill in it."""
+    if cached_s is None or computed_s is None or cached_s + computed_s <= 0:
+        return None
+    return cached_s / (cached_s + computed_s)
 
 
 def _output_counter(s: ServerSnapshot) -> float | None:
@@ -225,7 +243,7 @@ class FleetMonitor:
             track.running.add(now, snap.running)
             track.queued.add(now, snap.queued)
             track.kv.add(now, snap.kv_pool_usage)
-            track.state.add(now, snap.state_usage)
+            track.state.add(now, snap.state_usage if _hybrid(track.info, snap) is not False else None)
             out = _output_counter(snap)
             if out is not None:
                 track.out.add(now, out)
@@ -234,6 +252,8 @@ class FleetMonitor:
                 track.last_out = out
             for window, value in (
                 (track.prompt, _prompt_counter(snap)),
+                (track.prefill_compute, snap.prefill_tokens_total),
+                (track.prefill_cached, snap.prefill_cache_tokens_total),
                 (track.requests, snap.requests_total),
                 (track.preempt, snap.preemptions_total),
             ):
@@ -252,6 +272,7 @@ class FleetMonitor:
             healthy=snap.healthy,
             error=snap.error,
             running=track.running.mean(),
+            running_peak=track.running.max(),
             queued=track.queued.mean(),
             queued_min=track.queued.min(),
             kv_usage=track.kv.mean(),
@@ -259,6 +280,7 @@ class FleetMonitor:
             max_running=snap.max_running or (track.info.max_running if track.info else None),
             output_tok_s=track.out.rate_or_none(),
             prompt_tok_s=track.prompt.rate_or_none(),
+            prefix_hit_rate=_hit_rate(track.prefill_cached.rate_or_none(), track.prefill_compute.rate_or_none()),
             requests_s=track.requests.rate_or_none(),
             preemptions_per_min=None if preempt is None else preempt * 60,
             transitions=len(track.flips),

@@ -22,18 +22,26 @@ NEW_STRATEGY_FLAG = "--mamba-radix-cache-strategy"
 
 @dataclass(frozen=True, slots=True)
 class ServerInfo:
-    """The settings of one server that matter to throughput; ``None`` where it does not say."""
+    """The settings of one server that matter to throughput; ``None`` where it does not say.
+
+    SGLang's ``/server_info`` holds the launch flags at the top level (``None`` where SGLang decides) and the
+    scheduler's computed values in ``internal_states`` (one entry per DP rank): the effective running cap
+    and the state slots are read from there, the flags from the top level.
+    """
 
     max_running: int | None  # effective cap, summed over DP ranks
     model_path: str | None = None
-    strategy: str | None = None  # the Mamba radix-cache strategy (hybrids)
-    strategy_flag: str = OLD_STRATEGY_FLAG  # the spelling this server's build knows
+    strategy: str | None = None  # the Mamba radix-cache strategy (hybrids; None for a dense model)
+    strategy_flag: str = NEW_STRATEGY_FLAG  # the spelling this server's build knows
     disable_radix_cache: bool | None = None
     disable_overlap_schedule: bool | None = None
     mamba_ssm_dtype: str | None = None
-    max_mamba_cache_size: int | None = None  # state slots per rank
+    state_slots: int | None = None  # recurrent-state slots per rank as the server sized them (None: none/unknown)
+    hybrid: bool | None = None  # a recurrent-state pool exists (None: the server does not say)
+    max_mamba_cache_size: int | None = None  # --max-mamba-cache-size as given (None: sized by SGLang)
     max_running_flag: int | None = None  # --max-running-requests as given (None: automatic)
-    max_total_tokens: int | None = None  # KV pool, tokens per rank
+    max_total_tokens: int | None = None  # KV pool, tokens per rank, as the server sized it
+    max_total_tokens_flag: int | None = None  # --max-total-tokens as given
     mem_fraction_static: float | None = None
     tp_size: int = 1
     dp_size: int = 1
@@ -75,22 +83,55 @@ def _bool(value: Any) -> bool | None:
     return value if isinstance(value, bool) else None
 
 
+def _ranks(info: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    states = info.get("internal_states")
+    return [s for s in states if isinstance(s, Mapping)] if isinstance(states, list) else []
+
+
+def _state_slots(info: Mapping[str, Any], ranks: list[Mapping[str, Any]]) -> tuple[int | None, bool | None]:
+    """Slots per rank and whether a state pool exists: the scheduler's computed ``max_mamba_cache_size``
+    (``internal_states``; ``None`` there means no state pool), else the launch flag when given."""
+    if ranks and any("max_mamba_cache_size" in r for r in ranks):
+        sizes = [_int(r.get("max_mamba_cache_size")) for r in ranks]
+        known = [v for v in sizes if v]
+        return (max(known), True) if known else (None, False)
+    flag = _int(info.get("max_mamba_cache_size"))
+    return (flag, True) if flag else (None, None)
+
+
+def _strategy(info: Mapping[str, Any], ranks: list[Mapping[str, Any]], hybrid: bool | None) -> tuple[str | None, str]:
+    """The strategy as the scheduler resolved it, and the flag spelling the build's arguments carry."""
+    key = "mamba_radix_cache_strategy" if "mamba_radix_cache_strategy" in info else "mamba_scheduler_strategy"
+    flag = NEW_STRATEGY_FLAG if key == "mamba_radix_cache_strategy" else OLD_STRATEGY_FLAG
+    if key not in info and not ranks:
+        flag = NEW_STRATEGY_FLAG
+    if hybrid is False:
+        return None, flag
+    value = next((_str(r.get(key)) for r in ranks if _str(r.get(key))), None) or _str(info.get(key))
+    return value, flag
+
+
 def parse_server_info(info: Mapping[str, Any]) -> ServerInfo:
     """A :class:`ServerInfo` from a ``/server_info`` body; unknown or missing fields stay ``None``."""
-    new_strategy = _str(info.get("mamba_radix_cache_strategy"))
+    ranks = _ranks(info)
+    slots, hybrid = _state_slots(info, ranks)
+    strategy, strategy_flag = _strategy(info, ranks, hybrid)
     sim = info.get("tokenmill_sim")
     gpu = _str(sim.get("gpu")) if isinstance(sim, Mapping) else None
     return ServerInfo(
         max_running=max_running_from_server_info(info),
         model_path=_str(info.get("model_path")),
-        strategy=new_strategy or _str(info.get("mamba_scheduler_strategy")),
-        strategy_flag=NEW_STRATEGY_FLAG if new_strategy else OLD_STRATEGY_FLAG,
+        strategy=strategy,
+        strategy_flag=strategy_flag,
         disable_radix_cache=_bool(info.get("disable_radix_cache")),
         disable_overlap_schedule=_bool(info.get("disable_overlap_schedule")),
         mamba_ssm_dtype=_str(info.get("mamba_ssm_dtype")),
+        state_slots=slots,
+        hybrid=hybrid,
         max_mamba_cache_size=_int(info.get("max_mamba_cache_size")),
         max_running_flag=_int(info.get("max_running_requests")),
         max_total_tokens=_int(info.get("max_total_num_tokens")) or _int(info.get("max_total_tokens")),
+        max_total_tokens_flag=_int(info.get("max_total_tokens")),
         mem_fraction_static=_float(info.get("mem_fraction_static")),
         tp_size=_int(info.get("tp_size")) or 1,
         dp_size=_int(info.get("dp_size")) or 1,
@@ -131,10 +172,12 @@ def launch_flags(info: ServerInfo) -> list[str]:
         flags.append("--disable-radix-cache")
     if info.disable_overlap_schedule:
         flags.append("--disable-overlap-schedule")
-    if info.max_running_flag is not None and (info.disable_radix_cache or info.max_running_flag != info.max_running):
-        # some builds report the resolved cap here; equal to the effective cap it may be SGLang's own value,
-        # and pinning it would hide what a change of pools does to the cap
+    if info.max_running_flag is not None:
         flags += ["--max-running-requests", str(info.max_running_flag)]
+    if info.max_mamba_cache_size is not None:
+        flags += ["--max-mamba-cache-size", str(info.max_mamba_cache_size)]
+    if info.max_total_tokens_flag is not None:
+        flags += ["--max-total-tokens", str(info.max_total_tokens_flag)]
     if info.mamba_ssm_dtype:
         flags += ["--mamba-ssm-dtype", info.mamba_ssm_dtype]
     if info.kv_cache_dtype and info.kv_cache_dtype != "auto":

@@ -5,7 +5,10 @@ snapshot field to the engine's sample name. The engine is recognised from the me
 (``sglang:`` / ``vllm:``). Counters are looked up by their exposed sample name, which always ends in
 ``_total`` (the Prometheus parser adds the suffix when a counter is exposed without it). Series with
 several label sets (data-parallel ranks, ``finished_reason``) are summed, except fractions, which take
-the largest value, i.e. the fullest pool.
+the largest value, i.e. the fullest pool. Label sets that repeat a value are left out first, so nothing is
+counted twice: under priority scheduling SGLang writes each gauge once per priority and once more as the
+total (``priority=""``), which alone is read; with metrics from every scheduler, the ranks of one
+tensor-, pipeline- or expert-parallel group report the same scheduler, and only rank 0 is read.
 
 :func:`scrape` never raises for a server that is down or answers garbage: the snapshot says
 ``healthy=False`` and carries the reason in ``error``.
@@ -51,6 +54,9 @@ SGLANG_LABELLED: Mapping[str, tuple[str, str, str]] = {
     # when a request finishes)
     "decode_tokens_total": ("sglang:realtime_tokens_total", "mode", "decode"),
     "prefill_tokens_total": ("sglang:realtime_tokens_total", "mode", "prefill_compute"),
+    # prompt tokens served from the prefix cache; against prefill_compute, the windowed prefix hit rate
+    # (sglang:cache_hit_rate is the last prefill batch's, reset to 0 at every decode log line)
+    "prefill_cache_tokens_total": ("sglang:realtime_tokens_total", "mode", "prefill_cache"),
 }
 VLLM_NAMES: Mapping[str, str] = {
     "running": "vllm:num_requests_running",
@@ -99,7 +105,7 @@ class ServerSnapshot:
     max_running: int | None = None  # from SGLang's /server_info
     error: str | None = None  # why the snapshot is unhealthy or empty
     full_kv_usage: float | None = None  # fraction of the full-attention KV pool (SGLang hybrids)
-    cache_hit_rate: float | None = None  # prefix-cache hit rate (SGLang)
+    cache_hit_rate: float | None = None  # the last prefill batch's hit rate (SGLang; 0 after a decode log line)
     kv_tokens_capacity: float | None = None  # KV pool size in tokens, summed over DP ranks (SGLang)
     sum_seq_lens: float | None = None  # tokens held by the running requests (SGLang)
     state_slots_used: float | None = None  # recurrent-state slots held (SGLang hybrids)
@@ -108,6 +114,7 @@ class ServerSnapshot:
     aborted_total: float | None = None
     decode_tokens_total: float | None = None  # live decode counter (SGLang realtime_tokens_total)
     prefill_tokens_total: float | None = None  # live prefill-compute counter
+    prefill_cache_tokens_total: float | None = None  # prompt tokens served from the prefix cache (SGLang)
 
     @property
     def kv_pool_usage(self) -> float | None:
@@ -116,11 +123,24 @@ class ServerSnapshot:
 
     @property
     def state_slots_total(self) -> float | None:
-        """Size of the recurrent-state pool in slots, when the server exposes the slot counts."""
+        """Size of the recurrent-state pool in slots; ``None`` when the server has none or does not say.
+
+        SGLang exports the slot gauges (and ``mamba_usage``) for every model, at 0 for a pure transformer:
+        only a pool of non-zero size means recurrent state.
+        """
         parts = (self.state_slots_used, self.state_slots_available, self.state_slots_evictable)
         if self.state_slots_used is None or self.state_slots_available is None:
             return None
-        return math.fsum(p for p in parts if p is not None)
+        total = math.fsum(p for p in parts if p is not None)
+        return total if total > 0 else None
+
+    @property
+    def hybrid(self) -> bool | None:
+        """Whether the model has a recurrent-state pool: from the slot gauges' total; ``None`` when the build
+        exports no slot gauges (SGLang before May 2026; /server_info's ``internal_states`` then tells)."""
+        if self.state_slots_used is None or self.state_slots_available is None:
+            return None
+        return self.state_slots_total is not None
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,16 +169,27 @@ def relevant_text(text: str) -> str:
 
 
 _LABELLED_NAMES = frozenset(spec[0] for m in LABELLED_MAPS.values() for spec in m.values())
+# labels of a parallel group whose ranks repeat one scheduler's numbers: only rank 0 is read
+_REPLICA_LABELS = ("tp_rank", "pp_rank", "moe_ep_rank", "attn_tp_rank")
+
+
+def _distinct(samples: list[Any]) -> list[Any]:
+    """The samples of one family that count: rank 0 of replicated groups, the total of a priority split."""
+    kept = [s for s in samples if all(s.labels.get(label, "0") == "0" for label in _REPLICA_LABELS)]
+    if any(s.labels.get("priority") == "" for s in kept):
+        kept = [s for s in kept if s.labels.get("priority", "") == ""]
+    return kept
 
 
 def _sample_values(text: str) -> dict[str, list[float]]:
-    """Sample name -> values over all label sets. Raises ValueError on malformed exposition text.
+    """Sample name -> values over the label sets that count (:func:`_distinct`). Raises ValueError on
+    malformed exposition text.
 
     Samples of a labelled family are also filed under ``name|label=value`` for the labelled maps.
     """
     values: dict[str, list[float]] = {}
     for family in text_string_to_metric_families(relevant_text(text)):
-        for sample in family.samples:
+        for sample in _distinct(family.samples):
             value = float(sample.value)
             if not math.isnan(value):
                 values.setdefault(sample.name, []).append(value)
@@ -221,6 +252,7 @@ def parse_metrics(text: str, taken_at: float) -> ServerSnapshot:
         aborted_total=found.get("aborted_total"),
         decode_tokens_total=found.get("decode_tokens_total"),
         prefill_tokens_total=found.get("prefill_tokens_total"),
+        prefill_cache_tokens_total=found.get("prefill_cache_tokens_total"),
     )
 
 

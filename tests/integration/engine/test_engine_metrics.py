@@ -9,7 +9,7 @@ from typing import Any
 
 import aiohttp
 import pytest
-from vllm_server import EngineServer
+from tests.engines.pool import LiveServer as EngineServer
 
 from tokenmill.monitor.scrape import ServerSnapshot, rates, scrape
 

@@ -25,7 +25,8 @@ from typing import Any
 import aiohttp
 import pytest
 from tokenizers import Tokenizer
-from vllm_server import EngineServer, decodes_to
+from tests.engines.pool import LiveServer as EngineServer
+from tests.engines.vllm import decodes_to
 
 pytestmark = pytest.mark.engine
 

@@ -15,7 +15,8 @@ import orjson
 import pytest
 import yaml
 from tokenizers import Tokenizer
-from vllm_server import EngineServer, decodes_to
+from tests.engines.pool import LiveServer as EngineServer
+from tests.engines.vllm import decodes_to
 
 from tokenmill.monitor.scrape import ServerSnapshot, scrape
 

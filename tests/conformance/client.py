@@ -1,0 +1,111 @@
+"""Small HTTP helpers for the conformance tests: JSON calls, /metrics as typed families, polling, load."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.engines.pool import LiveServer
+
+POLL_DEADLINE_S = 60.0
+POLL_PAUSE_S = 0.02
+
+
+async def post(http: aiohttp.ClientSession, server: LiveServer, path: str, **body: Any) -> tuple[int, dict[str, Any]]:
+    """POST a JSON body (OpenAI routes get the served model name); returns the status and the decoded JSON."""
+    if path.startswith("/v1/"):
+        body.setdefault("model", server.model)
+    async with http.post(server.base_url + path, json=body) as resp:
+        payload: dict[str, Any] = await resp.json(content_type=None)
+        return resp.status, payload
+
+
+async def get_json(http: aiohttp.ClientSession, server: LiveServer, path: str) -> Any:
+    async with http.get(server.base_url + path) as resp:
+        assert resp.status == 200, f"GET {path}: HTTP {resp.status}"
+        return await resp.json(content_type=None)
+
+
+@dataclass(frozen=True)
+class Sample:
+    name: str
+    labels: Mapping[str, str]
+    value: float
+
+
+@dataclass(frozen=True)
+class Family:
+    name: str
+    type: str
+    samples: tuple[Sample, ...]
+
+    def value(self, **labels: str) -> float:
+        """The sum of the samples whose labels include ``labels``."""
+        return sum(s.value for s in self.samples if all(s.labels.get(k) == v for k, v in labels.items()))
+
+
+async def metrics_text(http: aiohttp.ClientSession, server: LiveServer) -> str:
+    async with http.get(server.base_url + "/metrics") as resp:
+        assert resp.status == 200
+        return await resp.text()
+
+
+async def families(http: aiohttp.ClientSession, server: LiveServer) -> dict[str, Family]:
+    """/metrics parsed with prometheus_client: family name (without ``_total``) -> type and samples."""
+    out: dict[str, Family] = {}
+    for fam in text_string_to_metric_families(await metrics_text(http, server)):
+        samples = tuple(Sample(s.name, dict(s.labels), float(s.value)) for s in fam.samples)
+        out[fam.name] = Family(fam.name, fam.type, samples)
+    return out
+
+
+async def until(
+    probe: Callable[[], Awaitable[Any]], done: Callable[[Any], bool], what: str, deadline_s: float = POLL_DEADLINE_S
+) -> Any:
+    """Call ``probe`` until ``done(result)``; fails with the last result after the deadline."""
+    end = time.monotonic() + deadline_s
+    while True:
+        result = await probe()
+        if done(result):
+            return result
+        assert time.monotonic() < end, f"{what}: not reached in {deadline_s:.0f} s; last: {result}"
+        await asyncio.sleep(POLL_PAUSE_S)  # the pause between probes; the condition is what is waited for
+
+
+def gauge(fams: Mapping[str, Family], name: str) -> float:
+    return fams[name].value()
+
+
+async def generate(
+    http: aiohttp.ClientSession, server: LiveServer, text: str, max_new_tokens: int, **params: Any
+) -> dict[str, Any]:
+    status, body = await post(
+        http, server, "/generate", text=text, sampling_params={"max_new_tokens": max_new_tokens, **params}
+    )
+    assert status == 200, body
+    return body
+
+
+def start_load(
+    http: aiohttp.ClientSession, server: LiveServer, n: int, max_new_tokens: int, tag: str = "load"
+) -> list[asyncio.Task[dict[str, Any]]]:
+    """``n`` concurrent /generate requests of exactly ``max_new_tokens`` tokens each, as tasks."""
+    return [
+        asyncio.create_task(
+            generate(http, server, f"{tag} {i}: tell me about the world.", max_new_tokens, ignore_eos=True)
+        )
+        for i in range(n)
+    ]
+
+
+def stop_string(text: str) -> str:
+    """Two characters from the middle of a greedy answer, to send back as a stop string."""
+    assert len(text) >= 4, f"the answer is too short to pick a stop string from: {text!r}"
+    middle = len(text) // 2
+    return text[middle : middle + 2]

@@ -1,0 +1,96 @@
+"""Session-wide test plumbing: the pool of real and simulated servers, and test order by server kind.
+
+Tests that need a real engine name it through a fixture (``engine_server`` for vLLM, ``sglang_dense``,
+``sglang_hybrid``), a ``server`` parameter (the conformance suite) or ``@pytest.mark.server_kind(NAME)``.
+They run after all other tests, grouped by kind, so that each engine starts once while at most
+``TOKENMILL_TEST_ENGINES`` (default 1) are up.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from tests.engines.pool import KINDS, LiveServer, ServerPool
+from tests.engines.process import StartFailed
+
+# fixture name -> the server kind it stands for
+FIXTURE_KINDS = {"engine_server": "vllm", "sglang_dense": "sglang-dense", "sglang_hybrid": "sglang-hybrid"}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "server_kind(name): the test uses the test server of that kind")
+    config.addinivalue_line("markers", "own_engine: the test starts a real engine itself (runs last, pool emptied)")
+
+
+def item_kinds(item: pytest.Item) -> list[str]:
+    """The server kinds a collected test uses."""
+    kinds: list[str] = []
+    callspec = getattr(item, "callspec", None)
+    if callspec is not None and isinstance(callspec.params.get("server"), str):
+        kinds.append(callspec.params["server"])
+    kinds += [kind for fixture, kind in FIXTURE_KINDS.items() if fixture in getattr(item, "fixturenames", ())]
+    kinds += [m.args[0] for m in item.iter_markers("server_kind")]
+    return kinds
+
+
+def _real(kinds: list[str]) -> list[str]:
+    return [k for k in kinds if k in KINDS and KINDS[k].real]
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark tests by engine (``-m sglang`` / ``-m engine``) and run real-engine tests last, grouped by kind."""
+    order: dict[str, int] = {}
+    for item in items:
+        for kind in _real(item_kinds(item)):
+            order.setdefault(kind, len(order))
+            item.add_marker(pytest.mark.sglang if KINDS[kind].engine == "sglang" else pytest.mark.engine)
+
+    def key(item: pytest.Item) -> int:
+        if item.get_closest_marker("own_engine"):
+            return 1 + len(order)
+        real = _real(item_kinds(item))
+        return 1 + min(order[k] for k in real) if real else 0
+
+    items.sort(key=key)  # stable: the collection order within each group stays
+
+
+@pytest.fixture(scope="session")
+def server_pool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerPool]:
+    pool = ServerPool(tmp_path_factory.mktemp("servers"))
+    yield pool
+    pool.close()
+
+
+def live_server(pool: ServerPool, name: str) -> LiveServer:
+    """The pool's server of kind ``name``; a server that does not start fails the test with its log."""
+    try:
+        return pool.get(name)
+    except StartFailed as exc:
+        pytest.fail(str(exc), pytrace=False)
+
+
+@pytest.fixture
+def sglang_dense(server_pool: ServerPool) -> LiveServer:
+    """The real SGLang server with the tiny dense model (shared by the session)."""
+    return live_server(server_pool, "sglang-dense")
+
+
+@pytest.fixture
+def sglang_hybrid(server_pool: ServerPool) -> LiveServer:
+    """The real SGLang server with the tiny hybrid GDN model (shared by the session)."""
+    return live_server(server_pool, "sglang-hybrid")
+
+
+@pytest.fixture
+def engines_down(server_pool: ServerPool) -> ServerPool:
+    """For a test that starts a real engine itself: the pool's real engines are stopped first."""
+    server_pool.stop_real()
+    return server_pool
+
+
+@pytest.fixture
+def engine_server(server_pool: ServerPool) -> LiveServer:
+    """The real vLLM server with the tiny dense model (shared by the session)."""
+    return live_server(server_pool, "vllm")
