@@ -82,3 +82,20 @@ def test_bad_user_file_names_the_field(tmp_path: Path) -> None:
         GpuCatalog.load(f)
     with pytest.raises(ConfigError, match="cannot read"):
         GpuCatalog.load(tmp_path / "missing.yaml")
+
+
+def test_every_bundled_memory_is_a_driver_report_with_its_source() -> None:
+    # SGLang's automatic fraction starts from nvidia-smi memory.total (rocminfo's pool size on AMD), so each
+    # entry carries the figure a posted driver report shows, and says where it was posted
+    for gpu in GpuCatalog.load():
+        sources = " ".join(gpu.sources)
+        assert str(gpu.memory_mib) in sources or f"{gpu.memory_mib:,}" in sources, gpu.key
+        assert not gpu.is_unverified("memory_mib"), gpu.key
+
+
+@pytest.mark.parametrize(
+    ("key", "mib"),
+    [("h100", 81_559), ("h200", 143_771), ("b200", 183_359), ("b300", 275_040), ("rtx-pro-6000", 97_887)],
+)
+def test_driver_reported_totals(key: str, mib: int) -> None:
+    assert GpuCatalog.load().get(key).memory_mib == mib
