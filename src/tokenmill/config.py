@@ -354,10 +354,12 @@ class PlannerConfig(_Model):
         le=1,
         description="Share of the KV pool the steady-state running set may fill (the rest absorbs length spread)",
     )
-    auto_strategy: Literal["extra_buffer", "no_buffer"] = Field(
-        default="extra_buffer",
-        description="What --mamba-scheduler-strategy auto resolves to: extra_buffer on builds after "
-        "sglang PR #28151, no_buffer on v0.5.7-v0.5.10",
+    sglang_version: str = Field(
+        default="0.5.23",
+        min_length=1,
+        description="The SGLang release the planner sizes for and renders flags for: it decides what "
+        "`--mamba-radix-cache-strategy auto` resolves to (0.5.14 and later: extra_buffer when the model "
+        "supports it; before: no_buffer) and which flag spellings a server accepts",
     )
     whatif_mem_fractions: list[float] = Field(
         default_factory=lambda: [0.85, 0.9],

@@ -24,6 +24,22 @@ def test_done_when_command_prints_the_strategy_table() -> None:
     assert "bound by state slots" in text  # the default (extra_buffer) is state-bound
     assert "--disable-radix-cache --max-running-requests" in text
     assert "What if" in text and "note: eta_bw 0.6 (default, uncalibrated)" in text
+    # rows are spelled for the default SGLang release (0.5.23): new strategy name, no_buffer with overlap off
+    assert "--mamba-radix-cache-strategy no_buffer --disable-overlap-schedule" in text
+    assert "--mamba-scheduler-strategy" not in text
+
+
+def test_sglang_version_decides_auto_and_the_flag_spellings() -> None:
+    old = json.loads(run("-m", "qwen3.6-27b", "-g", "rtx-pro-6000", "--sglang-version", "0.5.10", "--json"))
+    new = json.loads(run("-m", "qwen3.6-27b", "-g", "rtx-pro-6000", "--json"))
+    assert (old["assumptions"]["sglang_version"], new["assumptions"]["sglang_version"]) == ("0.5.10", "0.5.23")
+    # up to 0.5.13 `auto` is no_buffer (S = 3, overlap off); 0.5.23 picks extra_buffer (S = 5)
+    assert (old["plan"]["strategy"], old["plan"]["slots_per_request"]) == ("no_buffer", 3)
+    assert (new["plan"]["strategy"], new["plan"]["slots_per_request"]) == ("extra_buffer", 5)
+    old_flags = " ".join(row["flags"] for row in old["what_if"])
+    new_flags = " ".join(row["flags"] for row in new["what_if"])
+    assert "--mamba-scheduler-strategy" in old_flags and "--mamba-radix-cache-strategy" not in old_flags
+    assert "--mamba-radix-cache-strategy" in new_flags and "--mamba-scheduler-strategy" not in new_flags
 
 
 def test_json_output_is_complete() -> None:

@@ -199,3 +199,34 @@ def test_unreadable_config_file_is_a_config_error(tmp_path: Path) -> None:
     bad.write_text("{not json")
     with pytest.raises(ConfigError, match="not valid JSON"):
         load_model(str(bad))
+
+
+def test_architecture_and_vision_fields_for_sglangs_multimodal_rules() -> None:
+    qwen = load_model("qwen3.6-27b")
+    assert qwen.architectures == ("Qwen3_5ForConditionalGeneration",)
+    assert qwen.is_multimodal and qwen.keeps_prefill_graph and qwen.supports_extra_buffer
+    # the Qwen vision config names its depth `depth`: SGLang's factor sees no num_hidden_layers
+    assert qwen.vision is not None and (qwen.vision.num_hidden_layers, qwen.vision.hidden_size) == (None, 1152)
+    for name in ("qwen3-next-80b-a3b", "llama-3.1-8b", "nemotron-h-8b"):
+        assert not load_model(name).is_multimodal, name
+    assert not load_model("llama-3.1-8b").supports_extra_buffer
+    assert load_model("nemotron-h-8b").supports_extra_buffer
+
+
+def test_a_nested_text_config_is_multimodal_and_vision_keys_are_read_literally() -> None:
+    cfg = {
+        "architectures": ["SomeVLForConditionalGeneration"],
+        "text_config": {
+            "hidden_size": 64,
+            "num_hidden_layers": 2,
+            "vocab_size": 100,
+            "num_attention_heads": 4,
+            "intermediate_size": 128,
+        },
+        "vision_config": {"num_hidden_layers": 32, "hidden_size": 1280, "depth": 7},
+    }
+    spec = from_hf_config(cfg, "vl")
+    assert spec.is_multimodal and not spec.keeps_prefill_graph  # not on SGLang's prefill-graph allow list
+    assert spec.vision is not None and (spec.vision.num_hidden_layers, spec.vision.hidden_size) == (32, 1280)
+    flat = from_hf_config({**cfg["text_config"], "architectures": ["LlamaForCausalLM"]}, "text")
+    assert not flat.is_multimodal and flat.vision is None and flat.keeps_prefill_graph

@@ -114,7 +114,7 @@ def _list_gpus(console: Console, catalog: GpuCatalog) -> None:
     "--flags",
     "flags",
     multiple=True,
-    help='SGLang launch flags as you would type them, e.g. "--mamba-scheduler-strategy extra_buffer '
+    help='SGLang launch flags as you would type them, e.g. "--mamba-radix-cache-strategy extra_buffer '
     '--mem-fraction-static 0.9" (repeatable; SGLANG_MAMBA_SSM_DTYPE=... style assignments too)',
 )
 @click.option("--prompts", type=click.IntRange(min=1), help="Number of prompts to generate for")
@@ -129,9 +129,9 @@ def _list_gpus(console: Console, catalog: GpuCatalog) -> None:
 @click.option("--compare", "compare_gpus", multiple=True, help="Also plan on this GPU and show the ratio (repeatable)")
 @click.option("--gpu-file", type=click.Path(exists=True, dir_okay=False), help="YAML file with more GPUs")
 @click.option(
-    "--auto-strategy",
-    type=click.Choice(["extra_buffer", "no_buffer"]),
-    help="What `--mamba-scheduler-strategy auto` means on your SGLang build (later builds: extra_buffer)",
+    "--sglang-version",
+    help="The SGLang release the servers run (e.g. 0.5.10): sizing rules and flag spellings follow it "
+    "[default: PlannerConfig.sglang_version]",
 )
 @click.option("--what-if/--no-what-if", "with_what_if", default=True, help="Rank alternative configurations")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables")
@@ -151,7 +151,7 @@ def plan(
     eta: float | None,
     compare_gpus: tuple[str, ...],
     gpu_file: str | None,
-    auto_strategy: str | None,
+    sglang_version: str | None,
     with_what_if: bool,
     as_json: bool,
     list_models: bool,
@@ -163,7 +163,7 @@ def plan(
     Example:
         tokenmill plan --model qwen3.6-27b --gpu rtx-pro-6000
         tokenmill plan -m qwen3.6-27b -g rtx-pro-6000 --gpus 8 --prompts 200000 \\
-            --input-len 900 --output-len 3000 --flags "--mamba-scheduler-strategy extra_buffer" --compare h100
+            --input-len 900 --output-len 3000 --flags "--mamba-radix-cache-strategy extra_buffer" --compare h100
     """
     console = Console()
     catalog = GpuCatalog.load(gpu_file)
@@ -177,7 +177,7 @@ def plan(
     model = model or engine.model_path  # `--flags "--model-path Qwen/Qwen3.6-27B ..."` names the model too
     if not model or not gpu:
         raise click.UsageError("give --model and --gpu (see --list-models and --list-gpus)")
-    config = PlannerConfig.model_validate({} if auto_strategy is None else {"auto_strategy": auto_strategy})
+    config = PlannerConfig.model_validate({} if sglang_version is None else {"sglang_version": sglang_version})
     spec = load_model(model)
     card = catalog.get(gpu)
     workload = _workload(config, prompts, input_len, output_len, dataset, tokenizer, sample_rows)

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from tokenmill.config import PlannerConfig
-from tokenmill.planner.flags import EngineFlags, parse_flags
+from tokenmill.planner.flags import EngineFlags, command_line, parse_flags
 from tokenmill.planner.hardware import GpuCatalog, GpuSpec
 from tokenmill.planner.memory import PoolPlan, size_pools
 from tokenmill.planner.models import ModelSpec
@@ -48,6 +48,16 @@ class ServerCapacity:
     def gpus(self) -> int:
         """GPUs in this replica (TP size)."""
         return self.flags.tp_size
+
+    @property
+    def sglang_version(self) -> str | None:
+        """The SGLang release the pools were sized for (flags are rendered for it)."""
+        return self.pools.sglang_version
+
+    @property
+    def command(self) -> str:
+        """The flags, spelled for :attr:`sglang_version`."""
+        return command_line(self.flags, self.sglang_version)
 
     @property
     def max_running(self) -> int:
@@ -110,7 +120,9 @@ def build_capacity(
     model: ModelSpec, gpu: GpuSpec, flags: EngineFlags, config: PlannerConfig, eta: float | None = None
 ) -> ServerCapacity:
     """Capacity from resolved objects (pure)."""
-    pools = size_pools(model, gpu, flags, cuda_context_gib=config.cuda_context_gib, auto_strategy=config.auto_strategy)
+    pools = size_pools(
+        model, gpu, flags, cuda_context_gib=config.cuda_context_gib, sglang_version=config.sglang_version
+    )
     cost = decode_cost(
         model,
         pools,

@@ -1,16 +1,23 @@
 """SGLang launch flags, parsed from their real spellings and rendered back.
 
 ``parse_flags("--mamba-scheduler-strategy extra_buffer --mem-fraction-static 0.9")`` gives an
-:class:`EngineFlags`. Both strategy spellings are accepted (``--mamba-scheduler-strategy`` and its later
-name ``--mamba-radix-cache-strategy``), ``--flag=value`` and ``--flag value`` forms, and ``VAR=value``
-environment assignments for the variables that change sizing (``SGLANG_MAMBA_SSM_DTYPE``,
-``SGLANG_MAMBA_CONV_DTYPE``, ``SGLANG_OPT_MAMBA_SKIP_DECODE_LOCK``). Flags the planner does not model are
-kept in :attr:`EngineFlags.ignored` so the plan can say so. Values mirror SGLang's defaults where unset
-(``None`` = SGLang decides; sglang.md §1).
+:class:`EngineFlags`. Both spellings of the renamed flags are accepted (``--mamba-scheduler-strategy`` /
+``--mamba-radix-cache-strategy``, ``--cuda-graph-max-bs`` / ``--cuda-graph-max-bs-decode``), ``--flag=value``
+and ``--flag value`` forms, and ``VAR=value`` environment assignments for the variables that change sizing
+(``SGLANG_MAMBA_SSM_DTYPE``, ``SGLANG_MAMBA_CONV_DTYPE``, ``SGLANG_OPT_MAMBA_SKIP_DECODE_LOCK``). Flags the
+planner does not model are kept in :attr:`EngineFlags.ignored` so the plan can say so. Values mirror
+SGLang's defaults where unset (``None`` = SGLang decides; sglang.md §1).
+
+Which spelling a server accepts depends on its release (read from the released wheels' ``server_args.py``):
+up to 0.5.13 only the old names exist; 0.5.14 adds the new names and keeps the old ones as deprecated aliases
+(``DeprecatedAliasStoreAction``); 0.5.20 drops the old names (an unknown flag stops the server).
+:func:`strategy_flag_for` and :func:`graph_bs_flag_for` give the spelling for a version, and
+:func:`command_line` renders with them.
 """
 
 from __future__ import annotations
 
+import re
 import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -24,6 +31,15 @@ STRATEGIES: tuple[Strategy, ...] = ("auto", "no_buffer", "extra_buffer", "extra_
 
 OLD_STRATEGY_FLAG = "--mamba-scheduler-strategy"
 NEW_STRATEGY_FLAG = "--mamba-radix-cache-strategy"
+OLD_GRAPH_BS_FLAG = "--cuda-graph-max-bs"
+NEW_GRAPH_BS_FLAG = "--cuda-graph-max-bs-decode"
+
+Release = tuple[int, int, int]
+
+#: First release with the new flag names and the new ``auto`` rule (sglang PR #28151, in 0.5.14).
+NEW_NAMES_SINCE: Release = (0, 5, 14)
+#: First release without the old flag names (0.5.19 still registers them as deprecated aliases).
+OLD_NAMES_REMOVED_IN: Release = (0, 5, 20)
 
 #: SGLang's --mamba-full-memory-ratio default (sglang.md §1.1, hardware.md [S-SA]).
 DEFAULT_MAMBA_FULL_MEMORY_RATIO = 0.9
@@ -64,6 +80,9 @@ _BOOL_FLAGS = {
     "--disable-radix-cache": "disable_radix_cache",
     "--disable-overlap-schedule": "disable_overlap_schedule",
     "--enable-dp-attention": "enable_dp_attention",
+    "--disable-cuda-graph": "disable_cuda_graph",
+    "--disable-prefill-cuda-graph": "disable_prefill_graph",
+    "--disable-piecewise-cuda-graph": "disable_prefill_graph",  # the same switch before 0.5.14
 }
 _INT_FLAGS = {
     "--max-mamba-cache-size": "max_mamba_cache_size",
@@ -77,7 +96,8 @@ _INT_FLAGS = {
     "--dp": "dp_size",
     "--page-size": "page_size",
     "--chunked-prefill-size": "chunked_prefill_size",
-    "--cuda-graph-max-bs": "cuda_graph_max_bs",
+    OLD_GRAPH_BS_FLAG: "cuda_graph_max_bs",
+    NEW_GRAPH_BS_FLAG: "cuda_graph_max_bs",
     "--context-length": "context_length",
     "--mamba-track-interval": "mamba_track_interval",
     "--speculative-num-draft-tokens": "speculative_num_draft_tokens",
@@ -91,6 +111,11 @@ _STR_FLAGS = {
     "--model": "model_path",
     "--speculative-algorithm": "speculative_algorithm",
 }
+# 0.5.14+ per-phase CUDA-graph backends: only "disabled" changes what the planner models
+_GRAPH_BACKEND_FLAGS = {
+    "--cuda-graph-backend-prefill": "disable_prefill_graph",
+    "--cuda-graph-backend-decode": "disable_decode_graph",
+}
 _ENV_VARS = ("SGLANG_MAMBA_SSM_DTYPE", "SGLANG_MAMBA_CONV_DTYPE", "SGLANG_OPT_MAMBA_SKIP_DECODE_LOCK")
 
 
@@ -100,7 +125,7 @@ class EngineFlags:
 
     mem_fraction_static: float | None = None
     mamba_strategy: Strategy = "auto"
-    strategy_flag: str = OLD_STRATEGY_FLAG  # the spelling to render (the old one works on every build)
+    strategy_flag: str | None = None  # the spelling the strategy was given in (None: not given)
     mamba_full_memory_ratio: float = DEFAULT_MAMBA_FULL_MEMORY_RATIO
     max_mamba_cache_size: int | None = None
     mamba_ssm_dtype: StateDtype | None = None
@@ -118,7 +143,10 @@ class EngineFlags:
     enable_dp_attention: bool = False
     page_size: int | None = None
     chunked_prefill_size: int | None = None
-    cuda_graph_max_bs: int | None = None
+    cuda_graph_max_bs: int | None = None  # the decode CUDA graph's largest batch
+    disable_cuda_graph: bool = False  # both phases
+    disable_prefill_graph: bool = False
+    disable_decode_graph: bool = False
     context_length: int | None = None
     speculative_algorithm: str | None = None
     speculative_num_draft_tokens: int | None = None
@@ -128,6 +156,41 @@ class EngineFlags:
     def with_(self, **changes: object) -> EngineFlags:
         """A copy with some fields changed (what-if rows)."""
         return replace(self, **changes)  # type: ignore[arg-type]
+
+
+def sglang_release(version: str | None) -> Release | None:
+    """``"0.5.23"`` (or ``"v0.5.10.post1"``, ``"0.5.14rc2"``) as ``(0, 5, 23)``; ``None`` for no version or one
+    that does not start with numbers (a development build), which the planner treats as the newest."""
+    if not version:
+        return None
+    match = re.match(r"v?(\d+)\.(\d+)(?:\.(\d+))?", version.strip())
+    if match is None:
+        return None
+    major, minor, patch = match.groups()
+    return int(major), int(minor), int(patch or 0)
+
+
+def _has_new_names(version: str | None) -> bool:
+    release = sglang_release(version)
+    return release is None or release >= NEW_NAMES_SINCE
+
+
+def strategy_flag_for(version: str | None) -> str:
+    """The strategy flag a server of ``version`` accepts: ``--mamba-scheduler-strategy`` up to 0.5.13,
+    ``--mamba-radix-cache-strategy`` from 0.5.14 (the only one from 0.5.20); unknown: the newest."""
+    return NEW_STRATEGY_FLAG if _has_new_names(version) else OLD_STRATEGY_FLAG
+
+
+def graph_bs_flag_for(version: str | None) -> str:
+    """The decode CUDA-graph batch flag of ``version``: ``--cuda-graph-max-bs`` up to 0.5.13,
+    ``--cuda-graph-max-bs-decode`` from 0.5.14 (the only one from 0.5.20); unknown: the newest."""
+    return NEW_GRAPH_BS_FLAG if _has_new_names(version) else OLD_GRAPH_BS_FLAG
+
+
+def auto_prefers_extra_buffer(version: str | None) -> bool:
+    """Whether ``auto`` can pick ``extra_buffer`` on ``version`` (from 0.5.14, sglang PR #28151); releases up
+    to 0.5.13 resolve ``auto`` to ``no_buffer`` for every model."""
+    return _has_new_names(version)
 
 
 def _value(flag: str, raw: str | None) -> str:
@@ -199,6 +262,7 @@ def parse_flags(flags: str | Sequence[str] = "") -> EngineFlags:
             flag in _INT_FLAGS
             or flag in _FLOAT_FLAGS
             or flag in _STR_FLAGS
+            or flag in _GRAPH_BACKEND_FLAGS
             or flag in (OLD_STRATEGY_FLAG, NEW_STRATEGY_FLAG, "--mamba-ssm-dtype", "--kv-cache-dtype", "--quantization")
         )
         if takes_value and raw is None:
@@ -207,6 +271,9 @@ def parse_flags(flags: str | Sequence[str] = "") -> EngineFlags:
         if flag in (OLD_STRATEGY_FLAG, NEW_STRATEGY_FLAG):
             fields["mamba_strategy"] = _choice(flag, _value(flag, raw), {s: s for s in STRATEGIES})
             fields["strategy_flag"] = flag
+        elif flag in _GRAPH_BACKEND_FLAGS:
+            backend = _choice(flag, _value(flag, raw), {b: b for b in ("full", "breakable", "disabled")})
+            fields[_GRAPH_BACKEND_FLAGS[flag]] = backend == "disabled"
         elif flag == "--mamba-ssm-dtype":
             fields["mamba_ssm_dtype"] = _choice(flag, _value(flag, raw), dict(_SSM_DTYPES))
         elif flag == "--kv-cache-dtype":
@@ -259,8 +326,15 @@ def _validate(f: EngineFlags) -> None:
         )
 
 
-def render_flags(f: EngineFlags) -> list[str]:
-    """The SGLang flags that reproduce ``f`` (only what differs from SGLang's own defaults)."""
+def _strategy_spelling(f: EngineFlags, version: str | None) -> str:
+    if version is None and f.strategy_flag is not None:
+        return f.strategy_flag
+    return strategy_flag_for(version)
+
+
+def render_flags(f: EngineFlags, version: str | None = None) -> list[str]:
+    """The SGLang flags that reproduce ``f`` (only what differs from SGLang's own defaults), spelled for a server
+    of ``version``; without a version, the strategy keeps the spelling it was given in (else the newest)."""
     out: list[str] = []
     if f.tp_size != 1:
         out += ["--tp-size", str(f.tp_size)]
@@ -271,11 +345,17 @@ def render_flags(f: EngineFlags) -> list[str]:
     if f.mem_fraction_static is not None:
         out += ["--mem-fraction-static", f"{f.mem_fraction_static:g}"]
     if f.mamba_strategy != "auto":
-        out += [f.strategy_flag, f.mamba_strategy]
+        out += [_strategy_spelling(f, version), f.mamba_strategy]
     if f.disable_radix_cache:
         out.append("--disable-radix-cache")
     if f.disable_overlap_schedule:
         out.append("--disable-overlap-schedule")
+    if f.disable_cuda_graph:
+        out.append("--disable-cuda-graph")
+    if f.disable_prefill_graph:
+        out.append("--disable-prefill-cuda-graph" if _has_new_names(version) else "--disable-piecewise-cuda-graph")
+    if f.disable_decode_graph:
+        out += ["--cuda-graph-backend-decode", "disabled"]
     if f.max_running_requests is not None:
         out += ["--max-running-requests", str(f.max_running_requests)]
     if f.max_mamba_cache_size is not None:
@@ -290,7 +370,7 @@ def render_flags(f: EngineFlags) -> list[str]:
         ("--max-total-tokens", f.max_total_tokens),
         ("--page-size", f.page_size),
         ("--chunked-prefill-size", f.chunked_prefill_size),
-        ("--cuda-graph-max-bs", f.cuda_graph_max_bs),
+        (graph_bs_flag_for(version), f.cuda_graph_max_bs),
         ("--context-length", f.context_length),
     ):
         if value is not None:
@@ -310,6 +390,7 @@ def render_env(f: EngineFlags) -> list[str]:
     return env
 
 
-def command_line(f: EngineFlags) -> str:
-    """Environment prefix plus flags, shell-quoted, ready to append to ``python -m sglang.launch_server``."""
-    return shlex.join([*render_env(f), *render_flags(f)])
+def command_line(f: EngineFlags, version: str | None = None) -> str:
+    """Environment prefix plus flags, shell-quoted, ready to append to ``python -m sglang.launch_server`` of a
+    server of ``version`` (see :func:`render_flags`)."""
+    return shlex.join([*render_env(f), *render_flags(f, version)])

@@ -1,19 +1,23 @@
 """SGLang's memory pools for one GPU of one server: weights, recurrent-state slots, KV tokens, max running.
 
-This mirrors SGLang's own sizing (sglang.md §1.3 and §2.3; hardware.md §3.4), step by step:
+This mirrors SGLang 0.5.23's own sizing step by step (sources are ``sglang/srt/`` files of that release;
+docs/planner.md says where older releases differ):
 
-1. ``--mem-fraction-static``: the flag, or SGLang's automatic value ``round((M - reserved)/M, 3)`` with
-   ``reserved = 512 + 1.5*max(chunked_prefill, 2048) + 2*cuda_graph_max_bs + tp/8*1024`` MiB, at least
-   10 GiB on GPUs over 60 GiB.
-2. ``rest = available_before_weights * mfs - weights`` (``profile_max_num_token``: available after weights
-   minus available before times ``1 - mfs``).
-3. State slots (``handle_max_mamba_cache``): ``--max-mamba-cache-size``; else ``--max-running-requests``
-   when the radix cache is disabled; else ``floor(rest * r/(1+r) / slot)`` with
-   ``r = --mamba-full-memory-ratio``.
-4. KV tokens: ``floor((rest - slots*slot) / kv_bytes_per_token)``, rounded down to the page size and capped
-   by ``--max-total-tokens``.
-5. Max running: ``min(flag or clamp(tokens/context*512, 2048, 4096), slots // S)``, then
-   ``min(flag or tokens//2, that)``; S is the number of slots SGLang reserves per running request.
+1. ``--mem-fraction-static``: the flag, or the automatic ``round((M - reserved)/M, 3)`` with
+   ``reserved = 512 + 1.5*max(chunked_prefill, 2048) + tp/8*1024 + 2*decode_graph_bs + 8*prefill_graph_sizes``
+   MiB, at least 10 GiB on GPUs over 60 GiB, then times SGLang's multimodal factor for a multimodal model
+   (``arg_groups/memory_hook.py``: ``handle_gpu_memory_settings``, ``reserve_for_graph_mb``,
+   ``adjust_mem_fraction_for_vlm``).
+2. ``rest = available_before_weights * mfs - weights - multimodal_reserve``
+   (``mem_cache/kv_cache_configurator.py``: ``_profile_available_bytes``, ``mm_runtime_reservation_gb``).
+3. State slots (``_handle_max_mamba_cache``): ``--max-mamba-cache-size``; else ``--max-running-requests`` when
+   the radix cache is disabled; else ``floor((rest * r/(1+r) - slot) / slot)`` with
+   ``r = --mamba-full-memory-ratio``. The pool holds one padding slot more, which is budgeted.
+4. KV tokens: ``floor((rest - (slots+1)*slot) / kv_bytes_per_token)``, capped by ``--max-total-tokens`` and
+   rounded down to the page size (``model_executor/pool_configurator.py``: ``calculate_pool_sizes``).
+5. Max running (``resolve_max_num_reqs``): ``min(flag, tokens//2)`` with ``--max-running-requests``, else
+   ``min(clamp(tokens/context*512, 2048, 4096), tokens//2)``; then at most ``slots // S``, S being the
+   slots SGLang reserves per running request (``_calculate_mamba_ratio``).
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tokenmill.errors import ConfigError
-from tokenmill.planner.flags import EngineFlags
+from tokenmill.planner.flags import EngineFlags, auto_prefers_extra_buffer, sglang_release, strategy_flag_for
 from tokenmill.planner.hardware import GIB, GpuSpec
 from tokenmill.planner.models import (
     KvDtype,
@@ -35,15 +39,23 @@ from tokenmill.planner.models import (
 
 MIB = 1 << 20
 
-# SGLang constants (model_runner_kv_cache_mixin.py / kv_cache_configurator.py; sglang.md §2.3)
+# SGLang constants (mem_cache/kv_cache_configurator.py, mem_cache/allocation_sizing.py; sglang.md §2.3)
 RADIX_BASE_SLOTS = 3  # MAMBA_CACHE_SIZE_MAX_RUNNING_REQUESTS_RATIO
-PING_PONG_SLOTS_OVERLAP = 2  # extra_buffer with the overlap scheduler
-PING_PONG_SLOTS_NO_OVERLAP = 1  # extra_buffer without overlap (or with speculative decoding)
+PING_PONG_SLOTS_OVERLAP = 2  # get_mamba_tracking_slots: extra_buffer with the overlap scheduler
+PING_PONG_SLOTS_NO_OVERLAP = 1  # extra_buffer without overlap (speculative decoding v1 turns overlap off)
 PING_PONG_SLOTS_LAZY = 1  # extra_buffer_lazy: the second buffer is taken on demand
+STATE_PADDING_SLOTS = 1  # MambaPool allocates size + 1 (memory_pool.py) and the sizing budgets it
 AUTO_MAX_RUNNING_MIN = 2048
 AUTO_MAX_RUNNING_MAX = 4096
 AUTO_MAX_RUNNING_PER_CONTEXT = 512
-LARGEST_AUTO_CUDA_GRAPH_BS = 512  # the largest --cuda-graph-max-bs SGLang picks itself
+LARGEST_AUTO_CUDA_GRAPH_BS = 512  # the largest decode --cuda-graph-max-bs SGLang picks itself
+PREFILL_GRAPH_MIB_PER_SIZE = 8  # reserve_for_graph_mb: non-torch memory per captured prefill size
+MULTIMODAL_RESERVE_MIB = 100  # SGLANG_VLM_CACHE_SIZE_MB default, taken from the KV budget
+VLM_BASE_FACTOR = 0.95  # adjust_mem_fraction_for_vlm: the factor for a ViT-L/14-sized tower
+VLM_BASELINE_LAYERS = 24  # ViT-L/14; also SGLang's fallback when the vision config has no num_hidden_layers
+VLM_BASELINE_HIDDEN = 1024  # ViT-L/14; also the fallback hidden size
+VLM_SENSITIVITY = 0.1  # 10 % per doubling of the tower's layers x hidden^2
+VLM_ADJUSTMENT_RANGE = (0.8, 1.05)
 
 
 class DoesNotFitError(ConfigError):
@@ -61,32 +73,71 @@ class StrategyChoice:
     notes: tuple[str, ...] = ()
 
 
-def resolve_strategy(model: ModelSpec, flags: EngineFlags, auto_strategy: str) -> StrategyChoice:
-    """Resolve ``auto``, the overlap scheduler and S (``_calculate_mamba_ratio``; sglang.md §1.2, §2.3)."""
+def _radix_off_notes(flags: EngineFlags, version: str | None) -> list[str]:
+    if flags.mamba_strategy not in ("extra_buffer", "extra_buffer_lazy"):
+        return []
+    if auto_prefers_extra_buffer(version):
+        return [f"{flags.mamba_strategy} with --disable-radix-cache: SGLang {version or ''} ignores the strategy"]
+    return [
+        f"{flags.mamba_strategy} with --disable-radix-cache: SGLang {version} refuses this combination "
+        "(drop the strategy flag or use no_buffer)"
+    ]
+
+
+def _resolve_auto(model: ModelSpec, flags: EngineFlags, version: str | None) -> str:
+    """``auto`` as SGLang resolves it (0.5.23 ``arg_groups/overrides.py``: ``_mamba_radix_cache_resolution``).
+
+    From 0.5.14: ``extra_buffer`` when the overlap scheduler is wanted or ``--page-size`` > 1 and the
+    architecture supports it, else ``no_buffer``. Up to 0.5.13: ``no_buffer`` for every model.
+    """
+    if not auto_prefers_extra_buffer(version):
+        return "no_buffer"
+    wants_paging = (flags.page_size or 1) > 1
+    if (not flags.disable_overlap_schedule or wants_paging) and model.supports_extra_buffer:
+        return "extra_buffer"
+    return "no_buffer"
+
+
+def _no_buffer_notes(flags: EngineFlags, version: str | None, resolved_from_auto: bool) -> list[str]:
+    """``no_buffer`` runs without the overlap scheduler and with page size 1; say when a launch is refused."""
+    notes = []
+    refuses = auto_prefers_extra_buffer(version) and not resolved_from_auto
+    if not flags.disable_overlap_schedule:
+        if refuses:
+            notes.append(
+                f"SGLang {version or 'from 0.5.14'} refuses no_buffer without --disable-overlap-schedule "
+                "(an assertion at start-up): add it; planned with the overlap scheduler off"
+            )
+        else:
+            notes.append("no_buffer with the radix cache turns the overlap scheduler off")
+    if (flags.page_size or 1) > 1:
+        if refuses:
+            notes.append(f"SGLang {version or 'from 0.5.14'} refuses no_buffer with --page-size > 1; planned with 1")
+        else:
+            notes.append("no_buffer with the radix cache forces --page-size 1")
+    return notes
+
+
+def resolve_strategy(model: ModelSpec, flags: EngineFlags, version: str | None) -> StrategyChoice:
+    """Resolve ``auto``, the overlap scheduler and S for a server of SGLang ``version``
+    (``_calculate_mamba_ratio`` in ``mem_cache/kv_cache_configurator.py``; sglang.md §1.2, §2.3)."""
     radix = not flags.disable_radix_cache
     overlap = not flags.disable_overlap_schedule
     notes: list[str] = []
     if not model.is_hybrid:
         return StrategyChoice("n/a", radix, overlap, 0)
     if not radix:
-        if flags.mamba_strategy in ("extra_buffer", "extra_buffer_lazy"):
-            notes.append(
-                f"{flags.mamba_strategy} with --disable-radix-cache: SGLang up to v0.5.10 refuses this "
-                "combination (use no_buffer); later builds ignore the strategy"
-            )
-        return StrategyChoice("radix off", False, overlap, 1, tuple(notes))
-    strategy = flags.mamba_strategy
-    if strategy == "auto":
-        strategy = "extra_buffer" if auto_strategy == "extra_buffer" and model.supports_extra_buffer else "no_buffer"
-        if auto_strategy == "extra_buffer" and not overlap:
-            strategy = "no_buffer"  # later builds pick extra_buffer only when overlap is wanted
-        notes.append(f"--mamba-scheduler-strategy auto resolved to {strategy}")
+        return StrategyChoice("radix off", False, overlap, 1, tuple(_radix_off_notes(flags, version)))
+    strategy: str = flags.mamba_strategy
+    from_auto = strategy == "auto"
+    if from_auto:
+        strategy = _resolve_auto(model, flags, version)
+        notes.append(f"{strategy_flag_for(version)} auto resolved to {strategy} (SGLang {version or 'newest'})")
     if strategy in ("extra_buffer", "extra_buffer_lazy") and not model.supports_extra_buffer:
         raise ConfigError(f"{model.name} ({model.model_type}) does not support {strategy}; use no_buffer")
     base = RADIX_BASE_SLOTS
     if strategy == "no_buffer":
-        if overlap:
-            notes.append("no_buffer with the radix cache turns the overlap scheduler off")
+        notes += _no_buffer_notes(flags, version, from_auto)
         return StrategyChoice("no_buffer", True, False, base, tuple(notes))
     if flags.skip_decode_lock:
         base -= 1
@@ -94,16 +145,17 @@ def resolve_strategy(model: ModelSpec, flags: EngineFlags, auto_strategy: str) -
         extra = PING_PONG_SLOTS_NO_OVERLAP
     elif strategy == "extra_buffer_lazy":
         extra = PING_PONG_SLOTS_LAZY
-        notes.append("extra_buffer_lazy needs an SGLang build with PR #27118")
+        if sglang_release(version) is not None and not auto_prefers_extra_buffer(version):
+            notes.append(f"extra_buffer_lazy needs an SGLang build with PR #27118 (not {version})")
     else:
         extra = PING_PONG_SLOTS_OVERLAP if overlap else PING_PONG_SLOTS_NO_OVERLAP
     return StrategyChoice(strategy, True, overlap, base + extra, tuple(notes))
 
 
 def auto_chunked_prefill_size(gpu_mib: int) -> int:
-    """SGLang's default --chunked-prefill-size by GPU memory (sglang.md §1.3)."""
+    """SGLang's default --chunked-prefill-size by GPU memory (0.5.23 ``handle_gpu_memory_settings``)."""
     gib = gpu_mib / 1024
-    if gib < 35:
+    if gib < 20:
         return 2048
     if gib < 60:
         return 4096
@@ -113,13 +165,13 @@ def auto_chunked_prefill_size(gpu_mib: int) -> int:
 
 
 def auto_cuda_graph_max_bs(gpu_mib: int, tp: int) -> int:
-    """SGLang's default --cuda-graph-max-bs by GPU memory and TP (sglang.md §1.3)."""
+    """SGLang's default decode --cuda-graph-max-bs by GPU memory and TP (0.5.23 ``handle_gpu_memory_settings``)."""
     gib = gpu_mib / 1024
     small_tp = tp < 4
     if gib < 20:
         return 8
     if gib < 35:
-        return 24 if small_tp else 80
+        return 48 if small_tp else 160
     if gib < 60:
         return 32 if small_tp else 160
     if gib < 160:
@@ -127,20 +179,71 @@ def auto_cuda_graph_max_bs(gpu_mib: int, tp: int) -> int:
     return LARGEST_AUTO_CUDA_GRAPH_BS
 
 
-def reserved_mib(gpu_mib: int, flags: EngineFlags) -> float:
+def decode_graph_max_bs(gpu_mib: int, flags: EngineFlags) -> int:
+    """The decode CUDA graph's largest batch: the flag, or the default cut to ``--max-running-requests``."""
+    if flags.cuda_graph_max_bs is not None:
+        return flags.cuda_graph_max_bs
+    default = auto_cuda_graph_max_bs(gpu_mib, flags.tp_size)
+    if flags.max_running_requests is not None:
+        return min(default, flags.max_running_requests)
+    return default
+
+
+def prefill_graph_sizes(max_tokens: int) -> int:
+    """How many token counts SGLang captures prefill CUDA graphs for, up to ``max_tokens``
+    (``generate_prefill_cuda_graph_batch_sizes``: 4..32 by 4, 48..256 by 16, 288..512 by 32, 576..1024 by 64,
+    1280..4096 by 256, then by 512)."""
+    steps = ((4, 32, 4), (48, 256, 16), (288, 512, 32), (576, 1024, 64), (1280, 4096, 256), (4608, max_tokens, 512))
+    return sum(len(range(lo, min(hi, max_tokens) + 1, step)) for lo, hi, step in steps)
+
+
+def _chunked_prefill(gpu_mib: int, flags: EngineFlags) -> int:
+    return flags.chunked_prefill_size or auto_chunked_prefill_size(gpu_mib)
+
+
+def graph_reserve_mib(gpu_mib: int, flags: EngineFlags, model: ModelSpec | None = None) -> float:
+    """CUDA-graph memory SGLang keeps outside the pools (``reserve_for_graph_mb``): 2 MiB per decode batch size
+    up to the decode graph's largest batch, 8 MiB per captured prefill size. The prefill graph is on by default
+    on CUDA; multimodal architectures outside SGLang's allow list run prefill without it."""
+    if flags.disable_cuda_graph:
+        return 0.0
+    reserve = 0.0 if flags.disable_decode_graph else 2.0 * decode_graph_max_bs(gpu_mib, flags)
+    prefill_graph = not flags.disable_prefill_graph and (model is None or model.keeps_prefill_graph)
+    chunk = _chunked_prefill(gpu_mib, flags)
+    if prefill_graph and chunk > 0:
+        tokens = chunk if flags.max_total_tokens is None else min(chunk, flags.max_total_tokens)
+        reserve += PREFILL_GRAPH_MIB_PER_SIZE * prefill_graph_sizes(tokens)
+    return reserve
+
+
+def reserved_mib(gpu_mib: int, flags: EngineFlags, model: ModelSpec | None = None) -> float:
     """Memory SGLang keeps outside the static pools when it picks --mem-fraction-static itself."""
-    chunk = flags.chunked_prefill_size or auto_chunked_prefill_size(gpu_mib)
-    activation_tokens = max(chunk, 2048) if chunk > 0 else max(16384, 2048)
-    graph_bs = flags.cuda_graph_max_bs or auto_cuda_graph_max_bs(gpu_mib, flags.tp_size)
-    reserved = 512 + 1.5 * activation_tokens + 2 * graph_bs + flags.tp_size / 8 * 1024
+    chunk = _chunked_prefill(gpu_mib, flags)
+    activation_tokens = max(chunk, 2048) if chunk > 0 else max(16384, 2048)  # --max-prefill-tokens 16384
+    reserved = 512 + 1.5 * activation_tokens + flags.tp_size / 8 * 1024 + graph_reserve_mib(gpu_mib, flags, model)
     if gpu_mib > 60 * 1024:
         reserved = max(reserved, 10 * 1024)
     return reserved
 
 
-def auto_mem_fraction_static(gpu_mib: int, flags: EngineFlags) -> float:
-    """SGLang's automatic --mem-fraction-static (``_handle_gpu_memory_settings``)."""
-    return round((gpu_mib - reserved_mib(gpu_mib, flags)) / gpu_mib, 3)
+def vlm_mem_fraction_factor(model: ModelSpec | None) -> float:
+    """SGLang's automatic-fraction factor for a multimodal model (``adjust_mem_fraction_for_vlm``): 0.95 times
+    ``clamp(1 - 0.1*(L*H^2/(24*1024^2) - 1), 0.8, 1.05)`` from the vision config's ``num_hidden_layers`` (24 when
+    the key is absent) and ``hidden_size`` (1024 when absent); 1 for text-only models or no vision config."""
+    if model is None or not model.is_multimodal or model.vision is None:
+        return 1.0
+    layers = model.vision.num_hidden_layers or VLM_BASELINE_LAYERS
+    hidden = model.vision.hidden_size or VLM_BASELINE_HIDDEN
+    ratio = layers * hidden**2 / (VLM_BASELINE_LAYERS * VLM_BASELINE_HIDDEN**2)
+    low, high = VLM_ADJUSTMENT_RANGE
+    return VLM_BASE_FACTOR * max(low, min(high, 1.0 - VLM_SENSITIVITY * (ratio - 1.0)))
+
+
+def auto_mem_fraction_static(gpu_mib: int, flags: EngineFlags, model: ModelSpec | None = None) -> float:
+    """SGLang's automatic --mem-fraction-static (``handle_gpu_memory_settings``); ``model`` None: a text-only
+    model that keeps the prefill CUDA graph."""
+    base = round((gpu_mib - reserved_mib(gpu_mib, flags, model)) / gpu_mib, 3)
+    return base * vlm_mem_fraction_factor(model)
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,7 +255,7 @@ class PoolPlan:
     mem_fraction_auto: bool
     available_gib: float  # free when SGLang measures, before weights
     weights_gib: float
-    rest_gib: float  # for state + KV
+    rest_gib: float  # for state + KV (after the multimodal reserve)
     weight_dtype: WeightDtype
     kv_dtype: KvDtype
     ssm_dtype: StateDtype
@@ -160,7 +263,7 @@ class PoolPlan:
     state_bytes_per_slot: int
     mamba_slots: int
     mamba_slots_source: str
-    state_gib: float
+    state_gib: float  # the slots plus the pool's padding slot
     kv_gib: float
     kv_tokens: int
     strategy: StrategyChoice
@@ -169,6 +272,10 @@ class PoolPlan:
     context_length: int
     headroom_gib: float  # outside the static pools: activations, CUDA graphs, request table
     request_table_gib: float
+    page_size: int = 1
+    vlm_factor: float = 1.0  # SGLang's multimodal factor on the automatic fraction (1 when not applied)
+    multimodal_reserve_gib: float = 0.0
+    sglang_version: str | None = None
     notes: tuple[str, ...] = ()
 
     @property
@@ -187,27 +294,60 @@ def _resolved_dtypes(model: ModelSpec, flags: EngineFlags) -> tuple[WeightDtype,
     return weight, kv, ssm
 
 
-def size_pools(
-    model: ModelSpec, gpu: GpuSpec, flags: EngineFlags, *, cuda_context_gib: float, auto_strategy: str
-) -> PoolPlan:
-    """Size SGLang's pools on one GPU; DoesNotFitError when weights or pools do not fit."""
-    tp = flags.tp_size
-    weight_dtype, kv_dtype, ssm_dtype = _resolved_dtypes(model, flags)
-    strategy = resolve_strategy(model, flags, auto_strategy)
-    notes = list(strategy.notes)
-    mfs_auto = flags.mem_fraction_static is None
-    mfs = auto_mem_fraction_static(gpu.memory_mib, flags) if mfs_auto else float(flags.mem_fraction_static or 0)
-    if mfs_auto and model.vision_params:
-        notes.append("SGLang scales the automatic --mem-fraction-static by 0.8-1.0 for multimodal models (not modeled)")
+@dataclass(frozen=True, slots=True)
+class _Fraction:
+    value: float
+    auto: bool
+    vlm_factor: float
+
+
+def _mem_fraction(model: ModelSpec, gpu: GpuSpec, flags: EngineFlags) -> _Fraction:
+    if flags.mem_fraction_static is not None:
+        return _Fraction(float(flags.mem_fraction_static), False, 1.0)
+    factor = vlm_mem_fraction_factor(model)
+    return _Fraction(auto_mem_fraction_static(gpu.memory_mib, flags, model), True, factor)
+
+
+def _budget_notes(model: ModelSpec, flags: EngineFlags, mfs: _Fraction) -> list[str]:
+    notes = []
+    if mfs.auto and mfs.vlm_factor != 1.0:
+        notes.append(
+            f"SGLang scales the automatic --mem-fraction-static by {mfs.vlm_factor:.4f} for this multimodal model "
+            "(adjust_mem_fraction_for_vlm); a text-only job can set --mem-fraction-static itself"
+        )
+    if model.is_multimodal:
+        notes.append(
+            f"{MULTIMODAL_RESERVE_MIB} MiB of the KV budget is kept for multimodal caches (SGLANG_VLM_CACHE_SIZE_MB)"
+        )
     if flags.speculative_algorithm:
         notes.append("speculative decoding is not modeled: pools and speeds assume plain decoding")
+    return notes
+
+
+def _page_size(strategy: StrategyChoice, flags: EngineFlags) -> int:
+    """The KV page: the flag (default 1); ``no_buffer`` with the radix cache runs with page 1."""
+    if strategy.strategy == "no_buffer":
+        return 1
+    return flags.page_size or 1
+
+
+def size_pools(
+    model: ModelSpec, gpu: GpuSpec, flags: EngineFlags, *, cuda_context_gib: float, sglang_version: str | None
+) -> PoolPlan:
+    """Size SGLang's pools on one GPU for a server of ``sglang_version``; DoesNotFitError when they do not fit."""
+    tp = flags.tp_size
+    weight_dtype, kv_dtype, ssm_dtype = _resolved_dtypes(model, flags)
+    strategy = resolve_strategy(model, flags, sglang_version)
+    mfs = _mem_fraction(model, gpu, flags)
+    notes = [*strategy.notes, *_budget_notes(model, flags, mfs)]
     available = gpu.memory_gib - cuda_context_gib
     weights = weight_bytes(model, weight_dtype).resident / tp / GIB
-    rest = available * mfs - weights
+    mm_reserve = MULTIMODAL_RESERVE_MIB / 1024 if model.is_multimodal else 0.0
+    rest = available * mfs.value - weights - mm_reserve
     if rest <= 0:
         raise DoesNotFitError(
             f"{model.name} weights ({weights:.1f} GiB per GPU, {weight_dtype}) leave nothing for KV/state on "
-            f"{gpu.name} at --mem-fraction-static {mfs:g}; use more GPUs per server (--tp-size), "
+            f"{gpu.name} at --mem-fraction-static {mfs.value:g}; use more GPUs per server (--tp-size), "
             "fp8/fp4 weights, or a larger GPU"
         )
     rest_bytes = int(rest * GIB)
@@ -220,15 +360,17 @@ def size_pools(
             f"{rest:.1f} GiB left after weights); raise --mem-fraction-static or use bf16 state "
             "(--mamba-ssm-dtype bfloat16)"
         )
-    kv_bytes = rest_bytes - slots * slot
-    page = flags.page_size or 1
-    tokens = max(0, kv_bytes) // kv_cell // page * page
+    state_bytes = (slots + STATE_PADDING_SLOTS) * slot if model.is_hybrid else 0
+    kv_bytes = rest_bytes - state_bytes
+    page = _page_size(strategy, flags)
+    tokens = max(0, kv_bytes) // kv_cell
     if flags.max_total_tokens is not None:
         tokens = min(tokens, flags.max_total_tokens)
+    tokens = tokens // page * page
     if tokens <= 0:
         raise DoesNotFitError(
             f"no room left for KV cache on {gpu.name}: {slots} state slots take "
-            f"{slots * slot / GIB:.1f} of {rest:.1f} GiB; lower --max-running-requests / "
+            f"{state_bytes / GIB:.1f} of {rest:.1f} GiB; lower --max-running-requests / "
             "--max-mamba-cache-size or raise --mem-fraction-static"
         )
     context = flags.context_length or model.context_length
@@ -238,18 +380,17 @@ def size_pools(
             f"{slots} state slots // {strategy.slots_per_request} slots per request leaves no room for a running "
             "request; raise --mem-fraction-static, use bf16 state, or disable the radix cache"
         )
-    request_table = (max_running + 1) * (context + 4) * 4 / GIB
-    headroom = gpu.memory_gib * (1 - mfs)
-    need = reserved_mib(gpu.memory_mib, flags) / 1024
-    if not mfs_auto and headroom < need:
+    headroom = gpu.memory_gib * (1 - mfs.value)
+    need = reserved_mib(gpu.memory_mib, flags, model) / 1024
+    if not mfs.auto and headroom < need:
         notes.append(
             f"{headroom:.1f} GiB outside the pools is below SGLang's own reserve estimate ({need:.1f} GiB): "
             "risk of out-of-memory in prefill; lower --chunked-prefill-size or --mem-fraction-static"
         )
     return PoolPlan(
         gpu_memory_gib=gpu.memory_gib,
-        mem_fraction_static=mfs,
-        mem_fraction_auto=mfs_auto,
+        mem_fraction_static=mfs.value,
+        mem_fraction_auto=mfs.auto,
         available_gib=available,
         weights_gib=weights,
         rest_gib=rest,
@@ -260,7 +401,7 @@ def size_pools(
         state_bytes_per_slot=slot,
         mamba_slots=slots,
         mamba_slots_source=slots_source,
-        state_gib=slots * slot / GIB,
+        state_gib=state_bytes / GIB,
         kv_gib=kv_bytes / GIB,
         kv_tokens=int(tokens),
         strategy=strategy,
@@ -268,38 +409,44 @@ def size_pools(
         max_running_source=source,
         context_length=context,
         headroom_gib=headroom,
-        request_table_gib=request_table,
+        request_table_gib=(max_running + 1) * (context + 4) * 4 / GIB,
+        page_size=page,
+        vlm_factor=mfs.vlm_factor,
+        multimodal_reserve_gib=mm_reserve,
+        sglang_version=sglang_version,
         notes=tuple(notes),
     )
 
 
 def _state_slots(model: ModelSpec, flags: EngineFlags, rest_bytes: int, slot: int) -> tuple[int, str]:
-    """``handle_max_mamba_cache``: the number of state slots and which rule chose it."""
+    """``_handle_max_mamba_cache``: the number of state slots and which rule chose it. The ratio rule leaves
+    room for the pool's padding slot: ``floor((budget - slot) / slot)``."""
     if not model.is_hybrid:
         return 0, "n/a"
     if flags.max_mamba_cache_size is not None:
         return flags.max_mamba_cache_size, "--max-mamba-cache-size"
     if flags.disable_radix_cache and flags.max_running_requests is not None:
-        return flags.max_running_requests, "--max-running-requests (radix cache off)"
+        return max(1, flags.max_running_requests), "--max-running-requests (radix cache off)"
     r = flags.mamba_full_memory_ratio
-    return int(rest_bytes * r / (1 + r)) // slot, f"ratio {r:g} (--mamba-full-memory-ratio)"
+    budget = int(rest_bytes * r / (1 + r))
+    return (budget - STATE_PADDING_SLOTS * slot) // slot, f"ratio {r:g} (--mamba-full-memory-ratio)"
 
 
 def _max_running(
     flags: EngineFlags, tokens: int, context: int, slots: int, per_request: int, hybrid: bool
 ) -> tuple[int, str]:
-    """``init_memory`` + the TP worker's clamp: the max running requests and what bound it."""
+    """``resolve_max_num_reqs``: the max running requests and what bound it. With ``--max-running-requests`` the
+    flag is cut to half the KV tokens; without it SGLang's estimate (KV tokens / context x 512, within
+    2048-4096) is, too. Hybrids then allow at most ``slots // S``."""
     user = flags.max_running_requests
     if user is None:
-        pool = min(
-            max(int(tokens / context * AUTO_MAX_RUNNING_PER_CONTEXT), AUTO_MAX_RUNNING_MIN), AUTO_MAX_RUNNING_MAX
-        )
+        estimate = int(tokens / context * AUTO_MAX_RUNNING_PER_CONTEXT)
+        pool = min(max(estimate, AUTO_MAX_RUNNING_MIN), AUTO_MAX_RUNNING_MAX)
         source = "SGLang auto (KV tokens / context length)"
     else:
-        pool, source = user, "--max-running-requests"
+        pool, source = max(1, user), "--max-running-requests"
+    if tokens // 2 < pool:
+        pool, source = tokens // 2, "KV tokens // 2"
     if hybrid and per_request and slots // per_request < pool:
         pool, source = slots // per_request, f"state slots // {per_request}"
-    cap = user if user is not None else tokens // 2
-    if cap < pool:
-        pool, source = cap, "KV tokens // 2"
     return pool, source

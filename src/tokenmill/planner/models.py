@@ -42,9 +42,49 @@ RECURRENT_FLOPS_PER_STATE_ELEMENT = 5
 _GATED_ATTENTION_TYPES = frozenset({"qwen3_next", "qwen3_5", "qwen3_5_moe", "qwen3_5_text", "qwen3_5_moe_text"})
 # model types whose MLP / experts are not gated (two matrices, relu2)
 _UNGATED_MLP_TYPES = frozenset({"nemotron_h"})
-# model types SGLang serves with Mamba radix-cache `extra_buffer` support (sglang.md §1.1)
+# model types SGLang serves with Mamba radix-cache `extra_buffer` support (sglang.md §1.1); used when a
+# config names no architecture
 _EXTRA_BUFFER_TYPES = frozenset(
     {"qwen3_next", "qwen3_5", "qwen3_5_moe", "qwen3_5_text", "qwen3_5_moe_text", "nemotron_h", "falcon_h1"}
+)
+# architectures SGLang 0.5.23 lets use `extra_buffer` (arg_groups/overrides.py: _MAMBA_EXTRA_BUFFER_ARCHS,
+# the subset the bundled and related hybrids use)
+_EXTRA_BUFFER_ARCHS = frozenset(
+    {
+        "Qwen3NextForCausalLM",
+        "Qwen3_5ForConditionalGeneration",
+        "Qwen3_5MoeForConditionalGeneration",
+        "Qwen3_5ForCausalLM",
+        "Qwen3_5MoeForCausalLM",
+        "NemotronHForCausalLM",
+        "NemotronHPuzzleForCausalLM",
+        "FalconH1ForCausalLM",
+        "GraniteMoeHybridForCausalLM",
+        "KimiLinearForCausalLM",
+        "BailingMoeV2_5ForCausalLM",
+    }
+)
+# architectures SGLang treats as multimodal (configs/model_config.py: multimodal_model_archs, the Qwen VL
+# line and a few common ones); a config with a separate text sub-config counts as multimodal too
+_MULTIMODAL_ARCHS = frozenset(
+    {
+        "Qwen2VLForConditionalGeneration",
+        "Qwen2_5_VLForConditionalGeneration",
+        "Qwen3VLForConditionalGeneration",
+        "Qwen3VLMoeForConditionalGeneration",
+        "Qwen3_5ForConditionalGeneration",
+        "Qwen3_5MoeForConditionalGeneration",
+        "LlavaForConditionalGeneration",
+        "Mistral3ForConditionalGeneration",
+        "InternVLChatModel",
+        "KimiVLForConditionalGeneration",
+    }
+)
+# multimodal architectures whose language-model prefill keeps the breakable prefill CUDA graph in 0.5.23
+# (configs/model_config.py: multimodal_breakable_cuda_graph_supported_model_archs); other multimodal
+# architectures run prefill without it
+_MULTIMODAL_PREFILL_GRAPH_ARCHS = frozenset(
+    {"Qwen3_5ForConditionalGeneration", "Qwen3_5MoeForConditionalGeneration", "KimiK25ForConditionalGeneration"}
 )
 
 
@@ -132,6 +172,18 @@ class Moe:
 
 
 @dataclass(frozen=True, slots=True)
+class VisionSizing:
+    """The two vision-config fields SGLang's multimodal memory factor reads (``adjust_mem_fraction_for_vlm``).
+
+    ``num_hidden_layers`` is the config's own key, ``None`` when absent: Qwen vision towers name their depth
+    ``depth``, and SGLang then falls back to 24 layers.
+    """
+
+    num_hidden_layers: int | None
+    hidden_size: int | None
+
+
+@dataclass(frozen=True, slots=True)
 class ModelSpec:
     """The geometry of one model, enough to size SGLang's pools and the decode roofline."""
 
@@ -150,6 +202,9 @@ class ModelSpec:
     context_length: int = 32768
     ssm_dtype: StateDtype = "fp32"
     weight_dtype: WeightDtype = "bf16"
+    architectures: tuple[str, ...] = ()
+    text_subconfig: bool = False  # the config nests a text_config/llm_config (SGLang: multimodal)
+    vision: VisionSizing | None = None  # None: the config has no vision_config
     aliases: tuple[str, ...] = ()
     sources: tuple[str, ...] = ()
     assumed: tuple[str, ...] = field(default=())
@@ -161,7 +216,22 @@ class ModelSpec:
 
     @property
     def supports_extra_buffer(self) -> bool:
+        """Whether SGLang offers ``extra_buffer`` for this model (by architecture, else by model type)."""
+        if self.architectures:
+            return self.architectures[0] in _EXTRA_BUFFER_ARCHS
         return self.model_type in _EXTRA_BUFFER_TYPES
+
+    @property
+    def is_multimodal(self) -> bool:
+        """SGLang's ``ModelConfig.is_multimodal``: a multimodal architecture or a nested text config."""
+        return self.text_subconfig or any(a in _MULTIMODAL_ARCHS for a in self.architectures)
+
+    @property
+    def keeps_prefill_graph(self) -> bool:
+        """Whether SGLang 0.5.23 captures prefill CUDA graphs for this model by default (on CUDA)."""
+        if not self.is_multimodal:
+            return True
+        return any(a in _MULTIMODAL_PREFILL_GRAPH_ARCHS for a in self.architectures)
 
     @property
     def is_moe(self) -> bool:
@@ -307,6 +377,7 @@ class _Reader:
 
     def __init__(self, cfg: Mapping[str, Any]) -> None:
         text = cfg.get("text_config") or cfg.get("llm_config")
+        self.nested = isinstance(text, Mapping)
         self.text: Mapping[str, Any] = text if isinstance(text, Mapping) else cfg
         self.top = cfg
         self.missing: list[str] = []
@@ -396,6 +467,16 @@ def _vision_params(vcfg: Mapping[str, Any], text_hidden: int) -> int:
     return blocks + channels * temporal * patch * patch * vh + merged * merged + merged * out + positions * vh
 
 
+def _vision_sizing(vcfg: Mapping[str, Any]) -> VisionSizing:
+    """What SGLang's multimodal memory factor reads from a vision config (keys taken literally)."""
+    layers = vcfg.get("num_hidden_layers")
+    hidden = vcfg.get("hidden_size")
+    return VisionSizing(
+        num_hidden_layers=int(layers) if layers is not None else None,
+        hidden_size=int(hidden) if hidden is not None else None,
+    )
+
+
 def _dtype_name(value: Any, default: StateDtype) -> StateDtype:
     names: dict[str, StateDtype] = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
     return names.get(str(value), default) if value is not None else default
@@ -459,6 +540,7 @@ def from_hf_config(cfg: Mapping[str, Any], name: str, **meta: Any) -> ModelSpec:
     if r.missing:
         raise _missing(name, model_type, r.missing)
     vision_cfg = cfg.get("vision_config")
+    architectures = cfg.get("architectures")
     return ModelSpec(
         name=name,
         model_type=model_type,
@@ -475,6 +557,9 @@ def from_hf_config(cfg: Mapping[str, Any], name: str, **meta: Any) -> ModelSpec:
         context_length=r.int("max_position_embeddings", default=32768),
         ssm_dtype=_dtype_name(r.get("mamba_ssm_dtype"), "fp32"),
         weight_dtype=_checkpoint_dtype(cfg),
+        architectures=tuple(str(a) for a in architectures) if isinstance(architectures, list) else (),
+        text_subconfig=r.nested,
+        vision=_vision_sizing(vision_cfg) if isinstance(vision_cfg, Mapping) else None,
         **meta,
     )
 

@@ -16,7 +16,7 @@ from tokenmill.errors import ConfigError
 from tokenmill.planner.capacity import ServerCapacity, build_capacity
 from tokenmill.planner.flags import EngineFlags, command_line
 from tokenmill.planner.hardware import GpuSpec
-from tokenmill.planner.memory import LARGEST_AUTO_CUDA_GRAPH_BS, DoesNotFitError, auto_cuda_graph_max_bs
+from tokenmill.planner.memory import LARGEST_AUTO_CUDA_GRAPH_BS, DoesNotFitError, decode_graph_max_bs
 from tokenmill.planner.models import WEIGHT_DTYPES, ModelSpec, StateDtype, WeightDtype
 from tokenmill.planner.roofline import StepBreakdown, asymptotic_tok_s, diluted_output_rate, saturation_points
 
@@ -90,7 +90,8 @@ class PlanResult:
 
     @property
     def command(self) -> str:
-        return command_line(self.capacity.flags)
+        """The flags of this plan, spelled for the SGLang release it was sized for."""
+        return self.capacity.command
 
 
 def _binding_label(source: str) -> str:
@@ -198,10 +199,12 @@ class WhatIfRow:
     error: str | None = None
     is_base: bool = False
     notes: tuple[str, ...] = field(default=())
+    sglang_version: str | None = None
 
     @property
     def command(self) -> str:
-        return command_line(self.flags)
+        """The flags of this row, spelled for the SGLang release the plan is for."""
+        return command_line(self.flags, self.sglang_version)
 
     @property
     def tok_s_per_gpu(self) -> float:
@@ -212,16 +215,19 @@ _STRATEGY_VARIANTS = ("no_buffer", "extra_buffer", "extra_buffer_lazy", "radix o
 
 
 def _strategy_flags(base: EngineFlags, variant: str) -> EngineFlags:
+    """The flags of one strategy row, valid on every release: ``no_buffer`` carries ``--disable-overlap-schedule``
+    (SGLang 0.5.14+ refuses it without), the radix-off row leaves the strategy at ``auto`` (inert without the
+    radix cache; releases up to 0.5.13 refuse ``extra_buffer`` there)."""
     common = {"max_mamba_cache_size": None, "max_running_requests": base.max_running_requests}
     if variant == "radix off":
-        # no_buffer keeps every build happy: old builds refuse extra_buffer without the radix cache
-        return base.with_(mamba_strategy="no_buffer", disable_radix_cache=True, **common)
-    return base.with_(
-        mamba_strategy=variant,
-        disable_radix_cache=False,
-        disable_overlap_schedule=False if variant == "extra_buffer_lazy" else base.disable_overlap_schedule,
-        **common,
-    )
+        return base.with_(mamba_strategy="auto", strategy_flag=None, disable_radix_cache=True, **common)
+    if variant == "no_buffer":
+        overlap_off = True
+    elif variant == "extra_buffer_lazy":
+        overlap_off = False
+    else:
+        overlap_off = base.disable_overlap_schedule
+    return base.with_(mamba_strategy=variant, disable_radix_cache=False, disable_overlap_schedule=overlap_off, **common)
 
 
 def best_radix_off_running(
@@ -229,15 +235,15 @@ def best_radix_off_running(
 ) -> int:
     """The explicit --max-running-requests that fills memory exactly: N slots and N requests' KV.
 
-    With the radix cache off SGLang allocates exactly N state slots and gives KV the rest, so the KV pool
-    holds ``(rest - N*slot)/kv`` tokens; N requests of mean context c fit when
-    ``N = rest*u / (c*kv + u*slot)`` (u = kv_target_usage). More running never lowers the roofline rate,
+    With the radix cache off SGLang allocates exactly N state slots (plus its padding slot) and gives KV the
+    rest, so the KV pool holds ``(rest - (N+1)*slot)/kv`` tokens; N requests of mean context c fit when
+    ``N = (rest - slot)*u / (c*kv + u*slot)`` (u = kv_target_usage). More running never lowers the roofline rate,
     so this N is the best; it is trimmed to the prompt count and checked against the real sizing.
     """
     probe = build_capacity(model, gpu, flags.with_(max_running_requests=None), config)
     pools = probe.pools
     u = config.kv_target_usage
-    rest_bytes = pools.rest_gib * (1 << 30)
+    rest_bytes = pools.rest_gib * (1 << 30) - pools.state_bytes_per_slot  # the state pool's padding slot
     n = int(rest_bytes * u / (workload.avg_context * pools.kv_bytes_per_token + u * pools.state_bytes_per_slot))
     n = max(1, min(n, math.ceil(workload.prompts / replicas)))
     while n > 1:
@@ -315,6 +321,7 @@ def _base_row(
         result=result,
         error=error,
         is_base=True,
+        sglang_version=config.sglang_version,
     )
 
 
@@ -345,7 +352,7 @@ def _row(
     try:
         if strategy == "radix off":
             n = best_radix_off_running(model, gpu, flags, workload, replicas, config)
-            graph_bs = flags.cuda_graph_max_bs or auto_cuda_graph_max_bs(gpu.memory_mib, flags.tp_size)
+            graph_bs = decode_graph_max_bs(gpu.memory_mib, flags.with_(max_running_requests=None))
             if n > graph_bs and graph_bs < LARGEST_AUTO_CUDA_GRAPH_BS:
                 # capture CUDA graphs up to N, as far as SGLang itself would go (larger decode batches run
                 # without them); the bigger capture reserves a little more memory, so N is recomputed and
@@ -366,4 +373,4 @@ def _row(
         error = None
     except DoesNotFitError as exc:
         result, error = None, str(exc)
-    return WhatIfRow(strategy, ssm, weight, mfs, flags, result, error, False, tuple(notes))
+    return WhatIfRow(strategy, ssm, weight, mfs, flags, result, error, False, tuple(notes), config.sglang_version)

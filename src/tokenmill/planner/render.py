@@ -369,7 +369,7 @@ def report_dict(report: PlanReport) -> dict[str, Any]:
             "t_fixed_no_overlap_ms": r.capacity.roofline.t_fixed_no_overlap_s * 1000,
             "cuda_context_gib": report.config.cuda_context_gib,
             "kv_target_usage": report.config.kv_target_usage,
-            "auto_strategy": report.config.auto_strategy,
+            "sglang_version": report.config.sglang_version,
         },
         "plan": result_dict(r),
         "compare": [
