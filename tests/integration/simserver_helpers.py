@@ -10,7 +10,7 @@ import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
 # Labels every sample carries (left out of the keys so tests can name series briefly).
-CONST_LABELS = {"model_name", "engine_type", "tp_rank", "pp_rank", "is_streaming"}
+CONST_LABELS = {"model_name", "engine_type", "tp_rank", "pp_rank", "moe_ep_rank", "pid", "is_streaming"}
 
 
 async def until(cond: Callable[[], Awaitable[bool]], timeout: float = 20.0, every: float = 0.01) -> None:

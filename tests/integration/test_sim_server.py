@@ -21,6 +21,7 @@ from tests.integration.simserver_helpers import metrics, until
 from tokenmill.config import FaultSpec, SimConfig
 from tokenmill.errors import ConfigError
 from tokenmill.sim import SimServer, run_sim_in_thread
+from tokenmill.sim.text import prompt_token_ids
 
 CHAT = {"model": "tokenmill-sim", "messages": [{"role": "user", "content": "Say something."}], "max_tokens": 64}
 SLOW = {"step_base_ms": 1000.0, "prefill_ms_per_1k": 0.0}  # requests stay in flight until the test ends them
@@ -42,8 +43,8 @@ async def test_openai_endpoints_answer_like_sglang() -> None:
         assert choice["message"]["reasoning_content"] is None
         assert choice["finish_reason"] in ("stop", "length")
         usage = chat["usage"]
-        assert usage["completion_tokens"] == len(choice["token_ids"]) <= 64
-        assert usage["prompt_tokens"] == len(chat["prompt_token_ids"])
+        assert usage["completion_tokens"] == len(choice["response_token_ids"]) <= 64
+        assert usage["prompt_tokens"] == len(choice["prompt_token_ids"])
         assert usage["total_tokens"] == usage["prompt_tokens"] + usage["completion_tokens"]
 
         status, comp = await post(s, srv.url + "/v1/completions", {"prompt": "Once upon", "max_tokens": 3})
@@ -63,11 +64,11 @@ async def test_openai_endpoints_answer_like_sglang() -> None:
 
 async def test_generate_answers_natively_single_and_batched() -> None:
     async with SimServer(SimConfig(time_scale=0.001)) as srv, aiohttp.ClientSession() as s:
-        status, one = await post(s, srv.url + "/generate", {"text": "Hello", "return_input_ids": True})
+        status, one = await post(s, srv.url + "/generate", {"text": "Hello"})
         assert status == 200
         meta = one["meta_info"]
         assert meta["completion_tokens"] == len(one["output_ids"]) <= 128  # native default max_new_tokens
-        assert meta["prompt_tokens"] == len(one["input_ids"])
+        assert meta["prompt_tokens"] == len(prompt_token_ids("Hello"))
         assert meta["finish_reason"]["type"] in ("stop", "length")
         assert meta["e2e_latency"] > 0
         assert {"id", "cached_tokens", "weight_version"} <= set(meta)

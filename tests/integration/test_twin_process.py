@@ -33,11 +33,14 @@ def test_twin_process_reports_the_pools_its_flags_give(tmp_path: Path) -> None:
             if proc.poll() is None:
                 proc.kill()
     assert info["engine_flags"] == "--mamba-scheduler-strategy no_buffer --mem-fraction-static 0.9"
-    assert info["mamba_scheduler_strategy"] == "no_buffer"
+    assert info["mamba_radix_cache_strategy"] == "no_buffer"
     assert info["mem_fraction_static"] == 0.9
     twin = info["tokenmill_twin"]
-    assert (info["max_running_requests"], info["max_mamba_cache_size"]) == (twin["max_running"], twin["mamba_slots"])
-    assert info["max_running_requests"] == twin["mamba_slots"] // 3
+    (state,) = info["internal_states"]
+    computed = (state["effective_max_running_requests_per_dp"], state["max_mamba_cache_size"])
+    assert computed == (twin["max_running"], twin["mamba_slots"])
+    assert state["effective_max_running_requests_per_dp"] == twin["mamba_slots"] // 3
+    assert (info["max_running_requests"], info["max_mamba_cache_size"]) == (None, None)  # not given as flags
     assert f"Mamba Cache is allocated. max_mamba_cache_size: {twin['mamba_slots']}," in log
     assert f"KV Cache is allocated. #tokens: {info['max_total_num_tokens']}," in log
-    assert f"max_running_requests={info['max_running_requests']}, context_len=262144" in log
+    assert f"max_running_requests={twin['max_running']}, context_len=262144" in log

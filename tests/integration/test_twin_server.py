@@ -7,6 +7,7 @@ faster than real time, and throughput read from the twin's wall-clock counters i
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import re
 import time
@@ -19,7 +20,7 @@ import pytest
 from tests.integration.simserver_helpers import metrics, until
 
 from tokenmill.config import PlannerConfig, SimConfig
-from tokenmill.planner import GpuCatalog, Workload, load_model, parse_flags, plan
+from tokenmill.planner import GpuCatalog, Workload, load_model, parse_flags, plan, server_capacity
 from tokenmill.sim import SimServer
 
 MODEL, GPU = "qwen3.6-27b", "rtx-pro-6000"
@@ -52,13 +53,16 @@ async def saturated(
     connector = aiohttp.TCPConnector(limit=0)
     async with SimServer(cfg) as srv, aiohttp.ClientSession(connector=connector) as session:
         prompt, limit = len(body["input_ids"]), body["sampling_params"]["max_new_tokens"]
+        counter = itertools.count()
 
         async def client() -> None:
             while True:
                 if not http:
                     await srv.engine.generate(prompt, limit, limit)
                     continue
-                async with session.post(srv.url + "/generate", json=body) as r:
+                # a first token of its own: no prompt is a prefix-cache hit (the planner assumes none)
+                unique = {**body, "input_ids": [next(counter), *body["input_ids"][1:]]}
+                async with session.post(srv.url + "/generate", json=unique) as r:
                     assert r.status == 200
                     await r.read()
 
@@ -119,14 +123,19 @@ async def busy_twin(flags: str, running: int, body: dict[str, Any]) -> tuple[dic
             return dict(await r.json()), m
 
 
+def found_info(found: dict[str, tuple[dict[str, Any], dict[str, float]]]) -> dict[str, dict[str, Any]]:
+    return {flags: info for flags, (info, _) in found.items()}
+
+
 async def test_strategies_show_their_own_max_running_state_and_kv_usage() -> None:
     prompt, out = 512, 256
     found = {}
-    for flags, running, held in ((EXTRA, 20, 3), (NO_BUFFER, 34, 1), (RADIX_OFF, 48, 1)):
+    for flags, held in ((EXTRA, 3), (NO_BUFFER, 1), (RADIX_OFF, 1)):
+        running = server_capacity(MODEL, GPU, flags).pools.max_running  # what the twin must show
         info, m = await busy_twin(flags, running, generate_body(prompt, out))
-        slots, kv = info["max_mamba_cache_size"], info["max_total_num_tokens"]
-        assert info["max_running_requests"] == info["internal_states"][0]["effective_max_running_requests_per_dp"]
-        assert info["max_running_requests"] == running
+        (state,) = info["internal_states"]
+        slots, kv = state["max_mamba_cache_size"], info["max_total_num_tokens"]
+        assert state["effective_max_running_requests_per_dp"] == running
         assert info["engine_flags"] == flags
         assert m["sglang:mamba_usage"] == pytest.approx(running * held / slots)
         assert m["sglang:mamba_used_tokens"] + m["sglang:mamba_available_tokens"] == slots
@@ -136,11 +145,16 @@ async def test_strategies_show_their_own_max_running_state_and_kv_usage() -> Non
         assert m["sglang:token_usage"] == max(m["sglang:full_token_usage"], m["sglang:mamba_usage"])
         found[flags] = (info, m)
     extra, no_buffer, off = (found[f][0] for f in (EXTRA, NO_BUFFER, RADIX_OFF))
-    assert (extra["mamba_scheduler_strategy"], no_buffer["mamba_scheduler_strategy"]) == ("extra_buffer", "no_buffer")
+    strategy = "mamba_radix_cache_strategy"
+    assert (extra[strategy], no_buffer[strategy]) == ("extra_buffer", "no_buffer")
     assert (extra["disable_overlap_schedule"], no_buffer["disable_overlap_schedule"]) == (False, True)
     assert off["disable_radix_cache"] and off["tokenmill_twin"]["slots_per_request"] == 1
-    assert extra["max_mamba_cache_size"] == no_buffer["max_mamba_cache_size"] == 102
-    assert off["max_mamba_cache_size"] == 48 and off["max_total_num_tokens"] > extra["max_total_num_tokens"]
+    slots_of = {name: info["internal_states"][0]["max_mamba_cache_size"] for name, info in found_info(found).items()}
+    assert slots_of[EXTRA] == slots_of[NO_BUFFER] == server_capacity(MODEL, GPU, EXTRA).pools.mamba_slots
+    assert slots_of[RADIX_OFF] == 48 and off["max_total_num_tokens"] > extra["max_total_num_tokens"]
+    # the flags as given: SGLang decided the slot count, and the cap where no flag set it
+    assert (extra["max_mamba_cache_size"], extra["max_running_requests"]) == (None, None)
+    assert off["max_running_requests"] == 48
     assert len({round(found[f][1]["sglang:mamba_usage"], 3) for f in found}) == 3
     assert len({round(found[f][1]["sglang:full_token_usage"], 3) for f in found}) == 3
 
@@ -208,4 +222,6 @@ async def test_twin_limits_one_request_to_its_kv_pool_as_sglang_does() -> None:
         async with s.get(srv.url + "/server_info") as r:
             info = await r.json()
         assert info["max_req_input_len"] == 2994
-        assert info["context_length"] == 262_144  # the model's own, not SimConfig's default
+        assert info["context_length"] is None  # not given: SGLang takes the model's own
+        async with s.get(srv.url + "/v1/models") as r:
+            assert (await r.json())["data"][0]["max_model_len"] == 262_144  # not SimConfig's default

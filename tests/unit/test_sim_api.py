@@ -10,7 +10,7 @@ from tokenmill.sim import api
 from tokenmill.sim.text import EOS_TOKEN_ID, Draft, estimate_tokens, prompt_token_ids, render_chat
 
 CTX = 1000
-STOP = Draft(token_ids=[1001, 1002], text="bab bac", finish="stop")
+STOP = Draft(token_ids=[1001, 1002], text="bab bac", finish="stop", matched=EOS_TOKEN_ID)
 LENGTH = Draft(token_ids=[1003], text="bad", finish="length")
 
 
@@ -103,27 +103,29 @@ def test_chat_response_shape() -> None:
     assert out["usage"]["prompt_tokens"] == spec.prompt_tokens
     assert out["usage"]["completion_tokens"] == 2
     assert out["usage"]["total_tokens"] == spec.prompt_tokens + 2
-    assert "prompt_token_ids" not in out
-    assert "token_ids" not in choice
+    assert "prompt_token_ids" not in out and "prompt_token_ids" not in choice
+    assert "response_token_ids" not in choice
 
 
-def test_return_token_ids_follows_vllm() -> None:
+def test_return_token_ids_follows_sglang() -> None:
     chat = api.parse_chat({"messages": [{"role": "user", "content": "hi"}], "return_token_ids": True}, CTX)
     out = api.chat_response(chat, LENGTH, "m")
-    assert out["prompt_token_ids"] == prompt_token_ids(render_chat([{"role": "user", "content": "hi"}]))
-    assert out["choices"][0]["token_ids"] == [1003]
-    assert (out["choices"][0]["finish_reason"], out["choices"][0]["matched_stop"]) == ("length", None)
+    choice = out["choices"][0]
+    assert choice["prompt_token_ids"] == prompt_token_ids(render_chat([{"role": "user", "content": "hi"}]))
+    assert choice["response_token_ids"] == [1003]
+    assert "prompt_token_ids" not in out
+    assert (choice["finish_reason"], choice["matched_stop"]) == ("length", None)
     comp = api.parse_completion({"prompt": [9, 8], "return_token_ids": True}, CTX)
     choice = api.completion_response(comp, STOP, "m")["choices"][0]
     assert (choice["prompt_token_ids"], choice["token_ids"], choice["text"]) == ([9, 8], [1001, 1002], "bab bac")
 
 
 def test_generate_item_shape() -> None:
-    [spec], _ = api.parse_generate({"text": "hi", "rid": "r", "return_input_ids": True}, CTX)
+    [spec], _ = api.parse_generate({"text": "hi", "rid": "r"}, CTX)
     item = api.generate_item(spec, LENGTH, 0.5)
     assert item["text"] == "bad"
     assert item["output_ids"] == [1003]
-    assert item["input_ids"] == prompt_token_ids("hi")
+    assert "input_ids" not in item  # SGLang answers with the output ids only
     meta = item["meta_info"]
     assert meta["id"] == "r"
     assert meta["finish_reason"] == {"type": "length", "length": 1}

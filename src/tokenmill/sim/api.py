@@ -1,10 +1,9 @@
 """Request parsing and response shapes of the three generation APIs, as SGLang speaks them.
 
 Pure functions, no I/O: a JSON body becomes :class:`GenSpec` (or :class:`BadRequest`), and a spec plus its
-planned output becomes the response body. Beyond SGLang, two fields let clients capture token ids:
-``return_token_ids: true`` on the OpenAI endpoints (vLLM's shape: chat puts ``prompt_token_ids`` on the
-response, completions put it on the choice, and both put ``token_ids`` on the choice) and
-``return_input_ids: true`` on ``/generate`` (``input_ids`` beside ``output_ids``).
+planned output becomes the response body. Token ids come back as SGLang 0.5.23 returns them: ``/generate``
+always has ``output_ids``; ``return_token_ids: true`` on the OpenAI routes puts ``prompt_token_ids`` on the
+choice, with the completion's ids as ``response_token_ids`` (chat) or ``token_ids`` (completions).
 """
 
 from __future__ import annotations
@@ -15,10 +14,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from tokenmill.sim.text import EOS_TOKEN_ID, Draft, estimate_tokens, prompt_token_ids, render_chat
+from tokenmill.sim.text import Draft, estimate_tokens, prompt_token_ids, render_chat
 
 Flavor = Literal["openai", "native"]
 NATIVE_DEFAULT_MAX_NEW_TOKENS = 128  # SGLang's sampling_params default for /generate
+COMPLETIONS_DEFAULT_MAX_TOKENS = 16  # SGLang's CompletionRequest.max_tokens default (chat: the rest of the context)
 
 _ERROR_TYPES = {
     400: "BadRequestError",
@@ -45,6 +45,7 @@ class GenSpec:
     seed: int | None
     return_ids: bool
     rid: str
+    stop: tuple[str, ...] = ()
 
     def prompt_ids(self) -> list[int]:
         return list(self.prompt) if isinstance(self.prompt, list) else prompt_token_ids(self.prompt)
@@ -73,6 +74,7 @@ def parse_completion(body: Any, context_length: int) -> GenSpec:
         prompt = prompt[0]
     _reject_unsupported(body)
     limit = _first_int(body, ("max_tokens",))
+    limit = COMPLETIONS_DEFAULT_MAX_TOKENS if limit is None else limit
     if isinstance(prompt, str):
         return _spec(body, prompt, estimate_tokens(prompt), limit, context_length, _rid(body.get("rid")))
     ids = _token_ids(prompt, "prompt")
@@ -116,7 +118,7 @@ def parse_generate(body: Any, context_length: int) -> tuple[list[GenSpec], bool]
             context_length,
             _rid(rid),
             seed_key="sampling_seed",
-            return_ids=bool(body.get("return_input_ids", False)),
+            return_ids=False,
         )
         specs.append(spec)
     if body.get("stream"):
@@ -191,6 +193,8 @@ def _spec(
     return_ids: bool | None = None,
 ) -> GenSpec:
     seed = params.get(seed_key)
+    stop = params.get("stop")
+    stops = (stop,) if isinstance(stop, str) else tuple(x for x in stop if isinstance(x, str)) if stop else ()
     return GenSpec(
         prompt=prompt,
         prompt_tokens=prompt_tokens,
@@ -200,6 +204,7 @@ def _spec(
         seed=seed if isinstance(seed, int) and not isinstance(seed, bool) else None,
         return_ids=bool(params.get("return_token_ids", False)) if return_ids is None else return_ids,
         rid=rid,
+        stop=stops if isinstance(stop, str | list) else (),
     )
 
 
@@ -217,18 +222,17 @@ def _usage(spec: GenSpec, draft: Draft) -> dict[str, Any]:
     }
 
 
-def _matched_stop(draft: Draft) -> int | None:
-    return EOS_TOKEN_ID if draft.finish == "stop" else None
-
-
 def chat_response(spec: GenSpec, draft: Draft, model: str) -> dict[str, Any]:
     choice: dict[str, Any] = {
         "index": 0,
         "message": {"role": "assistant", "content": draft.text, "reasoning_content": None, "tool_calls": None},
         "logprobs": None,
         "finish_reason": draft.finish,
-        "matched_stop": _matched_stop(draft),
+        "matched_stop": draft.matched,
     }
+    if spec.return_ids:
+        choice["prompt_token_ids"] = spec.prompt_ids()
+        choice["response_token_ids"] = draft.token_ids
     out: dict[str, Any] = {
         "id": spec.rid,
         "object": "chat.completion",
@@ -237,9 +241,6 @@ def chat_response(spec: GenSpec, draft: Draft, model: str) -> dict[str, Any]:
         "choices": [choice],
         "usage": _usage(spec, draft),
     }
-    if spec.return_ids:
-        out["prompt_token_ids"] = spec.prompt_ids()
-        choice["token_ids"] = draft.token_ids
     return out
 
 
@@ -249,7 +250,7 @@ def completion_response(spec: GenSpec, draft: Draft, model: str) -> dict[str, An
         "text": draft.text,
         "logprobs": None,
         "finish_reason": draft.finish,
-        "matched_stop": _matched_stop(draft),
+        "matched_stop": draft.matched,
     }
     if spec.return_ids:
         choice["prompt_token_ids"] = spec.prompt_ids()
@@ -264,10 +265,10 @@ def completion_response(spec: GenSpec, draft: Draft, model: str) -> dict[str, An
     }
 
 
-def generate_item(spec: GenSpec, draft: Draft, e2e_latency: float) -> dict[str, Any]:
+def generate_item(spec: GenSpec, draft: Draft, e2e_latency: float, cached_tokens: int = 0) -> dict[str, Any]:
     n = len(draft.token_ids)
     finish: dict[str, Any] = (
-        {"type": "stop", "matched": EOS_TOKEN_ID} if draft.finish == "stop" else {"type": "length", "length": n}
+        {"type": "stop", "matched": draft.matched} if draft.finish == "stop" else {"type": "length", "length": n}
     )
     item: dict[str, Any] = {
         "text": draft.text,
@@ -279,13 +280,11 @@ def generate_item(spec: GenSpec, draft: Draft, e2e_latency: float) -> dict[str, 
             "weight_version": "default",
             "num_retractions": 0,
             "completion_tokens": n,
-            "cached_tokens": 0,
+            "cached_tokens": cached_tokens,
             "reasoning_tokens": 0,
             "e2e_latency": e2e_latency,
         },
     }
-    if spec.return_ids:
-        item["input_ids"] = spec.prompt_ids()
     return item
 
 

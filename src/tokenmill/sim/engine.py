@@ -71,21 +71,27 @@ class SimEngine:
             if r.waiter is not None and not r.waiter.done():
                 r.waiter.set_exception(EngineClosedError("the simulated server is shutting down"))
 
-    async def generate(self, prompt_tokens: int, output_tokens: int, max_new_tokens: int = 0) -> Timing:
+    async def generate(
+        self, prompt_tokens: int, output_tokens: int, max_new_tokens: int = 0, cached_tokens: int = 0
+    ) -> Timing:
         """Serve one request of ``output_tokens`` tokens, asked with a limit of ``max_new_tokens`` (what a
-        finite KV pool reserves for; at least ``output_tokens``); raises :class:`QueueFullError` or
-        :class:`EngineClosedError`.
+        finite KV pool reserves for; at least ``output_tokens``), ``cached_tokens`` of its prompt served by
+        the prefix cache; raises :class:`QueueFullError` or :class:`EngineClosedError`.
 
         Cancelling the caller (a client that hung up) aborts the request and frees its slot.
         """
         if self._closed:
             raise EngineClosedError("the simulated server is shutting down")
         if self._instant:
-            self.metrics.observe_finished(prompt_tokens, output_tokens, _INSTANT)
+            self.metrics.observe_finished(prompt_tokens, output_tokens, _INSTANT, cached_tokens)
             return _INSTANT
         loop = asyncio.get_running_loop()
         req = SimRequest(
-            prompt_tokens=prompt_tokens, output_tokens=output_tokens, arrived=loop.time(), max_new_tokens=max_new_tokens
+            prompt_tokens=prompt_tokens,
+            output_tokens=output_tokens,
+            arrived=loop.time(),
+            max_new_tokens=max_new_tokens,
+            cached_tokens=cached_tokens,
         )
         req.waiter = loop.create_future()
         self._settle(self.scheduler.advance(req.arrived))  # the queue limit sees the queue as of now
@@ -123,7 +129,7 @@ class SimEngine:
 
     def _settle(self, done: list[SimRequest]) -> None:
         for r in done:
-            self.metrics.observe_finished(r.prompt_tokens, r.output_tokens, _timing(r))
+            self.metrics.observe_finished(r.prompt_tokens, r.output_tokens, _timing(r), r.cached_tokens)
             if r.waiter is not None and not r.waiter.done():
                 r.waiter.set_result(None)
 

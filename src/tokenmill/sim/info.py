@@ -1,24 +1,28 @@
 """Bodies of the simulated server's descriptive endpoints: ``/server_info``, ``/model_info``, ``/v1/models``.
 
-``/server_info`` follows SGLang: the server arguments, ``status``, ``max_total_num_tokens``,
-``max_req_input_len``, and one ``internal_states`` entry (one DP rank) holding the arguments again plus
-``last_gen_throughput``, ``memory_usage`` and ``effective_max_running_requests_per_dp``. The simulator's
-own settings are under ``tokenmill_sim`` (never the API key). A twin reports the arguments as SGLang would
-resolve them for its model, GPU and flags (strategy, pool sizes, max running), and its own account of every
-pool number under ``tokenmill_twin``.
+``/server_info`` follows SGLang 0.5.23 (checked against a real server by tests/conformance): the server
+arguments at the top level as the launcher resolved them (flags as given, ``None`` where SGLang decides),
+``version``, ``status``, ``max_total_num_tokens``, ``max_req_input_len``, and one ``internal_states`` entry
+(one DP rank) holding the arguments again with the scheduler's computed values (``max_mamba_cache_size``,
+``effective_max_running_requests_per_dp``, ``memory_usage``, ``last_gen_throughput``). The simulator's own
+settings are under ``tokenmill_sim`` (never the API key); a twin adds its account of every pool number under
+``tokenmill_twin``.
+
+Without the twin, the simulator is a server launched with its caps given as flags
+(``--max-running-requests``, ``--max-total-tokens``) and the radix cache off, one state slot per request.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from tokenmill import __version__
-from tokenmill.config import SimConfig
+from tokenmill.config import PlannerConfig, SimConfig
 from tokenmill.sim.scheduler import SchedulerSnapshot
 from tokenmill.sim.timing import StepModel
 from tokenmill.sim.twin import TwinStepModel
 
-VERSION = f"tokenmill-sim {__version__}"
+#: The SGLang release whose API, metrics and /server_info the simulated server imitates.
+SGLANG_VERSION = PlannerConfig().sglang_version
 
 
 def server_args(cfg: SimConfig, model: StepModel, host: str, port: int) -> dict[str, Any]:
@@ -33,9 +37,10 @@ def server_args(cfg: SimConfig, model: StepModel, host: str, port: int) -> dict[
         "max_running_requests": cfg.max_running_requests,
         "max_queued_requests": cfg.max_queued_requests,
         "max_total_tokens": model.max_total_tokens,
-        "max_mamba_cache_size": model.mamba_slots,
+        "max_mamba_cache_size": None,
         "disable_radix_cache": True,
-        "mamba_scheduler_strategy": "no_buffer",
+        "mamba_radix_cache_strategy": "auto",
+        "disable_overlap_schedule": False,
         "schedule_policy": "fcfs",
         "page_size": 1,
         "tp_size": 1,
@@ -51,13 +56,22 @@ def server_args(cfg: SimConfig, model: StepModel, host: str, port: int) -> dict[
     return args
 
 
+def _computed(model: StepModel) -> dict[str, Any]:
+    if isinstance(model, TwinStepModel):
+        return model.computed_state()
+    return {
+        "max_mamba_cache_size": model.mamba_slots or None,
+        "effective_max_running_requests_per_dp": model.max_running_requests,
+    }
+
+
 def server_info(cfg: SimConfig, model: StepModel, snap: SchedulerSnapshot, host: str, port: int) -> dict[str, Any]:
     args = server_args(cfg, model, host, port)
     state = {
         **args,
-        "last_gen_throughput": snap.gen_throughput,
+        **_computed(model),
+        "last_gen_throughput": float(snap.gen_throughput),
         "memory_usage": {"weight": 0.0, "kvcache": 0.0, "token_capacity": model.max_total_tokens, "graph": 0.0},
-        "effective_max_running_requests_per_dp": model.max_running_requests,
     }
     if isinstance(model, TwinStepModel):
         pools = model.capacity.pools
@@ -73,7 +87,7 @@ def server_info(cfg: SimConfig, model: StepModel, snap: SchedulerSnapshot, host:
         "max_total_num_tokens": model.max_total_tokens,
         "max_req_input_len": cfg.context_length - 1,
         "internal_states": [state],
-        "version": VERSION,
+        "version": SGLANG_VERSION,
         "tokenmill_sim": cfg.model_dump(mode="json", exclude={"api_key", "host", "port"}),
     }
     if isinstance(model, TwinStepModel):

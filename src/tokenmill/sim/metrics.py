@@ -2,12 +2,15 @@
 
 Counting is plain integer arithmetic on the hot path; metric families are built only when ``/metrics``
 is scraped, by a collector on a per-server ``CollectorRegistry`` (so several simulators in one process
-never share series). Scheduler metrics carry SGLang's scheduler labels (``model_name``, ``engine_type``,
-``tp_rank``, ``pp_rank``); request metrics carry ``model_name``, ``engine_type`` and ``is_streaming``.
+never share series). The names, types, labels and buckets are SGLang 0.5.23's (checked against a real
+server by tests/conformance): scheduler metrics carry ``engine_type``, ``model_name``, ``moe_ep_rank``,
+``pp_rank`` and ``tp_rank`` (the per-step retraction gauge also ``pid``); request metrics carry
+``engine_type``, ``model_name`` and ``is_streaming``; ``cached_tokens`` carries ``cache_source``.
 """
 
 from __future__ import annotations
 
+import os
 from bisect import bisect_left
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING
@@ -27,7 +30,10 @@ ITL_BUCKETS = (
     0.002, 0.004, 0.006, 0.008, 0.010, 0.015, 0.020, 0.025, 0.030, 0.035, 0.040,
     0.060, 0.080, 0.100, 0.200, 0.400, 0.600, 0.800, 1.0, 2.0, 4.0, 6.0, 8.0,
 )  # fmt: skip
-QUEUE_BUCKETS = (0.0, 0.1, 0.2, 0.5, 1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000)
+QUEUE_BUCKETS = (
+    0.0, 0.001, 0.005, 0.01, 0.05, 0.1, 0.2, 0.5, 1, 2, 3, 4, 5, 10, 15, 20, 30, 40, 50, 60, 70, 80, 90, 100,
+    200, 300, 400, 500, 600, 700, 800, 900, 1000, 1200, 1400, 1600, 1800, 2000, 2500, 3000,
+)  # fmt: skip
 
 
 class Histogram:
@@ -64,13 +70,17 @@ class RequestMetrics:
         self.generation_tokens = 0
         self.requests = 0
         self.aborted = 0
+        self.cached_tokens = 0
         self.ttft = Histogram(TTFT_BUCKETS)
         self.e2e = Histogram(E2E_BUCKETS)
         self.itl = Histogram(ITL_BUCKETS)
         self.queue = Histogram(QUEUE_BUCKETS)
 
-    def observe_finished(self, prompt_tokens: int, completion_tokens: int, timing: Timing) -> None:
+    def observe_finished(
+        self, prompt_tokens: int, completion_tokens: int, timing: Timing, cached_tokens: int = 0
+    ) -> None:
         self.prompt_tokens += prompt_tokens
+        self.cached_tokens += cached_tokens
         self.generation_tokens += completion_tokens
         self.requests += 1
         self.ttft.observe(timing.ttft_s)
@@ -93,7 +103,14 @@ class SimCollector:
         requests: RequestMetrics,
         faults: Callable[[], Mapping[str, int]],
     ) -> None:
-        self._sched_labels = {"model_name": model_name, "engine_type": "unified", "tp_rank": "0", "pp_rank": "0"}
+        self._sched_labels = {
+            "engine_type": "unified",
+            "model_name": model_name,
+            "moe_ep_rank": "0",
+            "pp_rank": "0",
+            "tp_rank": "0",
+        }
+        self._pid = str(os.getpid())
         self._req_labels = {"model_name": model_name, "engine_type": "unified", "is_streaming": "false"}
         self._model = step_model
         self._context_length = context_length
@@ -143,7 +160,11 @@ class SimCollector:
             max(0, m.mamba_slots - u.mamba_used),
         )
         yield g("mamba_evictable_tokens", "Number of evictable state slots in the mamba SSM pool.", 0)
-        yield g("num_retracted_reqs", "The number of retracted requests.", s.last_retracted)
+        retracted = GaugeMetricFamily(
+            "sglang:num_retracted_reqs", "The number of retracted requests.", labels=[*self._sched_labels, "pid"]
+        )
+        retracted.add_metric([*self._sched_labels.values(), self._pid], s.last_retracted)
+        yield retracted
         yield g("num_paused_reqs", "The number of paused requests.", s.waiting if s.paused else 0)
         yield g("new_token_ratio", "The new token ratio.", s.new_token_ratio)
         yield g("is_cuda_graph", "Whether the batch is using CUDA graph.", 1.0 if s.cuda_graph else 0.0)
@@ -159,10 +180,15 @@ class SimCollector:
             yield counter
         realtime = CounterMetricFamily(
             "sglang:realtime_tokens",
-            "Tokens processed, updated every scheduler iteration.",
+            "Total number of tokens processed (updated on each log interval). "
+            "mode: prefill_compute, prefill_cache, decode.",
             labels=[*self._sched_labels, "mode"],
         )
-        for mode, value in (("prefill_compute", s.prefill_tokens), ("prefill_cache", 0), ("decode", s.decode_tokens)):
+        for mode, value in (
+            ("prefill_compute", s.prefill_tokens),
+            ("prefill_cache", s.prefill_cache_tokens),
+            ("decode", s.decode_tokens),
+        ):
             realtime.add_metric([*self._sched_labels.values(), mode], value)
         yield realtime
         yield self._requests.queue.family(
@@ -181,6 +207,11 @@ class SimCollector:
             fam = CounterMetricFamily(f"sglang:{name}", doc, labels=list(lab))
             fam.add_metric(list(lab.values()), value)
             yield fam
+        cached = CounterMetricFamily(
+            "sglang:cached_tokens", "Number of cached prompt tokens.", labels=["cache_source", *base]
+        )
+        cached.add_metric(["device", *base.values()], r.cached_tokens)
+        yield cached
         yield r.ttft.family(
             "sglang:time_to_first_token_seconds", "Histogram of time to first token in seconds.", labels
         )

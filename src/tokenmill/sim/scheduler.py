@@ -117,6 +117,7 @@ class SimRequest:
     admit_step: int = 0
     finish_step: int = 0
     resumed: int = 0  # tokens generated before the current admission (kept across a retraction)
+    cached_tokens: int = 0  # prompt tokens the prefix cache serves at the first admission
     retractions: int = 0
     seq: int = 0  # identifies the request's live heap entry
     state: State = State.WAITING
@@ -135,6 +136,7 @@ class SchedulerSnapshot:
     decode_tokens: int
     prefill_tokens: int
     paused: bool
+    prefill_cache_tokens: int = 0
     retracted_requests: int = 0
     retracted_input_tokens: int = 0
     retracted_output_tokens: int = 0
@@ -159,6 +161,7 @@ class Scheduler:
         self.waiting = 0
         self.decode_tokens = 0
         self.prefill_tokens = 0
+        self.prefill_cache_tokens = 0
         self.retracted_requests = 0
         self.retracted_input_tokens = 0
         self.retracted_output_tokens = 0
@@ -273,6 +276,7 @@ class Scheduler:
             gen_throughput=self._gen_throughput if self.running else 0.0,
             decode_tokens=self.decode_tokens,
             prefill_tokens=self.prefill_tokens,
+            prefill_cache_tokens=self.prefill_cache_tokens,
             paused=self._paused_at is not None,
             retracted_requests=self.retracted_requests,
             retracted_input_tokens=self.retracted_input_tokens,
@@ -431,7 +435,8 @@ class Scheduler:
             batch.append(r)
         if not batch:
             return False
-        fills = [r.prompt_tokens + r.resumed for r in batch]
+        cached = [r.cached_tokens if not r.resumed and not r.retractions else 0 for r in batch]
+        fills = [r.prompt_tokens + r.resumed - c for r, c in zip(batch, cached, strict=True)]
         new_tokens = sum(fills)
         if self._pool is not None:
             cost = self._pool.prefill_batch_time_s(fills) * self._scale
@@ -448,7 +453,8 @@ class Scheduler:
             self._prefill_end += cost
         self._prefilling.extend(batch)
         self.prefill_tokens += new_tokens
-        self._log_prefill(now, len(batch), new_tokens)
+        self.prefill_cache_tokens += sum(cached)
+        self._log_prefill(now, len(batch), new_tokens, sum(cached))
         return True
 
     def _retract(self) -> None:
@@ -531,7 +537,7 @@ class Scheduler:
                 self.waiting,
             )
 
-    def _log_prefill(self, now: float, n: int, new_tokens: int) -> None:
+    def _log_prefill(self, now: float, n: int, new_tokens: int, cached_tokens: int) -> None:
         gap = now - self._last_prefill_at
         self._last_prefill_at = now
         if not log.isEnabledFor(logging.INFO):
@@ -543,10 +549,11 @@ class Scheduler:
             else f"token usage: {u.token_usage:.2f}"
         )
         log.info(
-            "Prefill batch, #new-seq: %d, #new-token: %d, #cached-token: 0, %s, #running-req: %d, "
+            "Prefill batch, #new-seq: %d, #new-token: %d, #cached-token: %d, %s, #running-req: %d, "
             "#queue-req: %d, #pending-token: 0, cuda graph: False, input throughput (token/s): %.2f",
             n,
             new_tokens,
+            cached_tokens,
             usage,
             self.running - n,
             self.waiting,

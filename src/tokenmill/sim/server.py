@@ -46,6 +46,7 @@ from tokenmill.sim import api, info
 from tokenmill.sim.engine import EngineClosedError, QueueFullError, SimEngine, Timing
 from tokenmill.sim.faults import FaultInjector
 from tokenmill.sim.metrics import SimCollector, exposition, make_registry
+from tokenmill.sim.prefix import PrefixCache
 from tokenmill.sim.text import Draft, content_key, plan_output
 from tokenmill.sim.timing import StepModel
 from tokenmill.sim.twin import TwinStepModel
@@ -64,6 +65,8 @@ class SimServer:
         if self.twin is not None:
             self.cfg = self.twin.resolve(self.cfg)
         self.faults = FaultInjector(self.cfg.faults)
+        cache_tokens = self.twin.prefix_cache_tokens if self.twin is not None else 0
+        self.prefix_cache = PrefixCache(cache_tokens) if cache_tokens and not self.cfg.instant else None
         self._registry = make_registry(
             SimCollector(
                 self.cfg.model,
@@ -209,7 +212,8 @@ class SimServer:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._closing.wait(), timeout=self.faults.spec.stall_s)
 
-    async def _run(self, spec: api.GenSpec) -> tuple[Draft, Timing]:
+    async def _run(self, spec: api.GenSpec) -> tuple[Draft, Timing, int]:
+        """Serve one spec: the planned answer, where its time went, and the prompt tokens the cache served."""
         cfg = self.cfg
         max_new = spec.max_new_tokens
         if self.twin is not None:
@@ -226,9 +230,14 @@ class SimServer:
             ignore_eos=spec.ignore_eos,
             mean=cfg.output_len_mean,
             sigma=cfg.output_len_sigma,
+            stop=spec.stop,
         )
-        timing = await self.engine.generate(spec.prompt_tokens, len(draft.token_ids), max_new)
-        return draft, timing
+        ids = spec.prompt_ids() if self.prefix_cache is not None else []
+        cached = self.prefix_cache.match(ids) if self.prefix_cache is not None else 0
+        timing = await self.engine.generate(spec.prompt_tokens, len(draft.token_ids), max_new, cached)
+        if self.prefix_cache is not None:
+            self.prefix_cache.insert(ids + draft.token_ids)
+        return draft, timing, cached
 
     def _model_name(self, body: Any) -> str:
         model = body.get("model") if isinstance(body, dict) else None
@@ -237,13 +246,13 @@ class SimServer:
     async def _serve_chat(self, body: Any) -> Any:
         spec = api.parse_chat(body, self.cfg.context_length)
         api.check_context(spec, self.cfg.context_length)
-        draft, _ = await self._run(spec)
+        draft, _, _ = await self._run(spec)
         return api.chat_response(spec, draft, self._model_name(body))
 
     async def _serve_completion(self, body: Any) -> Any:
         spec = api.parse_completion(body, self.cfg.context_length)
         api.check_context(spec, self.cfg.context_length)
-        draft, _ = await self._run(spec)
+        draft, _, _ = await self._run(spec)
         return api.completion_response(spec, draft, self._model_name(body))
 
     async def _serve_generate(self, body: Any) -> Any:
@@ -260,8 +269,8 @@ class SimServer:
                 for t in tasks:
                     t.cancel()
                 await asyncio.gather(*tasks, return_exceptions=True)
-        items = [api.generate_item(s, d, t.e2e_s) for s, (d, t) in zip(specs, results, strict=True)]
-        for item, (_, timing) in zip(items, results, strict=True):
+        items = [api.generate_item(s, d, t.e2e_s, c) for s, (d, t, c) in zip(specs, results, strict=True)]
+        for item, (_, timing, _) in zip(items, results, strict=True):
             item["meta_info"]["num_retractions"] = timing.retractions
         return items if batch else items[0]
 

@@ -26,6 +26,7 @@ EOS_TOKEN_ID = 2
 _CONSONANTS = "bcdfghjklmnprstvwxz"
 _VOWELS = "aeiou"
 WORDS: tuple[str, ...] = tuple(a + v + b for a in _CONSONANTS for v in _VOWELS for b in _CONSONANTS)
+WORD_CHARS = 3  # every word; generated text is words joined by single spaces
 OUTPUT_ID_BASE = 1000
 """Output token id of ``WORDS[0]``; ids below it are reserved (EOS, prompt-only ids never collide)."""
 VOCAB_SIZE = 32000
@@ -36,11 +37,13 @@ FinishKind = Literal["stop", "length"]
 
 @dataclass(frozen=True, slots=True)
 class Draft:
-    """A planned completion: its token ids, their text, and why it ended."""
+    """A planned completion: its token ids, their text, why it ended, and what stopped it (a stop string, or
+    the EOS token id when it ended naturally; ``None`` at the length limit)."""
 
     token_ids: list[int]
     text: str
     finish: FinishKind
+    matched: str | int | None = None
 
 
 def estimate_tokens(text: str) -> int:
@@ -82,15 +85,39 @@ def draw_length(rng: random.Random, mean: float, sigma: float) -> int:
     return max(1, round(rng.lognormvariate(mu, sigma)))
 
 
-def plan_output(key: int, max_new_tokens: int, *, ignore_eos: bool, mean: float, sigma: float) -> Draft:
-    """The completion for ``key``: a drawn length capped by ``max_new_tokens`` (then ``finish == "length"``)."""
+def plan_output(
+    key: int, max_new_tokens: int, *, ignore_eos: bool, mean: float, sigma: float, stop: Sequence[str] = ()
+) -> Draft:
+    """The completion for ``key``: a drawn length capped by ``max_new_tokens`` (then ``finish == "length"``),
+    cut at the first stop string as SGLang cuts it (the text ends before the match; the ids keep the token
+    that completed it)."""
     rng = random.Random(key)
     natural = draw_length(rng, mean, sigma)
     finish: FinishKind = "length" if ignore_eos or natural >= max_new_tokens else "stop"
     n = max_new_tokens if finish == "length" else natural
     picks = rng.choices(range(len(WORDS)), k=n)
     ids = [OUTPUT_ID_BASE + i for i in picks]
-    return Draft(token_ids=ids, text=" ".join(WORDS[i] for i in picks), finish=finish)
+    text = " ".join(WORDS[i] for i in picks)
+    cut = _first_stop(text, stop)
+    if cut is not None:
+        start, end, matched = cut
+        # token i is word i with the space before it ([4i-1, 4i+3)): the token that completes the match
+        # is the one whose text reaches the match's end
+        last = end // (WORD_CHARS + 1)
+        return Draft(token_ids=ids[: last + 1], text=text[:start], finish="stop", matched=matched)
+    return Draft(token_ids=ids, text=text, finish=finish, matched=None if finish == "length" else EOS_TOKEN_ID)
+
+
+def _first_stop(text: str, stop: Sequence[str]) -> tuple[int, int, str] | None:
+    """The stop string that the generated text completes first: (its start, its end, the string)."""
+    best: tuple[int, int, str] | None = None
+    for s in stop:
+        if not s:
+            continue
+        at = text.find(s)
+        if at >= 0 and (best is None or at + len(s) < best[1]):
+            best = (at, at + len(s), s)
+    return best
 
 
 def render_chat(messages: Sequence[dict[str, object]]) -> str:

@@ -254,32 +254,46 @@ class TwinStepModel:
         )
 
     def server_args(self) -> dict[str, Any]:
-        """SGLang ``ServerArgs`` fields as this server would resolve them (SGLang's spellings)."""
+        """The top level of SGLang's ``/server_info``: ``ServerArgs`` as the launcher resolved them. The flags
+        stay as given (``None`` where SGLang decides: ``max_running_requests``, ``max_mamba_cache_size``,
+        ``max_total_tokens``, ``context_length``); the strategy, the overlap switch and the memory fraction
+        are resolved, as SGLang's argument post-processing resolves them."""
         cap = self.capacity
         pools, flags = cap.pools, cap.flags
-        strategy = pools.strategy.strategy
-        if strategy in ("radix off", "n/a"):  # the field is kept but unused; auto resolves to no_buffer
-            strategy = "no_buffer" if flags.mamba_strategy == "auto" else flags.mamba_strategy
+        hybrid_radix = cap.model.is_hybrid and pools.strategy.radix_cache
         return {
             "tp_size": flags.tp_size,
             "dp_size": flags.dp_size,
             "mem_fraction_static": pools.mem_fraction_static,
-            "max_running_requests": pools.max_running,
+            "max_running_requests": flags.max_running_requests,
             "max_total_tokens": flags.max_total_tokens,
-            "max_mamba_cache_size": pools.mamba_slots,
-            "mamba_scheduler_strategy": strategy,
+            "max_mamba_cache_size": flags.max_mamba_cache_size,
+            "context_length": flags.context_length,
+            "mamba_radix_cache_strategy": pools.strategy.strategy if hybrid_radix else flags.mamba_strategy,
+            "uses_mamba_radix_cache": hybrid_radix,
             "mamba_full_memory_ratio": flags.mamba_full_memory_ratio,
-            "mamba_ssm_dtype": _SSM_DTYPE_NAMES.get(flags.mamba_ssm_dtype or "") if cap.model.is_hybrid else None,
-            "disable_radix_cache": not pools.strategy.radix_cache,
+            "mamba_ssm_dtype": _SSM_DTYPE_NAMES.get(flags.mamba_ssm_dtype or ""),
+            "disable_radix_cache": flags.disable_radix_cache,
             "disable_overlap_schedule": not pools.strategy.overlap,
             "page_size": flags.page_size or 1,
             "chunked_prefill_size": flags.chunked_prefill_size or auto_chunked_prefill_size(cap.gpu.memory_mib),
-            "cuda_graph_max_bs": self._graph_bs,
+            "cuda_graph_max_bs_decode": self._graph_bs,
             "kv_cache_dtype": _KV_DTYPE_NAMES.get(flags.kv_cache_dtype or "", "auto"),
             "quantization": _QUANTIZATION_NAMES.get(flags.weight_dtype or ""),
             "schedule_conservativeness": self.conservativeness,
-            "context_length": self.context_length,
         }
+
+    def computed_state(self) -> dict[str, Any]:
+        """What the scheduler computed, as ``internal_states`` shows it beside the arguments."""
+        return {
+            "max_mamba_cache_size": self._slots or None,
+            "effective_max_running_requests_per_dp": self._max_running,
+        }
+
+    @property
+    def prefix_cache_tokens(self) -> int:
+        """Tokens the radix cache may hold (the KV pool); 0 with the radix cache off."""
+        return self._kv_tokens if self.capacity.pools.strategy.radix_cache else 0
 
     def describe(self) -> dict[str, Any]:
         """The twin's own account: what it simulates and every pool number with its source."""

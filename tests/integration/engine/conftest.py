@@ -7,9 +7,8 @@ from collections.abc import AsyncIterator
 
 import aiohttp
 import pytest
-from tokenizers import Tokenizer
-
 from tests.engines.pool import LiveServer
+from tokenizers import Tokenizer
 
 
 @pytest.fixture

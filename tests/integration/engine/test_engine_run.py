@@ -14,9 +14,9 @@ import aiohttp
 import orjson
 import pytest
 import yaml
-from tokenizers import Tokenizer
 from tests.engines.pool import LiveServer as EngineServer
 from tests.engines.vllm import decodes_to
+from tokenizers import Tokenizer
 
 from tokenmill.monitor.scrape import ServerSnapshot, scrape
 
