@@ -327,14 +327,25 @@ class PlannerConfig(_Model):
     """Assumptions of the capacity planner (``tokenmill plan``); docs/planner.md gives each one's source."""
 
     eta_bw: float = Field(
-        default=0.6,
+        default=0.7,
         gt=0,
         le=1,
-        description="Achieved fraction of peak memory bandwidth in decode; 0.5-0.75 observed. "
-        "Fit it with `tokenmill calibrate`",
+        description="Achieved fraction of peak memory bandwidth for the weight stream in decode (GB300 "
+        "Qwen3.8-27B TPOTs and the published-figures table of docs/planner.md). Fit it with `tokenmill calibrate`",
+    )
+    eta_request_ratio: float = Field(
+        default=0.5,
+        gt=0,
+        le=1,
+        description="Efficiency of the per-request traffic (recurrent state, KV, logits) as a share of eta_bw: "
+        "small strided reads move slower than the weight stream, so efficiency falls as more requests run",
     )
     eta_compute: float = Field(
-        default=0.5, gt=0, le=1, description="Achieved fraction of dense tensor peak (prefill, large batches)"
+        default=0.7,
+        gt=0,
+        le=1,
+        description="Achieved fraction of dense tensor peak (prefill, large batches); the 8K-prompt rows of "
+        "the published-figures table imply about 0.7",
     )
     t_fixed_ms: float = Field(
         default=1.0,

@@ -9,32 +9,58 @@ from tokenmill.planner.capacity import server_capacity
 from tokenmill.planner.hardware import GpuSpec
 from tokenmill.planner.roofline import asymptotic_tok_s, diluted_output_rate, saturation_points
 
-CONFIG = PlannerConfig(eta_bw=0.6, eta_compute=0.5, t_fixed_ms=2.0, t_fixed_no_overlap_ms=4.0, cuda_context_gib=0.0)
+CONFIG = PlannerConfig(
+    eta_bw=0.6,
+    eta_request_ratio=0.5,
+    eta_compute=0.5,
+    t_fixed_ms=2.0,
+    t_fixed_no_overlap_ms=4.0,
+    cuda_context_gib=0.0,
+)
 
 # Qwen3.6-27B bf16 on an RTX PRO 6000 (1,792 GB/s), no_buffer (no track copies, overlap off):
 #   W_read = 51,247,841,280 B (text linears + lm_head, embedding excluded; hardware.md §2.1 "51.25 GB")
 #   per request: 2 x 153,944,064 (state read + write) + 248,320 x 4 x 2 (fp32 logits) = 309,874,688 B
 #   20 requests at 1,536 tokens: 30,720 context tokens x 65,536 B = 2,013,265,920 B
-#   bytes = 51,247,841,280 + 20 x 309,874,688 + 2,013,265,920 = 59,458,600,960 B
-#   t = bytes / (0.6 x 1.792e12) + 4 ms = 55.300 ms + 4 ms
-BYTES_20 = 59_458_600_960
+#   request bytes = 20 x 309,874,688 + 2,013,265,920 = 8,210,759,680 B; all bytes = 59,458,600,960 B
+#   the request bytes move at 0.5 x eta: effective = 51,247,841,280 + 2 x 8,210,759,680 = 67,669,360,640 B
+#   t = effective / (0.6 x 1.792e12) + 4 ms = 62.936 ms + 4 ms
+W_READ = 51_247_841_280
+REQUEST_20 = 8_210_759_680
+EFFECTIVE_20 = 67_669_360_640
 
 
 def test_step_bytes_and_time_by_hand() -> None:
     cap = server_capacity("qwen3.6-27b", "rtx-pro-6000", "--mamba-scheduler-strategy no_buffer", config=CONFIG)
     st = cap.step(20, 20 * 1536)
-    assert st.bytes == pytest.approx(BYTES_20, rel=1e-12)
+    assert (st.weight_bytes, st.request_bytes) == (pytest.approx(W_READ), pytest.approx(REQUEST_20))
+    assert st.bytes == pytest.approx(W_READ + REQUEST_20, rel=1e-12)
+    assert st.effective_bytes == pytest.approx(EFFECTIVE_20, rel=1e-12)
     assert st.bound == "memory"
-    assert st.time_s == pytest.approx(BYTES_20 / (0.6 * 1.792e12) + 0.004, rel=1e-12)
+    assert st.time_s == pytest.approx(EFFECTIVE_20 / (0.6 * 1.792e12) + 0.004, rel=1e-12)
     assert cap.step_time_s(20, 20 * 1536) == st.time_s
-    assert st.tokens_per_s == pytest.approx(20 / (BYTES_20 / 1.0752e12 + 0.004))
+    assert st.tokens_per_s == pytest.approx(20 / (EFFECTIVE_20 / 1.0752e12 + 0.004))
+
+
+def test_per_request_traffic_efficiency_makes_the_marginal_request_dearer() -> None:
+    equal = server_capacity(
+        "qwen3.6-27b",
+        "rtx-pro-6000",
+        "--mamba-scheduler-strategy no_buffer",
+        config=CONFIG.model_copy(update={"eta_request_ratio": 1.0}),
+    )
+    split = server_capacity("qwen3.6-27b", "rtx-pro-6000", "--mamba-scheduler-strategy no_buffer", config=CONFIG)
+    # one request alone is almost all weights: the ratio barely matters; at 20 it adds 8.2 GB at half speed
+    assert split.step_time_s(1, 1536) == pytest.approx(equal.step_time_s(1, 1536), rel=0.02)
+    extra = split.step_time_s(20, 20 * 1536) - equal.step_time_s(20, 20 * 1536)
+    assert extra == pytest.approx(REQUEST_20 / (0.6 * 1.792e12), rel=1e-9)
 
 
 def test_overlap_uses_the_smaller_fixed_cost_and_track_copies_add_state_traffic() -> None:
     cap = server_capacity("qwen3.6-27b", "rtx-pro-6000", "--mamba-scheduler-strategy extra_buffer", config=CONFIG)
     st = cap.step(20, 20 * 1536)
     # extra_buffer copies the state into its track slot every 256 tokens: + 2 x slot / 256 per request
-    assert st.bytes == pytest.approx(BYTES_20 + 20 * 2 * 153_944_064 / 256, rel=1e-12)
+    assert st.bytes == pytest.approx(W_READ + REQUEST_20 + 20 * 2 * 153_944_064 / 256, rel=1e-12)
     assert st.t_fixed_s == 0.002
 
 
@@ -102,5 +128,5 @@ def test_throughput_rises_with_running_toward_the_ceiling() -> None:
     assert rates == sorted(rates)
     ceiling = asymptotic_tok_s(cap.cost, cap.roofline, 1536)
     assert rates[-1] < ceiling
-    # hardware.md §4.1: ceiling = eta x BW / (2 x slot + c x kv (+ logits)); no track copies without radix
-    assert ceiling == pytest.approx(0.6 * 1.792e12 / (2 * 153_944_064 + 1536 * 65_536 + 1_986_560))
+    # hardware.md §4.1: ceiling = eta x r x BW / (2 x slot + c x kv (+ logits)); no track copies without radix
+    assert ceiling == pytest.approx(0.6 * 0.5 * 1.792e12 / (2 * 153_944_064 + 1536 * 65_536 + 1_986_560))

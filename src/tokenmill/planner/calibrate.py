@@ -4,9 +4,11 @@ A sample is (running requests, generation tokens/s, optionally the tokens they h
 ``/metrics`` (``sglang:num_running_reqs``, ``sglang:gen_throughput``, ``sglang:decode_sum_seq_lens``),
 from its scheduler log ("Decode batch, #running-req: N, ... gen throughput (token/s): X"), or from JSON
 lines. Each sample's measured step time is ``B / T``; the roofline predicts
-``max(bytes / (eta * BW), flops / (eta_c * F)) + t_fixed``. :func:`fit_eta` picks the eta that minimizes the
-squared log error of predicted vs measured throughput over the memory-bound samples. Parsing is pure
-(strings in, samples out); scraping and file reading live in ``tokenmill.cli.calibrate``.
+``max(bytes / (eta * BW), flops / (eta_c * F)) + t_fixed``, the per-request share of the bytes weighed by
+``1 / eta_request_ratio`` (so eta scales both streams and the ratio stays as configured).
+:func:`fit_eta` picks the eta that minimizes the squared log error of predicted vs measured throughput
+over the memory-bound samples. Parsing is pure (strings in, samples out); scraping and file reading live
+in ``tokenmill.cli.calibrate``.
 """
 
 from __future__ import annotations
@@ -145,14 +147,14 @@ def _implied_eta(cap: ServerCapacity, sample: ThroughputSample, context: int) ->
     available = sample.running / sample.gen_tok_s - st.t_fixed_s
     if available <= 0 or st.t_compute_s >= available:
         return None
-    return st.bytes / (cap.cost.bandwidth * available)
+    return st.effective_bytes / (cap.cost.bandwidth * available)
 
 
 def _log_error(cap: ServerCapacity, eta: float, points: list[tuple[ThroughputSample, int]]) -> float:
     total = 0.0
     for sample, context in points:
         st = cap.step(sample.running, context)
-        t = max(st.bytes / (eta * cap.cost.bandwidth), st.t_compute_s) + st.t_fixed_s
+        t = max(st.effective_bytes / (eta * cap.cost.bandwidth), st.t_compute_s) + st.t_fixed_s
         total += (math.log(sample.running / t) - math.log(sample.gen_tok_s)) ** 2
     return total
 

@@ -113,6 +113,7 @@ def roofline_params(config: PlannerConfig, eta: float | None = None) -> Roofline
         eta_compute=config.eta_compute,
         t_fixed_s=config.t_fixed_ms / 1000,
         t_fixed_no_overlap_s=config.t_fixed_no_overlap_ms / 1000,
+        eta_request_ratio=config.eta_request_ratio,
     )
 
 

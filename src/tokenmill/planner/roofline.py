@@ -2,13 +2,18 @@
 
 ::
 
-    bytes  = W_dense + W_experts * touched(B) + B * (2 * slot + logits) + K * kv_bytes_per_token
-    flops  = B * (2 * P_compute + recurrent) + K * 4 * heads * head_dim * attention_layers
-    t_step = max(bytes / (eta_bw * BW), flops / (eta_c * F)) + t_fixed
+    weights  = W_dense + W_experts * touched(B)                      # streamed at eta_bw * BW
+    request  = B * (2 * slot + logits) + K * kv_bytes_per_token       # streamed at eta_bw * r * BW
+    flops    = B * (2 * P_compute + recurrent) + K * 4 * heads * head_dim * attention_layers
+    t_step   = max(weights / (eta_bw * BW) + request / (eta_bw * r * BW), flops / (eta_c * F)) + t_fixed
 
 with B running requests holding K context tokens in total, all per GPU (divided by TP). ``touched(B)`` is
 the expected share of routed experts a batch of B tokens reads, ``1 - (1 - k/E)**B`` under uniform routing.
-Prefill dilution, when every request is prefilled once: ``R_out = T / (1 + T * t_prefill / L_out)``.
+``r`` (``eta_request_ratio``) is how much less efficiently the per-request traffic moves than the weight
+stream: recurrent-state read-modify-writes and paged KV reads are many small, strided accesses per request
+and layer, where the weights are long contiguous reads; so the achieved bandwidth falls as the running
+count grows and per-request traffic takes over. Prefill dilution, when every request is prefilled once:
+``R_out = T / (1 + T * t_prefill / L_out)``.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ class RooflineParams:
     eta_compute: float
     t_fixed_s: float
     t_fixed_no_overlap_s: float
+    eta_request_ratio: float = 1.0  # per-request traffic efficiency as a share of eta_bw
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,11 +97,18 @@ class StepBreakdown:
 
     running: int
     context_tokens: int
-    bytes: float
+    weight_bytes: float
+    request_bytes: float  # recurrent state, KV and logits of the running requests
+    effective_bytes: float  # weight bytes plus request bytes weighed by their lower efficiency
     flops: float
     t_memory_s: float
     t_compute_s: float
     t_fixed_s: float
+
+    @property
+    def bytes(self) -> float:
+        """Bytes this step moves."""
+        return self.weight_bytes + self.request_bytes
 
     @property
     def time_s(self) -> float:
@@ -117,19 +130,19 @@ def fixed_time(cost: DecodeCost, params: RooflineParams) -> float:
 def step(cost: DecodeCost, params: RooflineParams, running: int, context_tokens: int) -> StepBreakdown:
     """The roofline of one decode step with ``running`` requests holding ``context_tokens`` tokens in total."""
     b = max(0, running)
-    moved = (
-        cost.weights_dense_bytes
-        + cost.experts_bytes * cost.experts_touched(b)
-        + b * (cost.state_rw_bytes_per_request + cost.logits_bytes_per_request)
-        + context_tokens * cost.kv_bytes_per_token
-    )
+    weights = cost.weights_dense_bytes + cost.experts_bytes * cost.experts_touched(b)
+    request = b * (cost.state_rw_bytes_per_request + cost.logits_bytes_per_request)
+    request += context_tokens * cost.kv_bytes_per_token
+    effective = weights + request / params.eta_request_ratio
     flops = b * cost.flops_per_request + context_tokens * cost.attn_flops_per_context_token
     return StepBreakdown(
         running=b,
         context_tokens=context_tokens,
-        bytes=moved,
+        weight_bytes=weights,
+        request_bytes=request,
+        effective_bytes=effective,
         flops=flops,
-        t_memory_s=moved / (params.eta_bw * cost.bandwidth),
+        t_memory_s=effective / (params.eta_bw * cost.bandwidth),
         t_compute_s=flops / (params.eta_compute * cost.matmul_flops),
         t_fixed_s=fixed_time(cost, params),
     )
@@ -149,7 +162,8 @@ def prefill_time_s(cost: DecodeCost, params: RooflineParams, tokens: int, contex
     pairs = tokens * (context_before + tokens / 2.0)
     flops = tokens * cost.prefill_weight_flops_per_token + pairs * cost.prefill_attn_flops_per_pair
     moved = cost.weights_dense_bytes + cost.experts_bytes * cost.experts_touched(tokens)
-    moved += (context_before + tokens) * cost.kv_bytes_per_token + cost.state_rw_bytes_per_request
+    request = (context_before + tokens) * cost.kv_bytes_per_token + cost.state_rw_bytes_per_request
+    moved += request / params.eta_request_ratio
     t = max(moved / (params.eta_bw * cost.bandwidth), flops / (params.eta_compute * cost.matmul_flops))
     return t + fixed_time(cost, params)
 
@@ -169,11 +183,11 @@ def diluted_output_rate(decode_tok_s: float, prefill_s_per_request: float, outpu
 
 
 def asymptotic_tok_s(cost: DecodeCost, params: RooflineParams, avg_context: float) -> float:
-    """One replica's memory-bound ceiling as running grows: eta*BW / per-request bytes per GPU (no weights)."""
+    """One replica's memory-bound ceiling as running grows: eta*r*BW / per-request bytes per GPU (no weights)."""
     per_request = (
         cost.state_rw_bytes_per_request + cost.logits_bytes_per_request + avg_context * cost.kv_bytes_per_token
     )
-    return params.eta_bw * cost.bandwidth / per_request
+    return params.eta_bw * params.eta_request_ratio * cost.bandwidth / per_request
 
 
 def saturation_points(max_running: int) -> list[int]:
