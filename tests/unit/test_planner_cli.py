@@ -23,7 +23,8 @@ def test_done_when_command_prints_the_strategy_table() -> None:
     assert "Strategies at your dtypes" in text
     assert "bound by state slots" in text  # the default (extra_buffer) is state-bound
     assert "--disable-radix-cache --max-running-requests" in text
-    assert "What if" in text and "note: eta_bw 0.7 (default, uncalibrated)" in text
+    assert "What if" in text and "note: eta_bw 0.7 (default, uncalibrated; state/KV traffic at 0.5 x eta_bw)" in text
+    assert "SGLang 0.5.23 rules" in text
     # rows are spelled for the default SGLang release (0.5.23): new strategy name, no_buffer with overlap off
     assert "--mamba-radix-cache-strategy no_buffer --disable-overlap-schedule" in text
     assert "--mamba-scheduler-strategy" not in text
@@ -74,7 +75,7 @@ def test_json_output_is_complete() -> None:
     assert plan["binding"] == "state slots"
     assert plan["fleet_tok_s"] == pytest.approx(4 * plan["tok_s_per_gpu"])
     assert plan["eta_s"] == pytest.approx(50000 * 3000 / plan["fleet_tok_s"])
-    assert data["assumptions"]["eta_bw"] == 0.55
+    assert data["assumptions"]["eta_bw"] == 0.55 and data["assumptions"]["eta_request_ratio"] == 0.5
     assert data["workload"] == {
         "prompts": 50000,
         "input_len": 900,

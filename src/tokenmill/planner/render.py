@@ -209,8 +209,10 @@ def notes(report: PlanReport) -> list[str]:
     if cap.flags.ignored:
         out.append(f"flags not modeled (ignored): {' '.join(cap.flags.ignored)}")
     out.append(
-        f"eta_bw {cap.roofline.eta_bw:g} ({report.eta_source}), eta_compute {cap.roofline.eta_compute:g}, "
-        f"t_fixed {cap.roofline.t_fixed_s * 1000:g} ms ({cap.roofline.t_fixed_no_overlap_s * 1000:g} ms without "
+        f"eta_bw {cap.roofline.eta_bw:g} ({report.eta_source}; state/KV traffic at "
+        f"{cap.roofline.eta_request_ratio:g} x eta_bw), eta_compute {cap.roofline.eta_compute:g}, "
+        f"SGLang {cap.sglang_version or 'newest'} rules, t_fixed {cap.roofline.t_fixed_s * 1000:g} ms "
+        f"({cap.roofline.t_fixed_no_overlap_s * 1000:g} ms without "
         "overlap); prefix-cache hits are not modeled"
     )
     return out
@@ -364,6 +366,7 @@ def report_dict(report: PlanReport) -> dict[str, Any]:
         "assumptions": {
             "eta_bw": r.capacity.roofline.eta_bw,
             "eta_source": report.eta_source,
+            "eta_request_ratio": r.capacity.roofline.eta_request_ratio,
             "eta_compute": r.capacity.roofline.eta_compute,
             "t_fixed_ms": r.capacity.roofline.t_fixed_s * 1000,
             "t_fixed_no_overlap_ms": r.capacity.roofline.t_fixed_no_overlap_s * 1000,
