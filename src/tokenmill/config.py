@@ -316,7 +316,7 @@ class SimConfig(_Model):
     engine_flags: str = Field(
         default="",
         description="SGLang launch flags the twin sizes its pools and timing from, e.g. "
-        "'--mamba-scheduler-strategy extra_buffer --mem-fraction-static 0.9'",
+        "'--mamba-radix-cache-strategy extra_buffer --mem-fraction-static 0.9'",
     )
     eta_bw: float | None = Field(
         default=None, gt=0, le=1, description="Bandwidth efficiency of the twin's roofline (none: the planner's)"
@@ -552,6 +552,11 @@ class FleetProfile(_Model):
     )
     python: str | None = Field(
         default=None, description="Interpreter that runs the engine (default: the one running tokenmill)"
+    )
+    sglang_version: str | None = Field(
+        default=None,
+        description="SGLang release of the engine, which decides the spelling of renamed flags "
+        "(--mamba-radix-cache-strategy / --mamba-scheduler-strategy); unset: read from the engine's Python",
     )
     env: dict[str, str | None] = Field(
         default_factory=dict, description="Environment of every server: a value sets a variable, null removes it"

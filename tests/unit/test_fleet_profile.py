@@ -57,6 +57,31 @@ def test_default_templates_render_each_engine() -> None:
     assert sim[0] == sys.executable and sim[1:4] == ["-m", "tokenmill", "sim"] and sim[-2:] == ["--seed", "7"]
 
 
+@pytest.mark.parametrize(
+    ("engine", "version", "strategy", "graph_bs"),
+    [
+        ("sglang", "0.5.10", "--mamba-scheduler-strategy", "--cuda-graph-max-bs"),
+        ("sglang", "0.5.23", "--mamba-radix-cache-strategy", "--cuda-graph-max-bs-decode"),
+        ("sim", None, "--mamba-radix-cache-strategy", "--cuda-graph-max-bs-decode"),  # the release it imitates
+    ],
+)
+def test_renamed_flags_are_written_the_way_the_release_accepts(
+    engine: str, version: str | None, strategy: str, graph_bs: str
+) -> None:
+    for given in ("mamba-scheduler-strategy", "mamba-radix-cache-strategy"):
+        profile = FleetProfile.model_validate(
+            {
+                "engine": engine,
+                "model": "m",
+                "sglang_version": version,
+                "flags": {given: "no_buffer", "cuda-graph-max-bs": 8},
+                "extra_args": ["--mamba-scheduler-strategy=no_buffer"],
+            }
+        )
+        argv = render(profile, Slot(0, (0,), "127.0.0.1", 1))
+        assert argv[-5:] == [strategy, "no_buffer", graph_bs, "8", f"{strategy}=no_buffer"]
+
+
 def test_custom_template_placeholders_and_errors() -> None:
     profile = FleetProfile(engine="sim", model="my model", command="run --gpus {gpus} --name 'x {index}' {model}")
     assert render(profile, Slot(3, (6, 7), "127.0.0.1", 9)) == ["run", "--gpus", "6,7", "--name", "x 3", "my model"]

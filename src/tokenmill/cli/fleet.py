@@ -68,7 +68,7 @@ def fleet() -> None:
         gpus: 8                   # or a list of ids; one server per tp_size GPUs
         tp_size: 1
         base_port: 30000          # server i listens on base_port + i (0: free ports)
-        flags: {mem-fraction-static: 0.88, mamba-scheduler-strategy: no_buffer}
+        flags: {mem-fraction-static: 0.88, mamba-radix-cache-strategy: no_buffer, disable-overlap-schedule: true}
 
     Point a job's servers_file at STATE_DIR/endpoints.txt (or use `tokenmill run JOB --fleet fleet.yaml`).
     """

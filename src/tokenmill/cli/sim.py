@@ -5,7 +5,7 @@ name clashes with a server field get a ``--fault-`` prefix, e.g. ``--fault-seed`
 nothing: an option given on the command line overrides ``--config``, which overrides SimConfig.
 
 With ``--gpu`` the server is the twin: SGLang launch flags go in ``--flags "..."`` or simply after the
-options (``tokenmill sim --model qwen3.6-27b --gpu rtx-pro-6000 --mamba-scheduler-strategy extra_buffer``);
+options (``tokenmill sim --model qwen3.6-27b --gpu rtx-pro-6000 --mamba-radix-cache-strategy extra_buffer``);
 words the command does not know are SGLang flags, and without ``--gpu`` they are an error.
 """
 
@@ -60,7 +60,7 @@ def sim(ctx: click.Context, /, config_file: str | None, port_file: str | None, *
     Examples:
         tokenmill sim --port 30000 --max-running-requests 64
         tokenmill sim --port 0 --port-file sim.port --time-scale 0.01 --error-rate 0.05
-        tokenmill sim --model qwen3.6-27b --gpu rtx-pro-6000 --mamba-scheduler-strategy extra_buffer
+        tokenmill sim --model qwen3.6-27b --gpu rtx-pro-6000 --mamba-radix-cache-strategy extra_buffer
         tokenmill sim --model qwen3.6-27b --gpu rtx-pro-6000 --time-scale 0.01 \\
             --flags "--disable-radix-cache --max-running-requests 96 --mem-fraction-static 0.9"
     """

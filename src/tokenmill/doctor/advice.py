@@ -113,9 +113,10 @@ def radix_off(obs: ServerObs, client: ClientObs, fill: float) -> Candidate:
     drop = [OLD_STRATEGY_FLAG, NEW_STRATEGY_FLAG]
     change = ["--disable-radix-cache"]
     if info is not None and (info.strategy or "").startswith("extra_buffer"):
-        # builds up to v0.5.10 refuse extra_buffer without the radix cache
-        flags = set_flag(flags, info.strategy_flag, "no_buffer", drop=drop)
-        change = [info.strategy_flag, "no_buffer", *change]
+        # every build refuses extra_buffer without the radix cache (0.5.23: "needs mamba state"); auto is
+        # left unresolved with the radix cache off, and no_buffer would need --disable-overlap-schedule
+        flags = set_flag(flags, info.strategy_flag, "auto", drop=drop)
+        change = [info.strategy_flag, "auto", *change]
     slots, kv, ctx = state_slots(obs), kv_tokens(obs), avg_context(obs, client)
     n: int | None = slots
     if slots and kv and ctx:

@@ -4,17 +4,33 @@ A template is a shell-like string split with :mod:`shlex`; each word may hold pl
 (``{python} {model} {host} {port} {tp} {gpus} {index}``), and the word ``{flags}`` becomes the profile's
 flags, one ``--name value`` pair (or a bare ``--name``) each, followed by ``extra_args``. Rendering never
 goes through a shell, so values with spaces stay one argument.
+
+SGLang renamed some flags (``--mamba-scheduler-strategy`` became ``--mamba-radix-cache-strategy`` in 0.5.14,
+and 0.5.20 refuses the old name): a profile may use either spelling, and the flags are written the way the
+engine's release accepts (``sglang_version``, else the version installed for the engine's Python; the
+simulated server takes the spelling of the SGLang release it imitates).
 """
 
 from __future__ import annotations
 
+import functools
+import os
 import shlex
+import subprocess
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from tokenmill.config import FlagValue, FleetEngine, FleetProfile
+from tokenmill.config import FlagValue, FleetEngine, FleetProfile, PlannerConfig
 from tokenmill.errors import ConfigError
+from tokenmill.planner.flags import (
+    NEW_GRAPH_BS_FLAG,
+    NEW_STRATEGY_FLAG,
+    OLD_GRAPH_BS_FLAG,
+    OLD_STRATEGY_FLAG,
+    graph_bs_flag_for,
+    strategy_flag_for,
+)
 
 TEMPLATES: Mapping[FleetEngine, str] = {
     "sglang": "{python} -m sglang.launch_server --model-path {model} --host {host} --port {port} "
@@ -52,11 +68,59 @@ def flag_args(flags: Mapping[str, FlagValue]) -> list[str]:
     return out
 
 
+# flags SGLang renamed: both spellings, and the one a release accepts
+_RENAMED: tuple[tuple[frozenset[str], Callable[[str | None], str]], ...] = (
+    (frozenset({OLD_STRATEGY_FLAG, NEW_STRATEGY_FLAG}), strategy_flag_for),
+    (frozenset({OLD_GRAPH_BS_FLAG, NEW_GRAPH_BS_FLAG}), graph_bs_flag_for),
+)
+_VERSION_PROBE = "import importlib.metadata as m; print(m.version('sglang'))"
+
+
+def respell(args: Sequence[str], version: str | None) -> list[str]:
+    """``args`` with every renamed SGLang flag (``--flag value`` or ``--flag=value``) spelled for ``version``."""
+    out: list[str] = []
+    for word in args:
+        name, eq, value = word.partition("=")
+        for names, spelling in _RENAMED:
+            if name in names:
+                word = spelling(version) + eq + value
+                break
+        out.append(word)
+    return out
+
+
+@functools.lru_cache(maxsize=8)
+def installed_sglang(python: str) -> str | None:
+    """The SGLang version installed for ``python`` (its package metadata); ``None`` when it cannot be read."""
+    try:
+        done = subprocess.run(
+            [python, "-c", _VERSION_PROBE], capture_output=True, text=True, timeout=60, check=False, env=os.environ
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return (done.stdout.strip() or None) if done.returncode == 0 else None
+
+
+def engine_version(profile: FleetProfile, python: str) -> str | None:
+    """The SGLang release whose flag spellings the servers of ``profile`` accept (``None``: the newest)."""
+    if profile.sglang_version:
+        return profile.sglang_version
+    if profile.engine == "sim":
+        return PlannerConfig().sglang_version
+    if profile.engine == "sglang":
+        return installed_sglang(python)
+    return None
+
+
 def render(profile: FleetProfile, slot: Slot, python: str | None = None) -> list[str]:
     """The argv of one server of ``profile`` at ``slot``."""
     template = profile.command or TEMPLATES[profile.engine]
+    interpreter = python or profile.python or sys.executable
+    flags = flag_args(profile.flags) + list(profile.extra_args)
+    if profile.engine != "vllm":
+        flags = respell(flags, engine_version(profile, interpreter))
     values = {
-        "python": python or profile.python or sys.executable,
+        "python": interpreter,
         "model": profile.model,
         "host": slot.host,
         "port": str(slot.port),
@@ -72,7 +136,7 @@ def render(profile: FleetProfile, slot: Slot, python: str | None = None) -> list
     flags_seen = False
     for word in words:
         if word == "{flags}":
-            argv += flag_args(profile.flags) + list(profile.extra_args)
+            argv += flags
             flags_seen = True
             continue
         try:
@@ -83,7 +147,7 @@ def render(profile: FleetProfile, slot: Slot, python: str | None = None) -> list
                 + ", ".join("{" + p + "}" for p in PLACEHOLDERS)
             ) from exc
     if not flags_seen:
-        argv += flag_args(profile.flags) + list(profile.extra_args)
+        argv += flags
     return argv
 
 

@@ -3,7 +3,7 @@
 :func:`server_capacity` is the entry point for every user of the planner (``plan``, the doctor, the
 simulated server)::
 
-    cap = server_capacity("qwen3.6-27b", "rtx-pro-6000", "--mamba-scheduler-strategy extra_buffer")
+    cap = server_capacity("qwen3.6-27b", "rtx-pro-6000", "--mamba-radix-cache-strategy extra_buffer")
     cap.max_running, cap.kv_tokens, cap.mamba_slots            # pool capacities
     cap.kv_bytes_per_token, cap.state_bytes_per_slot           # per-request costs (one GPU)
     cap.step_time_s(running=20, total_context_tokens=30_000)   # seconds per decode step
