@@ -207,7 +207,11 @@ class JobSpec(_Model):
     control: ControlSpec = Field(default_factory=lambda: ControlSpec())
     output: OutputSpec
     retry: RetrySpec = Field(default_factory=RetrySpec)
-    save_token_ids: bool = False
+    save_token_ids: bool = Field(
+        default=False,
+        description="Record the prompt and completion token ids as the server produced them (checked against "
+        "the first server at start: a server that does not return them is refused, never recorded as null)",
+    )
     regenerate: Literal["first", "all"] = Field(
         default="first",
         description="first: one generation per row; all: every user turn of a conversation is sent in order "
@@ -227,6 +231,12 @@ class JobSpec(_Model):
     def _has_servers(self) -> JobSpec:
         if not self.servers and not self.servers_file:
             raise ValueError("give servers (a list of base URLs) or servers_file")
+        if self.save_token_ids and self.api == "sglang-generate" and not self.tokenizer:
+            raise ValueError(
+                "save_token_ids with api: sglang-generate needs a tokenizer: SGLang's /generate returns the "
+                "completion's ids but not the prompt's, so tokenmill tokenises the prompt itself and sends "
+                "input_ids (set tokenizer to the model's path, or use an openai-* api)"
+            )
         if self.regenerate == "all":
             if self.input.conversation_turns == "history":
                 raise ValueError("regenerate: all sends every user turn itself; drop input.conversation_turns: history")

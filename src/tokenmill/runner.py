@@ -16,9 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+import aiohttp
 import orjson
 
-from tokenmill.backends import BackendOptions, make_backend
+from tokenmill.backends import BackendOptions, make_backend, probe_token_ids
 from tokenmill.config import JobSpec
 from tokenmill.control import ConcurrencyController
 from tokenmill.dispatch import Dispatcher
@@ -41,6 +42,7 @@ FINGERPRINT_FIELDS = ("input", "api", "model", "sampling", "save_token_ids")
 SELECTION_FIELDS = ("offset", "limit", "on_bad_row")
 FLUSH_INTERVAL_S = 0.5
 TICK_INTERVAL_S = 1.0
+PROBE_SERVERS = 3  # servers tried in turn for the token-ids probe (the first that answers decides)
 
 
 _T = TypeVar("_T")
@@ -149,6 +151,17 @@ async def run_job(
     partition: tuple[int, int] | None = None,
 ) -> RunResult:
     """Run ``job`` until every prompt is recorded or a stop is requested; safe to rerun after any crash."""
+    servers = job.resolved_servers()
+    options = BackendOptions(
+        model=job.model,
+        sampling=job.sampling,
+        api_key=job.api_key(),
+        save_token_ids=job.save_token_ids,
+        tokenizer=job.tokenizer,
+        max_response_bytes=int(job.retry.max_response_mb * (1 << 20)),
+    )
+    backend = make_backend(job.api, options)
+    await _probe_token_ids(job, options, servers)
     out_path = Path(job.output.dir)
     uploader = (
         Uploader(out_path, job.output, allow_existing_prefix=allow_existing_prefix) if job.output.remote else None
@@ -165,18 +178,6 @@ async def run_job(
     job_id = check_job_identity(out_path, job, allow_changed_job)
     if uploader is not None:
         await _start_upload(uploader, job_id, out)
-    servers = job.resolved_servers()
-    backend = make_backend(
-        job.api,
-        BackendOptions(
-            model=job.model,
-            sampling=job.sampling,
-            api_key=job.api_key(),
-            save_token_ids=job.save_token_ids,
-            tokenizer=job.tokenizer,
-            max_response_bytes=int(job.retry.max_response_mb * (1 << 20)),
-        ),
-    )
     dispatcher = Dispatcher(
         servers,
         backend,
@@ -286,6 +287,15 @@ async def run_job(
         write_summary(out_path, summary)
     upload = await _finish_upload(uploader, finished, state) if uploader is not None else None
     return RunResult(finished=finished, summary=summary, resume=state, upload=upload)
+
+
+async def _probe_token_ids(job: JobSpec, options: BackendOptions, servers: list[str]) -> None:
+    """``save_token_ids``: refuse at start a server that would answer without ids (before the output opens)."""
+    if not job.save_token_ids:
+        return
+    timeout = aiohttp.ClientTimeout(sock_connect=job.retry.connect_timeout_s, total=job.retry.read_timeout_s)
+    async with aiohttp.ClientSession(timeout=timeout) as session:
+        await probe_token_ids(job.api, options, session, servers[:PROBE_SERVERS])
 
 
 async def _start_upload(uploader: Uploader, job_id: str, out: OutputDir) -> None:

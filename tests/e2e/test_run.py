@@ -108,6 +108,17 @@ def test_invalid_job_file_names_the_field(tmp_path: Path) -> None:
     assert "api" in res.stderr and "openai-chat" in res.stderr and "Traceback" not in res.stderr
 
 
+def test_token_ids_with_generate_and_no_tokenizer_is_refused_at_start(tmp_path: Path) -> None:
+    job = tmp_path / "job.yaml"
+    job.write_text(
+        "input: {path: x.jsonl}\nservers: [http://127.0.0.1:1]\napi: sglang-generate\nsave_token_ids: true\n"
+        "output: {dir: o}\n"
+    )
+    res = run_cli("run", str(job))
+    assert res.returncode == 2 and "Traceback" not in res.stderr
+    assert "needs a tokenizer" in res.stderr and "input_ids" in res.stderr
+
+
 def test_dead_server_is_set_aside_and_used_again_when_back(tmp_path: Path) -> None:
     args = ["--time-scale", "0.05"]
     steady = start_sim(args, log_path=tmp_path / "steady.log")

@@ -10,10 +10,10 @@ import orjson
 import pytest
 from aiohttp import web
 
-from tokenmill.backends import BackendOptions, make_backend
+from tokenmill.backends import BackendOptions, make_backend, probe_token_ids
 from tokenmill.backends.base import MisconfiguredError, ServerFault, classify_status, error_message
 from tokenmill.config import SamplingSpec
-from tokenmill.errors import PermanentError, TransientError
+from tokenmill.errors import ConfigError, PermanentError, TransientError
 from tokenmill.records import Prompt
 
 Handler = Callable[[web.Request], Any]
@@ -146,3 +146,38 @@ async def test_connection_refused_is_a_server_fault() -> None:
     async with aiohttp.ClientSession() as session:
         with pytest.raises(ServerFault):
             await backend.generate(session, "http://127.0.0.1:9", Prompt(id="1", text="x"))
+
+
+async def test_token_ids_under_every_name_or_refused(server: Any) -> None:
+    """vLLM's and SGLang's names for the ids are read; an answer without them is a misconfigured server."""
+    answers = {
+        "vllm-chat": {**CHAT_OK, "prompt_token_ids": [1, 2], "choices": [{**CHAT_OK["choices"][0], "token_ids": [9]}]},
+        "sglang-chat": {
+            **CHAT_OK,
+            "choices": [{**CHAT_OK["choices"][0], "prompt_token_ids": [1, 2], "response_token_ids": [9]}],
+        },
+        "old-sglang": CHAT_OK,
+    }
+    current: dict[str, Any] = {}
+
+    async def handler(request: web.Request) -> web.Response:
+        current["body"] = await request.json()
+        return web.json_response(current["answer"])
+
+    url = await server(handler)
+    backend = make_backend("openai-chat", options(save_token_ids=True))
+    async with aiohttp.ClientSession() as session:
+        for name in ("vllm-chat", "sglang-chat"):
+            current["answer"] = answers[name]
+            gen = await backend.generate(session, url, Prompt(id="1", text="hello"))
+            assert (gen.prompt_token_ids, gen.completion_token_ids) == ([1, 2], [9]), name
+        assert current["body"]["return_token_ids"] is True
+        current["answer"] = answers["old-sglang"]
+        with pytest.raises(MisconfiguredError, match="without token ids"):
+            await backend.generate(session, url, Prompt(id="1", text="hello"))
+        # at start: a one-token probe, refused with a ConfigError before anything is generated
+        with pytest.raises(ConfigError, match=r"save_token_ids is on.*sglang-generate"):
+            await probe_token_ids("openai-chat", options(save_token_ids=True), session, [url])
+        assert current["body"]["max_tokens"] == 1
+        current["answer"] = answers["sglang-chat"]
+        await probe_token_ids("openai-chat", options(save_token_ids=True), session, ["http://127.0.0.1:9", url])

@@ -4,6 +4,6 @@
 dispatcher only calls ``backend.generate(session, server, prompt)``.
 """
 
-from tokenmill.backends.base import Backend, BackendOptions, make_backend
+from tokenmill.backends.base import Backend, BackendOptions, make_backend, probe_token_ids
 
-__all__ = ["Backend", "BackendOptions", "make_backend"]
+__all__ = ["Backend", "BackendOptions", "make_backend", "probe_token_ids"]

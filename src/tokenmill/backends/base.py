@@ -13,6 +13,7 @@ HTTP and aiohttp errors are translated here, once:
 
 from __future__ import annotations
 
+import dataclasses
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -23,7 +24,7 @@ from multidict import CIMultiDict
 from yarl import URL
 
 from tokenmill.config import RetrySpec, SamplingSpec
-from tokenmill.errors import PermanentError, RequestError, TransientError
+from tokenmill.errors import ConfigError, PermanentError, RequestError, TransientError
 from tokenmill.records import Generation, Prompt
 
 
@@ -172,6 +173,29 @@ class Backend(ABC):
         except (ValueError, KeyError, TypeError, IndexError, AttributeError) as exc:
             snippet = raw[:120].decode("utf-8", "replace")
             raise TransientError(f"malformed response body ({exc}): {snippet!r}", server=server) from exc
+
+
+PROBE_PROMPT = Prompt(id="tokenmill-probe", text="Say hello.")
+
+
+async def probe_token_ids(
+    kind: str, options: BackendOptions, session: aiohttp.ClientSession, servers: list[str]
+) -> None:
+    """With ``save_token_ids``: ask the first server that answers for a one-token completion and raise
+    ConfigError if its answer has no token ids (a server that ignores the request field), so a run never
+    records null ids. Servers that do not answer are left to the run; nothing is raised for them."""
+    if not options.save_token_ids:
+        return
+    one_token = dataclasses.replace(options, sampling=options.sampling.model_copy(update={"max_tokens": 1}))
+    backend = make_backend(kind, one_token)
+    for server in servers:
+        try:
+            await backend.generate(session, server, PROBE_PROMPT)
+        except MisconfiguredError as exc:
+            raise ConfigError(f"{server}: {exc.message}") from exc
+        except RequestError:
+            continue  # down or busy: try the next; the run's own requests check every answer
+        return
 
 
 def make_backend(kind: str, options: BackendOptions) -> Backend:
