@@ -43,6 +43,7 @@ COMMON_FLAGS = (
 HYBRID_FLAGS = (
     "--mamba-radix-cache-strategy", "no_buffer",  # extra_buffer (and auto) need GPU state snapshots
     "--disable-overlap-schedule",  # no_buffer refuses the overlap scheduler
+    "--dtype", "float32",  # the float32 checkpoint, as transformers runs it (auto would run it in float16)
 )  # fmt: skip
 
 

@@ -102,6 +102,7 @@ class SimCollector:
         snapshot: Callable[[], SchedulerSnapshot],
         requests: RequestMetrics,
         faults: Callable[[], Mapping[str, int]],
+        cached_states: Callable[[], int] = lambda: 0,
     ) -> None:
         self._sched_labels = {
             "engine_type": "unified",
@@ -117,6 +118,7 @@ class SimCollector:
         self._snapshot = snapshot
         self._requests = requests
         self._faults = faults
+        self._cached_states = cached_states
 
     def collect(self) -> Iterator[Metric]:
         yield from self._scheduler_families(self._snapshot())
@@ -153,13 +155,15 @@ class SimCollector:
             max(0, m.max_total_tokens - u.used_tokens),
         )
         yield g("kv_evictable_tokens", "Number of evictable token slots in the KV cache pool.", 0)
+        # states of finished requests stay in the radix tree, evictable, as far as the pool has room for them
+        evictable = min(self._cached_states(), max(0, m.mamba_slots - u.mamba_used))
         yield g("mamba_used_tokens", "Number of actively used state slots in the mamba SSM pool.", u.mamba_used)
         yield g(
             "mamba_available_tokens",
             "Number of free state slots in the mamba SSM pool.",
-            max(0, m.mamba_slots - u.mamba_used),
+            max(0, m.mamba_slots - u.mamba_used - evictable),
         )
-        yield g("mamba_evictable_tokens", "Number of evictable state slots in the mamba SSM pool.", 0)
+        yield g("mamba_evictable_tokens", "Number of evictable state slots in the mamba SSM pool.", evictable)
         retracted = GaugeMetricFamily(
             "sglang:num_retracted_reqs", "The number of retracted requests.", labels=[*self._sched_labels, "pid"]
         )

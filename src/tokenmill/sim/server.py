@@ -66,7 +66,10 @@ class SimServer:
             self.cfg = self.twin.resolve(self.cfg)
         self.faults = FaultInjector(self.cfg.faults)
         cache_tokens = self.twin.prefix_cache_tokens if self.twin is not None else 0
-        self.prefix_cache = PrefixCache(cache_tokens) if cache_tokens and not self.cfg.instant else None
+        hybrid = self.twin is not None and self.twin.is_hybrid
+        self.prefix_cache = (
+            PrefixCache(cache_tokens, states=hybrid) if cache_tokens and not self.cfg.instant else None
+        )
         self._registry = make_registry(
             SimCollector(
                 self.cfg.model,
@@ -75,6 +78,7 @@ class SimServer:
                 self.engine.snapshot,
                 self.engine.metrics,
                 lambda: self.faults.counts,
+                lambda: self.prefix_cache.states if self.prefix_cache is not None else 0,
             )
         )
         self._runner: web.AppRunner | None = None
@@ -232,11 +236,15 @@ class SimServer:
             sigma=cfg.output_len_sigma,
             stop=spec.stop,
         )
-        ids = spec.prompt_ids() if self.prefix_cache is not None else []
-        cached = self.prefix_cache.match(ids) if self.prefix_cache is not None else 0
+        cache = self.prefix_cache
+        ids = spec.prompt_ids() if cache is not None else []
+        cached = 0
+        if cache is not None:
+            cached = cache.match(ids)
+            cache.insert_prompt(ids)
         timing = await self.engine.generate(spec.prompt_tokens, len(draft.token_ids), max_new, cached)
-        if self.prefix_cache is not None:
-            self.prefix_cache.insert(ids + draft.token_ids)
+        if cache is not None:
+            cache.insert_finished(ids, draft.token_ids)
         return draft, timing, cached
 
     def _model_name(self, body: Any) -> str:

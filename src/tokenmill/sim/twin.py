@@ -9,19 +9,24 @@
   fits in the free KV, and the KV left after SGLang's reserve for future tokens holds it (the reserve and
   its new-token ratio are the scheduler's :class:`~tokenmill.sim.scheduler.KvPolicy`, with SGLang's
   constants below and ``--schedule-conservativeness``).
-* **State slots held** by a running request: 1 working slot, plus the ping-pong track slots of
-  ``extra_buffer`` (2 with the overlap scheduler, 1 without; ``extra_buffer_lazy`` 1). The rest of the
-  ``S`` slots SGLang sets aside per request (``max_running = slots // S``) hold radix-cached states, which
-  are evictable and so not "used": ``mamba_usage = running * held / slots``, as SGLang's
-  ``(size - free - evictable) / size``.
+* **State slots held** by a running request: 1 working slot, plus, with the radix cache, the state cached
+  at the end of its prompt, locked while it runs (``no_buffer``: 2 in all, as a real 0.5.23 server shows),
+  or the ping-pong track slots of ``extra_buffer`` (2 with the overlap scheduler, 1 without;
+  ``extra_buffer_lazy`` 1; not checked on a real server: extra_buffer needs a GPU). The rest of the ``S``
+  slots SGLang sets aside per request (``max_running = slots // S``) hold radix-cached states, which are
+  evictable and so not "used": ``mamba_usage = running * held / slots``, as SGLang's
+  ``(size - free - evictable) / size``; the evictable ones are the states the prefix cache keeps.
 * **Usage**: ``full_token_usage = KV tokens held / KV pool``; ``token_usage`` is the fuller of the KV and
   Mamba pools (SGLang's gauge since PR #22554; before it, the KV pool alone).
 * **Time**: a decode step is the planner's roofline ``step_time_s(running, tokens held)``; a prefill batch
   reads the weights once and computes each request's prompt (``prefill_compute_s`` per request, the same
   cost the planner's prefill dilution uses), plus the fixed per-step cost.
 
-Not modeled: prefix-cache hits (every prompt is new), chunked prefill and ``--max-prefill-tokens`` (a batch
-is priced as a whole), speculative decoding, the slower decode of batches above ``--cuda-graph-max-bs``.
+* **Prefix cache**: with the radix cache on, prompts are served their cached prefix as SGLang serves them
+  (:mod:`tokenmill.sim.prefix`); a prefill computes only the rest.
+
+Not modeled: chunked prefill and ``--max-prefill-tokens`` (a batch is priced as a whole), speculative
+decoding, the slower decode of batches above ``--cuda-graph-max-bs``.
 """
 
 from __future__ import annotations
@@ -87,7 +92,9 @@ def held_slots_per_request(capacity: ServerCapacity) -> int:
     if strategy.strategy == "extra_buffer":
         overlap = strategy.overlap and not capacity.flags.speculative_algorithm
         return 1 + (PING_PONG_SLOTS_OVERLAP if overlap else PING_PONG_SLOTS_NO_OVERLAP)
-    return 1  # no_buffer (its finished states sit in the radix tree) or no radix cache
+    if strategy.radix_cache:
+        return 2  # no_buffer: the working slot and the prompt's cached state, locked while the request runs
+    return 1  # no radix cache: the working slot
 
 
 def schedule_conservativeness(flags: EngineFlags) -> tuple[float, tuple[str, ...]]:
