@@ -46,9 +46,10 @@ class Recording:
     priorities: bool = False
 
     def ready(self, running: float | None, queued: float | None, cap: int) -> bool:
-        """The moment to read /metrics: every request admitted up to the cap, the rest queued."""
-        want_running = min(self.requests, cap)
-        return running == want_running and queued == self.requests - want_running
+        """The moment to read /metrics: every request admitted up to the cap, and a queue when there are more."""
+        if running != min(self.requests, cap) or queued is None:
+            return False
+        return queued > 0 if self.requests > cap else queued == 0
 
 
 RECORDINGS = (
@@ -61,7 +62,7 @@ RECORDINGS = (
         max_new_tokens=400,
         priorities=True,
     ),
-    Recording("hybrid", True, sglang.hybrid_flags(), requests=30, max_new_tokens=400),
+    Recording("hybrid", True, sglang.hybrid_flags(), requests=30, max_new_tokens=200),
 )
 
 
@@ -85,14 +86,16 @@ async def _record(server: LiveServer, rec: Recording, out: Path) -> dict[str, An
         log_start = len(server.log_text())
         tasks = [asyncio.create_task(_post(http, server.base_url, i, rec)) for i in range(rec.requests)]
         deadline = time.monotonic() + 120
+        seen: set[tuple[float | None, float | None]] = set()
         while True:
             async with http.get(server.base_url + "/metrics") as resp:
                 text = await resp.text()
             snap = parse_metrics(text, time.monotonic())
             if rec.ready(snap.running, snap.queued, cap):
                 break
+            seen.add((snap.running, snap.queued))
             if time.monotonic() > deadline:
-                raise SystemExit(f"{rec.name}: the load never showed; last snapshot {snap}")
+                raise SystemExit(f"{rec.name}: the load never showed (cap {cap}); seen {sorted(seen)}")
             await asyncio.sleep(0.05)
         await asyncio.gather(*tasks)
     (out / f"metrics-{rec.name}.txt").write_text(text)

@@ -9,13 +9,14 @@ from typing import Any
 
 import pytest
 from aiohttp import web
+from tests import recorded
 
 from tokenmill.monitor.fleet import FleetMonitor
 from tokenmill.monitor.info import launch_flags, parse_loads, parse_server_info
 from tokenmill.monitor.scrape import ServerSnapshot, parse_metrics, relevant_text
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "metrics"
-SGLANG_TEXT = (FIXTURES / "sglang_synthetic.txt").read_text()
+SGLANG_TEXT = recorded.metrics("hybrid")  # a real 0.5.23 server under a known load
 VLLM_TEXT = (FIXTURES / "vllm_0.32.0.txt").read_text()
 
 
@@ -161,11 +162,20 @@ def test_sync_follows_added_and_removed_servers() -> None:
     assert mon.views[0].running == 3  # kept its history
 
 
+def _sample(text: str, name: str, mode: str | None = None) -> float:
+    for line in text.splitlines():
+        if line.startswith(name + "{") and (mode is None or f'mode="{mode}"' in line):
+            return float(line.rsplit(" ", 1)[1])
+    raise AssertionError(f"{name} {mode or ''} not in the recording")
+
+
 def test_labelled_counters_and_filtered_parsing() -> None:
     snap = parse_metrics(SGLANG_TEXT, 1.0)
-    assert snap.decode_tokens_total == 3.4e6 and snap.prefill_tokens_total == 1.2e6
-    assert snap.full_kv_usage == 0.44 and snap.kv_pool_usage == 0.44  # the KV pool, not the fullest pool
-    assert snap.cache_hit_rate == 0.03
+    assert snap.decode_tokens_total == _sample(SGLANG_TEXT, "sglang:realtime_tokens_total", "decode")
+    assert snap.prefill_tokens_total == _sample(SGLANG_TEXT, "sglang:realtime_tokens_total", "prefill_compute")
+    full = _sample(SGLANG_TEXT, "sglang:full_token_usage")
+    assert snap.full_kv_usage == full and snap.kv_pool_usage == full  # the KV pool, not the fullest pool
+    assert snap.kv_usage == _sample(SGLANG_TEXT, "sglang:token_usage") > full  # here the state pool is fuller
     kept = relevant_text(SGLANG_TEXT)
     assert "time_to_first_token" not in kept and "sglang:num_running_reqs{" in kept
 
@@ -182,7 +192,7 @@ def test_parse_cost_is_bounded_by_the_name_maps_not_the_server() -> None:
     for _ in range(20):
         snap = parse_metrics(text, 0.0)
     per_parse = (time.perf_counter() - start) / 20
-    assert snap.running == 238.0
+    assert snap.running == recorded.recording("hybrid")["running_at_capture"]
     assert per_parse < 0.01  # milliseconds per scrape, however many series the server adds
 
 
@@ -231,3 +241,28 @@ def test_server_info_record_and_flags() -> None:
     loads = parse_loads({"loads": [{"max_running_requests": 48}, {"max_running_requests": 48}]})
     assert loads is not None and loads.max_running == 96
     assert parse_loads({"aggregate": {}}) is None
+
+
+def test_real_server_info_gives_cap_slots_kind_and_flags() -> None:
+    hybrid = parse_server_info(recorded.server_info("hybrid"))
+    assert (hybrid.max_running, hybrid.state_slots, hybrid.hybrid) == (
+        recorded.recording("hybrid")["running_cap"],
+        64,
+        True,
+    )
+    assert (hybrid.strategy, hybrid.strategy_flag, hybrid.version) == (
+        "no_buffer",
+        "--mamba-radix-cache-strategy",
+        "0.5.23",
+    )
+    flags = launch_flags(hybrid)
+    for pair in (
+        ["--mamba-radix-cache-strategy", "no_buffer"],
+        ["--max-mamba-cache-size", "64"],
+        ["--max-total-tokens", "8192"],
+    ):
+        at = flags.index(pair[0])
+        assert flags[at : at + 2] == pair
+    assert "--disable-overlap-schedule" in flags and "--max-running-requests" not in flags  # no such flag given
+    dense = parse_server_info(recorded.server_info("dense"))
+    assert (dense.max_running, dense.state_slots, dense.hybrid, dense.strategy) == (2048, None, False, None)

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 from click.testing import CliRunner
+from tests import recorded
 
 from tokenmill.cli import cli
 from tokenmill.cli.calibrate import scrape_samples
@@ -32,9 +33,20 @@ def synthetic(eta: float, points: list[tuple[int, int]]) -> list[ThroughputSampl
     return [ThroughputSample(b, b / cap.step_time_s(b, k), k) for b, k in points]
 
 
+def test_real_metrics_and_log_lines_give_samples() -> None:
+    """A real 0.5.23 hybrid at its cap of 21: /metrics gives one sample, each decode log line another."""
+    (sample,) = samples_from_metrics(recorded.metrics("hybrid"))
+    assert sample.running == recorded.recording("hybrid")["running_at_capture"] == 21
+    assert sample.gen_tok_s > 0 and sample.context_tokens
+    logged = samples_from_log(recorded.log_lines("hybrid"))
+    decode_lines = [line for line in recorded.log_lines("hybrid") if "Decode batch" in line]
+    assert len(logged) == len(decode_lines) > 0
+    assert max(s.running for s in logged) == 21 and all(s.context_tokens for s in logged)
+
+
 def test_metrics_give_one_sample_per_dp_rank() -> None:
-    samples = samples_from_metrics((FIXTURES / "sglang_synthetic.txt").read_text())
-    assert [(s.running, s.gen_tok_s) for s in samples] == [(120, 2210.5), (118, 2189.5)]
+    (one,) = samples_from_metrics(recorded.metrics("hybrid"))
+    assert samples_from_metrics(recorded.as_ranks(recorded.metrics("hybrid"), 2)) == [one, one]
 
 
 def test_metrics_use_tp_rank_zero_and_sequence_lengths() -> None:

@@ -11,6 +11,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 from aiohttp import web
+from tests import recorded
 
 from tokenmill.monitor.scrape import (
     NAME_MAPS,
@@ -23,7 +24,8 @@ from tokenmill.monitor.scrape import (
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "metrics"
 VLLM_TEXT = (FIXTURES / "vllm_0.32.0.txt").read_text()
-SGLANG_TEXT = (FIXTURES / "sglang_synthetic.txt").read_text()
+SGLANG_TEXT = recorded.metrics("hybrid")  # a real 0.5.23 server: the tiny hybrid at its cap with a queue
+HYBRID = recorded.recording("hybrid")
 
 
 def test_vllm_recording_maps_every_field() -> None:
@@ -41,24 +43,50 @@ def test_vllm_recording_maps_every_field() -> None:
     assert (snap.state_usage, snap.gen_throughput, snap.max_running) == (None, None, None)
 
 
-def test_sglang_dp_ranks_sum_counts_and_take_the_fullest_pool() -> None:
+def test_real_hybrid_recording_maps_every_field() -> None:
     snap = parse_metrics(SGLANG_TEXT, taken_at=1.0)
-    assert snap.engine == "sglang"
-    assert (snap.running, snap.queued) == (238.0, 42.0)
-    assert (snap.kv_usage, snap.state_usage) == (0.74, 0.74)
-    assert snap.gen_throughput == 4400.0
-    assert snap.generation_tokens_total == 6.8e6
-    assert snap.prompt_tokens_total == 2.4e6
-    assert snap.requests_total == 3150.0
-    assert snap.preemptions_total == 4.0  # the counter, not the num_retracted_reqs gauge (0)
+    assert snap.engine == "sglang" and snap.healthy and snap.error is None
+    assert (snap.running, snap.queued) == (HYBRID["running_at_capture"], HYBRID["queued_at_capture"])
+    assert snap.hybrid is True
+    assert snap.state_slots_total == 64  # the recording's --max-mamba-cache-size
+    assert snap.state_usage == (snap.state_slots_used or 0) / 64  # (size - available - evictable) / size
+    assert snap.kv_pool_usage == snap.full_kv_usage
+    # token_usage is the fuller pool, rounded to two decimals by SGLang
+    assert snap.kv_usage == round(max(snap.full_kv_usage or 0, snap.state_usage), 2)
+    assert snap.sum_seq_lens and snap.decode_tokens_total and snap.prefill_tokens_total
+    assert snap.preemptions_total is None  # the retraction counters appear with the first retraction
 
 
-def test_sglang_before_any_retraction_has_no_preemption_count() -> None:
-    text = "".join(line + "\n" for line in SGLANG_TEXT.splitlines() if "num_retracted_requests_total" not in line)
+def test_real_dense_recording_is_not_hybrid() -> None:
+    """A pure transformer exports the state gauges at 0: not a state pool."""
+    snap = parse_metrics(recorded.metrics("dense"), taken_at=1.0)
+    assert snap.running == recorded.recording("dense")["running_at_capture"]
+    assert snap.state_usage == 0 and snap.state_slots_used == 0
+    assert (snap.hybrid, snap.state_slots_total) == (False, None)
+
+
+def test_priority_split_is_not_counted_twice() -> None:
+    """Under --enable-priority-scheduling each gauge is written per priority and once more as the total."""
+    text = recorded.metrics("dense-priority")
+    assert 'priority="0"' in text and 'priority=""' in text
     snap = parse_metrics(text, taken_at=1.0)
-    assert snap.engine == "sglang"
-    assert snap.preemptions_total is None
-    assert snap.running == 238.0
+    assert snap.running == recorded.recording("dense-priority")["running_at_capture"] == 8
+
+
+def test_dp_ranks_sum_counts_and_take_the_fullest_pool() -> None:
+    one = parse_metrics(SGLANG_TEXT, taken_at=1.0)
+    two = parse_metrics(recorded.as_ranks(SGLANG_TEXT, 2), taken_at=1.0)
+    assert (two.running, two.queued) == (2 * (one.running or 0), 2 * (one.queued or 0))
+    assert two.state_slots_total == 2 * (one.state_slots_total or 0)
+    assert (two.kv_usage, two.state_usage) == (one.kv_usage, one.state_usage)  # fractions: the fullest pool
+    assert two.requests_total == one.requests_total  # the tokenizer's counter, not per rank
+
+
+def test_replicated_tensor_parallel_ranks_are_read_once() -> None:
+    """With --enable-metrics-for-all-schedulers every TP rank reports the same scheduler."""
+    both = parse_metrics(recorded.as_ranks(SGLANG_TEXT, 2, "tp_rank"), 1.0)
+    one = parse_metrics(SGLANG_TEXT, 1.0)
+    assert (both.running, both.queued, both.state_slots_total) == (one.running, one.queued, one.state_slots_total)
 
 
 def test_counter_exposed_without_total_suffix_is_found() -> None:
@@ -202,7 +230,7 @@ async def test_scrape_sglang_reads_server_info(fake: FakeServer) -> None:
     assert snap.engine == "sglang" and snap.healthy
     assert snap.max_running == 256
     assert snap.taken_at == 100.0
-    assert snap.running == 238.0
+    assert snap.running == HYBRID["running_at_capture"]
 
 
 async def test_scrape_sglang_tolerates_missing_server_info(fake: FakeServer) -> None:

@@ -23,7 +23,8 @@ def twin(flags: str, model: str = MODEL) -> TwinStepModel:
 
 @pytest.mark.parametrize(
     ("flags", "held", "strategy"),
-    [(EXTRA, 3, "extra_buffer"), (NO_BUFFER, 1, "no_buffer"), (RADIX_OFF, 1, "radix off")],
+    # no_buffer: the working slot and the prompt's cached state, as a real 0.5.23 hybrid shows (tests/conformance)
+    [(EXTRA, 3, "extra_buffer"), (NO_BUFFER, 2, "no_buffer"), (RADIX_OFF, 1, "radix off")],
 )
 def test_pools_are_the_planners_and_a_request_holds_its_working_and_track_slots(
     flags: str, held: int, strategy: str
@@ -42,7 +43,7 @@ def test_pools_are_the_planners_and_a_request_holds_its_working_and_track_slots(
     assert full.mamba_used == cap.max_running * held
     assert full.mamba_usage == pytest.approx(cap.max_running * held / cap.mamba_slots)
     assert full.full_token_usage == pytest.approx(cap.max_running * 1500 / cap.kv_tokens)
-    assert full.token_usage == max(full.mamba_usage, full.full_token_usage)
+    assert full.token_usage == round(max(full.mamba_usage, full.full_token_usage), 2)
 
 
 def test_the_three_configurations_differ_where_sglang_differs() -> None:
@@ -53,7 +54,7 @@ def test_the_three_configurations_differ_where_sglang_differs() -> None:
     assert off.mamba_slots == 48  # exactly --max-running-requests, the KV pool gets the rest
     assert off.max_total_tokens > extra.max_total_tokens == no_buffer.max_total_tokens
     at_cap = [t.usage(t.max_running_requests, 0).mamba_usage for t in (extra, no_buffer, off)]
-    assert at_cap == pytest.approx([45 / 78, 26 / 78, 1.0])
+    assert at_cap == pytest.approx([45 / 78, 52 / 78, 1.0])
 
 
 def test_admission_stops_at_max_running_and_at_the_kv_pool() -> None:
@@ -103,7 +104,7 @@ def test_a_dense_model_has_no_state_pool() -> None:
     assert t.mamba_slots == 0 and t.slots_held_per_request == 0
     u = t.usage(10, 5000)
     assert (u.mamba_usage, u.mamba_used) == (0.0, 0)
-    assert u.token_usage == u.full_token_usage
+    assert u.token_usage == round(u.full_token_usage, 2)  # SGLang rounds token_usage to two decimals
 
 
 def test_from_config_reads_model_gpu_flags_and_the_shared_sim_fields() -> None:

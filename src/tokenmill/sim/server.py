@@ -67,9 +67,7 @@ class SimServer:
         self.faults = FaultInjector(self.cfg.faults)
         cache_tokens = self.twin.prefix_cache_tokens if self.twin is not None else 0
         hybrid = self.twin is not None and self.twin.is_hybrid
-        self.prefix_cache = (
-            PrefixCache(cache_tokens, states=hybrid) if cache_tokens and not self.cfg.instant else None
-        )
+        self.prefix_cache = PrefixCache(cache_tokens, states=hybrid) if cache_tokens and not self.cfg.instant else None
         self._registry = make_registry(
             SimCollector(
                 self.cfg.model,

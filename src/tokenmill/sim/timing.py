@@ -103,7 +103,7 @@ class LinearStepModel:
         full = min(1.0, ctx_tokens / self._max_tokens)
         mamba = min(1.0, running / self._max_running)
         return PoolUsage(
-            token_usage=max(full, mamba),
+            token_usage=round(max(full, mamba), 2),  # SGLang rounds this gauge (not the others)
             full_token_usage=full,
             mamba_usage=mamba,
             used_tokens=ctx_tokens,

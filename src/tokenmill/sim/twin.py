@@ -190,7 +190,7 @@ class TwinStepModel:
         held = running * self._held
         mamba = min(1.0, held / self._slots) if self._slots else 0.0
         return PoolUsage(
-            token_usage=max(full, mamba),
+            token_usage=round(max(full, mamba), 2),  # SGLang rounds this gauge (not the others)
             full_token_usage=full,
             mamba_usage=mamba,
             used_tokens=ctx_tokens,
