@@ -248,3 +248,16 @@ def test_underfeeding_prediction_keeps_the_servers_flags() -> None:
     assert p.source == "planner" and p.what == "running"
     assert (p.before.max_running, p.after.max_running) == (8, 64)
     assert p.after.tok_s_per_gpu and p.before.tok_s_per_gpu and p.after.tok_s_per_gpu > p.before.tok_s_per_gpu
+
+
+def test_a_kv_pool_that_cannot_take_one_more_full_length_request_is_kv_bound() -> None:
+    """SGLang admits a request only if its prompt and whole max_tokens fit: with long limits the KV pool binds
+    while its gauge shows room (seen on a real 0.5.23 server: 2 of 1,024 running, KV at 45%, 14 queued)."""
+    roomy = verdicts(observe("scheduler_conservative", process={"max_tokens": 4096, "avg_prompt_tokens": 500}))
+    assert "scheduler-conservative" in roomy and "kv-bound" not in roomy
+    found = verdicts(observe("scheduler_conservative", process={"max_tokens": 48000, "avg_prompt_tokens": 500}))
+    assert "scheduler-conservative" not in found
+    v = found["kv-bound"]
+    assert evidence(v)["requests that fit at full length"] == "33 x 48,500 tokens in 1,640,000"
+    assert "--kv-cache-dtype fp8_e4m3" in v.changes
+    assert not any("mamba" in c for c in v.changes)  # a dense server gets no state-pool advice

@@ -41,6 +41,7 @@ class ClientObs:
     avg_prompt_tokens: float | None = None
     avg_output_tokens: float | None = None
     completions_s: float | None = None
+    max_tokens: int | None = None  # the job's output limit per request (what SGLang reserves KV for)
 
 
 @dataclass(frozen=True, slots=True)

@@ -79,6 +79,26 @@ def _hybrid(v: ServerView) -> bool:
     return v.state_usage is not None and v.state_usage > 0
 
 
+def _full_length_tokens(c: ClientObs) -> float | None:
+    """Tokens one request may come to hold: its prompt plus the output limit SGLang reserves for (the job's
+    max_tokens; else the longest the client has seen on average)."""
+    out = c.max_tokens if c.max_tokens else c.avg_output_tokens
+    if not out:
+        return None
+    return (c.avg_prompt_tokens or 0.0) + out
+
+
+def _kv_reserve_full(o: ServerObs, c: ClientObs) -> tuple[int, int] | None:
+    """SGLang admits a request only if its prompt and whole output limit fit beside what the running requests
+    hold and reserve: when the running set plus one more request at full length overflows the KV pool, the
+    KV pool binds even if its usage gauge shows room. Returns (requests that fit at full length, tokens each)."""
+    per, kv = _full_length_tokens(c), advice.kv_tokens(o)
+    running = o.view.running_peak if o.view.running_peak is not None else o.view.running
+    if not per or not kv or running is None or (running + 1) * per <= kv:
+        return None
+    return int(kv // per), round(per)
+
+
 def _running(v: ServerView) -> str:
     return f"{num(v.running)}/{v.max_running if v.max_running else '?'}"
 
@@ -237,7 +257,10 @@ def state_pool_bound(o: ServerObs, c: ClientObs, t: DoctorSpec) -> Finding | Non
 
 def kv_bound(o: ServerObs, c: ClientObs, t: DoctorSpec) -> Finding | None:
     v = o.view
-    if not v.healthy or not _waiting(v, t) or v.kv_usage is None or v.kv_usage < t.pool_full:
+    if not v.healthy or not _waiting(v, t) or v.kv_usage is None:
+        return None
+    reserve = _kv_reserve_full(o, c)
+    if v.kv_usage < t.pool_full and reserve is None:
         return None
     if _state_full(v, t):
         return None  # both full: the state rule speaks for the pools
@@ -253,18 +276,29 @@ def kv_bound(o: ServerObs, c: ClientObs, t: DoctorSpec) -> Finding | None:
             cands.append(advice.bf16_state(o))
         elif info.radix_cache and (v.state_usage or 0) < t.pool_roomy:
             cands.append(advice.state_ratio(o, 0.5))
+    fits = f"{reserve[0]} x {num(reserve[1])} tokens in {num(advice.kv_tokens(o))}" if reserve else None
+    summary = f"KV pool {pct(v.kv_usage)} with {num(v.queued)} queued; running {_running(v)}"
+    why = "The KV cache is full and requests wait for room: the running requests' contexts fill it."
+    if reserve is not None:
+        summary += f"; {reserve[0]} requests of up to {num(reserve[1])} tokens fill it"
+        why = (
+            f"Requests wait although the KV gauge shows room: SGLang admits a request only when its prompt and "
+            f"its whole max_tokens fit beside the running ones, and only {reserve[0]} requests of up to "
+            f"{num(reserve[1])} tokens fit in the pool."
+        )
     return Finding(
-        summary=f"KV pool {pct(v.kv_usage)} with {num(v.queued)} queued; running {_running(v)}",
+        summary=summary,
         evidence=(
             ("KV pool usage", pct(v.kv_usage)),
             ("queue", num(v.queued)),
             ("running / max running", _running(v)),
             ("tokens per running request", num(v.avg_context)),
+            ("requests that fit at full length", fits or "-"),
+            ("retractions per minute", num(v.preemptions_per_min)),
             ("state pool usage", pct(v.state_usage)),
         ),
-        advice="The KV cache is full and requests wait for room: the running requests' contexts fill it. Give "
-        "the KV pool more memory (fp8 KV cache, a larger --mem-fraction-static) or generate shorter outputs "
-        "(sampling.max_tokens).",
+        advice=why + " Give the KV pool more memory (fp8 KV cache, a larger --mem-fraction-static) or generate "
+        "shorter outputs (sampling.max_tokens).",
         candidates=tuple(cands),
     )
 
@@ -300,7 +334,7 @@ def scheduler_conservative(o: ServerObs, c: ClientObs, t: DoctorSpec) -> Finding
         return None
     if v.queued_min is not None and v.queued_min < t.queue_waiting:
         return None  # the queue drains now and then: arrivals waiting for a prefill, not held back
-    if _at_cap(v, t) or v.kv_usage is None or v.kv_usage >= t.pool_roomy:
+    if _at_cap(v, t) or v.kv_usage is None or v.kv_usage >= t.pool_roomy or _kv_reserve_full(o, c):
         return None
     if v.state_usage is not None and v.state_usage >= t.pool_roomy and not _state_sized_to_cap(v):
         return None
@@ -409,7 +443,8 @@ RULES: tuple[Rule, ...] = (
          "requests queued, KV below pool_full, and the state pool full or the cap = state slots // S",
          check=state_pool_bound),
     Rule("kv-bound", "KV bound", "KV cache",
-         "requests queued and the KV pool at least pool_full", check=kv_bound),
+         "requests queued and the KV pool at least pool_full, or one more request at its full length (prompt + "
+         "max_tokens) would not fit beside the running ones", check=kv_bound),
     Rule("retractions", "retractions / preemptions", "KV cache",
          "at least retractions_per_min retractions (SGLang) or preemptions (vLLM) per minute", check=retractions),
     Rule("scheduler-conservative", "conservative admission", "scheduler",

@@ -109,6 +109,7 @@ class RunMonitor:
     ) -> None:
         spec = job.monitor
         self.spec = spec
+        self.max_tokens = job.sampling.max_tokens
         self.dispatcher = dispatcher
         self.clock = clock
         urls = [s.url for s in dispatcher.servers]
@@ -183,6 +184,7 @@ class RunMonitor:
             avg_prompt_tokens=self.client.avg_prompt_tokens,
             avg_output_tokens=self.client.avg_output_tokens,
             completions_s=snap.comp_s if snap is not None else None,
+            max_tokens=self.max_tokens,
         )
         return Observation(tuple(servers), client)
 
