@@ -86,23 +86,36 @@ class PlannerPredictor:
         inp = _two_digits(client.avg_prompt_tokens or _per_request(v.prompt_tok_s, v.requests_s) or DEFAULT_INPUT_LEN)
         out = _two_digits(client.avg_output_tokens or _per_request(v.output_tok_s, v.requests_s) or DEFAULT_OUTPUT_LEN)
         before = advice.current_flags(obs)
-        key = (model_name, gpu_name, tuple(before), candidate.flags_after, candidate.running_before, inp, out)
+        version = info.version if info else None
+        key = (model_name, gpu_name, tuple(before), candidate.flags_after, candidate.running_before, inp, out, version)
         if key not in self._cache:
-            self._cache[key] = self._predict(model, gpu, before, candidate, inp, out, obs.view.max_running)
+            config = self._config(version)
+            self._cache[key] = self._predict(model, gpu, before, candidate, inp, out, obs.view.max_running, config)
         return self._cache[key]
 
-    def _radix_off_cap(self, model: ModelSpec, gpu: GpuSpec, cand: Candidate, inp: float, out: float) -> Candidate:
+    def _config(self, version: str | None) -> PlannerConfig:
+        """The planner's assumptions for a server of ``version`` (what ``auto`` resolves to, which spellings)."""
+        from tokenmill.config import PlannerConfig
+        from tokenmill.planner.flags import sglang_release
+
+        config = self.config or PlannerConfig()
+        if sglang_release(version) is None:
+            return config  # not an SGLang release number: the planner's own
+        return config.model_copy(update={"sglang_version": version})
+
+    def _radix_off_cap(
+        self, model: ModelSpec, gpu: GpuSpec, cand: Candidate, inp: float, out: float, config: PlannerConfig
+    ) -> Candidate:
         """With the radix cache off, the planner's cap that fills memory exactly replaces the observed guess."""
         flags = list(cand.flags_after)
         if "--disable-radix-cache" not in cand.change or "--max-running-requests" not in flags:
             return cand  # only the radix-off recommendation sizes its cap; other changes keep today's flags
-        from tokenmill.config import PlannerConfig
         from tokenmill.planner.flags import parse_flags
         from tokenmill.planner.plan import Workload, best_radix_off_running
 
         engine = parse_flags(flags).with_(max_running_requests=None)
         workload = Workload(prompts=STEADY_PROMPTS, input_len=inp, output_len=out, source="doctor")
-        n = best_radix_off_running(model, gpu, engine, workload, 1, self.config or PlannerConfig())
+        n = best_radix_off_running(model, gpu, engine, workload, 1, config)
         old = flags[flags.index("--max-running-requests") + 1]
         change = cand.change.replace(f"--max-running-requests {old}", f"--max-running-requests {n}")
         after = advice.set_flag(flags, "--max-running-requests", str(n))
@@ -116,14 +129,15 @@ class PlannerPredictor:
         cand: Candidate,
         inp: float,
         out: float,
-        observed_cap: int | None = None,
+        observed_cap: int | None,
+        config: PlannerConfig,
     ) -> Prediction | None:
         try:
-            cand = self._radix_off_cap(model, gpu, cand, inp, out)
+            cand = self._radix_off_cap(model, gpu, cand, inp, out, config)
             if cand.running_before is not None:
                 before = advice.set_flag(before, "--max-running-requests", str(max(1, cand.running_before)))
-            b = self._plan(model, gpu, before, inp, out)
-            a = self._plan(model, gpu, list(cand.flags_after), inp, out)
+            b = self._plan(model, gpu, before, inp, out, config)
+            a = self._plan(model, gpu, list(cand.flags_after), inp, out, config)
         except Exception as exc:  # the planner refusing a configuration means: no numbers for it
             log.info("no prediction for %s: %s", cand.change, exc)
             return None
@@ -150,14 +164,16 @@ class PlannerPredictor:
             return f"the planner puts today's cap at {planned}, the server reports {observed}: check --gpu / --model"
         return None
 
-    def _plan(self, model: ModelSpec, gpu: GpuSpec, flags: list[str], inp: float, out: float) -> PlanResult:
-        from tokenmill.config import PlannerConfig
+    @staticmethod
+    def _plan(
+        model: ModelSpec, gpu: GpuSpec, flags: list[str], inp: float, out: float, config: PlannerConfig
+    ) -> PlanResult:
         from tokenmill.planner.flags import parse_flags
         from tokenmill.planner.plan import Workload, plan
 
         engine = parse_flags(flags)
         workload = Workload(prompts=STEADY_PROMPTS, input_len=inp, output_len=out, source="doctor")
-        return plan(model, gpu, engine, workload, self.config or PlannerConfig(), gpu_count=engine.tp_size)
+        return plan(model, gpu, engine, workload, config, gpu_count=engine.tp_size)
 
 
 def observed_prediction(obs: ServerObs, candidate: Candidate) -> Prediction | None:
