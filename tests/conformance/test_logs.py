@@ -8,7 +8,7 @@ import re
 
 import aiohttp
 
-from tests.conformance.client import start_load, until
+from tests.conformance.client import get_json, start_load, until
 from tests.engines.pool import LiveServer
 from tokenmill.planner.calibrate import samples_from_log
 
@@ -40,3 +40,26 @@ async def test_decode_lines_have_the_pool_fields_calibration_reads(
     samples = samples_from_log(fresh)
     assert samples and all(s.running >= 1 and s.gen_tok_s >= 0 for s in samples)
     assert max(s.running for s in samples) <= 4
+
+
+async def test_startup_lines_report_the_pools(http: aiohttp.ClientSession, server: LiveServer) -> None:
+    """The allocation lines docs/planner.md asks users to compare with the planner, in SGLang's formats."""
+    info = await get_json(http, server, "/server_info")
+    cap = info["internal_states"][0]["effective_max_running_requests_per_dp"]
+    log = server.log_text()
+    kv = re.search(r"KV Cache is allocated\. dtype: torch\.\w+, #tokens: (\d+), K size: [0-9.]+ GB, V size: ", log)
+    assert kv and int(kv[1]) == info["max_total_num_tokens"], log[-2000:]
+    limits = re.search(
+        r"max_total_num_tokens=(\d+), chunked_prefill_size=\d+, max_prefill_tokens=\d+, "
+        r"max_running_requests=(\d+), context_len=(\d+), available_(?:gpu|cpu)_mem=[0-9.]+ GB",
+        log,
+    )
+    assert limits and (int(limits[1]), int(limits[2]), int(limits[3])) == (
+        info["max_total_num_tokens"],
+        cap,
+        server.max_model_len,
+    )
+    mamba = re.search(
+        r"Mamba Cache is allocated\. max_mamba_cache_size: (\d+), conv_state size: [0-9.]+GB, ssm_state size: ", log
+    )
+    assert (int(mamba[1]) if mamba else None) == (info["internal_states"][0]["max_mamba_cache_size"])

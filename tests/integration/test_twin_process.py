@@ -42,5 +42,5 @@ def test_twin_process_reports_the_pools_its_flags_give(tmp_path: Path) -> None:
     assert state["effective_max_running_requests_per_dp"] == twin["mamba_slots"] // 3
     assert (info["max_running_requests"], info["max_mamba_cache_size"]) == (None, None)  # not given as flags
     assert f"Mamba Cache is allocated. max_mamba_cache_size: {twin['mamba_slots']}," in log
-    assert f"KV Cache is allocated. #tokens: {info['max_total_num_tokens']}," in log
+    assert f"KV Cache is allocated. dtype: torch.bfloat16, #tokens: {info['max_total_num_tokens']}, K size:" in log
     assert f"max_running_requests={twin['max_running']}, context_len=262144" in log

@@ -181,3 +181,13 @@ async def test_token_ids_under_every_name_or_refused(server: Any) -> None:
         assert current["body"]["max_tokens"] == 1
         current["answer"] = answers["sglang-chat"]
         await probe_token_ids("openai-chat", options(save_token_ids=True), session, ["http://127.0.0.1:9", url])
+
+
+async def test_generate_without_text_names_skip_tokenizer_init(server: Any) -> None:
+    async def handler(request: web.Request) -> web.Response:
+        return web.json_response({"output_ids": [5, 6], "meta_info": {"finish_reason": {"type": "length"}}})
+
+    url = await server(handler)
+    async with aiohttp.ClientSession() as session:
+        with pytest.raises(MisconfiguredError, match="--skip-tokenizer-init"):
+            await make_backend("sglang-generate", options()).generate(session, url, Prompt(id="1", text="hi"))

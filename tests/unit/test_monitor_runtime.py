@@ -10,6 +10,7 @@ import aiohttp
 import orjson
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+from tests import recorded
 from tests.unit.test_dispatch import ScriptedBackend, Sink, prompts, retry
 
 from tokenmill.config import JobSpec
@@ -17,6 +18,8 @@ from tokenmill.dispatch import Dispatcher
 from tokenmill.errors import TransientError
 from tokenmill.monitor.client import ClientMetrics, Histogram
 from tokenmill.monitor.events import EVENTS_FILE, EventLog, last_events, read_events
+from tokenmill.monitor.fleet import ServerView
+from tokenmill.monitor.info import parse_server_info
 from tokenmill.monitor.runtime import RunMonitor
 from tokenmill.monitor.status import read_status, recorded_counts, status_text
 from tokenmill.progress import Tracker
@@ -215,3 +218,20 @@ async def test_the_run_binding_is_the_verdict_shown_longest(tmp_path: Path) -> N
     assert [v.rule for v in mon.doctor.shown] == ["kv-bound"]  # what binds now
     assert mon.binding == "state pool"  # what bound for most of the run
     mon.events.close()
+
+
+def test_a_seeded_job_is_warned_once_per_server_that_ignores_seeds(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """SGLang uses request seeds only with --enable-deterministic-inference (a real 0.5.23 server gave two
+    different answers to one seed): a job with sampling.seed is told which servers ignore it."""
+    spec = JobSpec.model_validate({**job(tmp_path).model_dump(), "sampling": {"seed": 7}})
+    mon = RunMonitor(spec, dispatcher(spec), tmp_path / "out", "r")
+    real = parse_server_info(recorded.server_info("dense"))
+    assert real.deterministic is False
+    view = ServerView("http://127.0.0.1:9", None, real, True, None)
+    deterministic = replace(view, url="http://127.0.0.1:10", info=replace(real, deterministic=True))
+    for _ in range(2):
+        mon._warn_ignored_seed([view, deterministic])
+    warned = [r.getMessage() for r in caplog.records if "ignores sampling.seed" in r.getMessage()]
+    assert len(warned) == 1 and warned[0].startswith("http://127.0.0.1:9 ")

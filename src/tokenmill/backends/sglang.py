@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from tokenmill.backends.base import Backend, BackendOptions
+from tokenmill.backends.base import Backend, BackendOptions, MisconfiguredError
 from tokenmill.backends.render import PromptRenderer
 from tokenmill.records import Generation, Prompt
 
@@ -49,6 +49,11 @@ class SGLangGenerate(Backend):
         return body
 
     def parse(self, obj: dict[str, Any], sent: dict[str, Any]) -> Generation:
+        if "text" not in obj and "output_ids" in obj:
+            raise MisconfiguredError(
+                "the server answers /generate with token ids but no text: it was started with "
+                "--skip-tokenizer-init; restart it without that flag"
+            )
         meta = obj["meta_info"]
         finish = meta.get("finish_reason")
         reason = finish.get("type") if isinstance(finish, dict) else finish

@@ -129,14 +129,17 @@ async def _serve(cfg: SimConfig, port_file: str | None) -> None:
     try:
         if port_file:
             _write_atomically(Path(port_file), f"{server.port}\n")
-        log.info(
-            "max_total_num_tokens=%d, max_running_requests=%d, context_len=%d, time_scale=%g, instant=%s",
-            server.engine.model.max_total_tokens,
-            server.engine.model.max_running_requests,
-            server.cfg.context_length,
-            cfg.time_scale,
-            cfg.instant,
-        )
+        if server.twin is None:
+            log.info(
+                "max_total_num_tokens=%d, max_running_requests=%d, context_len=%d, time_scale=%g, instant=%s",
+                server.engine.model.max_total_tokens,
+                server.engine.model.max_running_requests,
+                server.cfg.context_length,
+                cfg.time_scale,
+                cfg.instant,
+            )
+        else:
+            log.info("time_scale=%g, instant=%s", cfg.time_scale, cfg.instant)
         click.echo(f"tokenmill sim listening on {url}")
         sys.stdout.flush()
         await stop.wait()

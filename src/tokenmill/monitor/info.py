@@ -54,6 +54,7 @@ class ServerInfo:
     speculative_algorithm: str | None = None
     gpu: str | None = None  # only the simulated twin knows its GPU
     version: str | None = None
+    deterministic: bool | None = None  # --enable-deterministic-inference: without it SGLang ignores request seeds
 
     @property
     def gpus(self) -> int:
@@ -144,6 +145,7 @@ def parse_server_info(info: Mapping[str, Any]) -> ServerInfo:
         speculative_algorithm=_str(info.get("speculative_algorithm")),
         gpu=gpu,
         version=_str(info.get("version")),
+        deterministic=_bool(info.get("enable_deterministic_inference")),
     )
 
 

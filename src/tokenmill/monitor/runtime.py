@@ -110,6 +110,8 @@ class RunMonitor:
         spec = job.monitor
         self.spec = spec
         self.max_tokens = job.sampling.max_tokens
+        self.seeded = job.sampling.seed is not None
+        self._seed_warned: set[str] = set()
         self.dispatcher = dispatcher
         self.clock = clock
         urls = [s.url for s in dispatcher.servers]
@@ -188,8 +190,21 @@ class RunMonitor:
         )
         return Observation(tuple(servers), client)
 
+    def _warn_ignored_seed(self, views: list[ServerView]) -> None:
+        """SGLang uses a request's seed only with --enable-deterministic-inference: say so once per server."""
+        for v in views:
+            if v.info is not None and v.info.deterministic is False and v.url not in self._seed_warned:
+                self._seed_warned.add(v.url)
+                log.warning(
+                    "%s ignores sampling.seed: SGLang applies per-request seeds only when started with "
+                    "--enable-deterministic-inference (answers are not reproducible as configured)",
+                    v.url,
+                )
+
     async def _round(self, views: list[ServerView]) -> None:
         self.fleet.sync([s.url for s in self.dispatcher.servers])  # `tokenmill fleet` may add or drain servers
+        if self.seeded:
+            self._warn_ignored_seed(views)
         self.cpu_share = self.cpu.sample()
         obs = self.observation(views)
         verdicts = await asyncio.to_thread(diagnose, obs, self.spec.doctor, self.predictor)

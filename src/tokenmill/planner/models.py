@@ -344,9 +344,17 @@ def state_bytes_per_slot(
     spec: ModelSpec, ssm_dtype: StateDtype | None = None, conv_dtype: StateDtype = "bf16", tp: int = 1
 ) -> int:
     """Bytes of one Mamba/GDN state slot on one GPU (SGLang ``mamba_cache_per_req``); 0 for pure transformers."""
+    conv, ssm = state_bytes_split(spec, ssm_dtype, conv_dtype, tp)
+    return conv + ssm
+
+
+def state_bytes_split(
+    spec: ModelSpec, ssm_dtype: StateDtype | None = None, conv_dtype: StateDtype = "bf16", tp: int = 1
+) -> tuple[int, int]:
+    """One state slot's convolution and SSM bytes on one GPU, over all recurrent layers; (0, 0) without them."""
     rec = spec.recurrent
     if rec is None or rec.layers == 0:
-        return 0
+        return 0, 0
     conv_dim = rec.conv_dim(tp)
     if conv_dim % tp or rec.heads % tp:
         raise ConfigError(
@@ -355,7 +363,7 @@ def state_bytes_per_slot(
         )
     conv = conv_dim // tp * (rec.conv_kernel - 1) * STATE_BYTES[conv_dtype]
     ssm = rec.heads // tp * rec.head_dim * rec.state_size * STATE_BYTES[ssm_dtype or spec.ssm_dtype]
-    return (conv + ssm) * rec.layers
+    return conv * rec.layers, ssm * rec.layers
 
 
 def decode_flops_per_token(spec: ModelSpec, context: float) -> float:

@@ -487,12 +487,13 @@ class Scheduler:
         self._ratio_step = self.step
         if log.isEnabledFor(logging.WARNING):
             after = self.model.usage(self.running, self.ctx_tokens)
+            mamba = f"#mamba_num_gained: {before.mamba_used - after.mamba_used}, " if self._hybrid() else ""
             log.warning(
                 "KV cache pool is full. Retract requests. #retracted_reqs: %d, #new_tokens_gained: %d, "
-                "#mamba_num_gained: %d, #new_token_ratio: %.4f -> %.4f",
+                "%s#new_token_ratio: %.4f -> %.4f",
                 retracted,
                 before.used_tokens - after.used_tokens,
-                before.mamba_used - after.mamba_used,
+                mamba,
                 old,
                 self._ratio(),
             )

@@ -37,6 +37,7 @@ from typing import Any
 from tokenmill.config import SimConfig
 from tokenmill.errors import ConfigError
 from tokenmill.planner import EngineFlags, ServerCapacity, command_line, parse_flags, server_capacity
+from tokenmill.planner.hardware import GIB
 from tokenmill.planner.memory import (
     PING_PONG_SLOTS_LAZY,
     PING_PONG_SLOTS_NO_OVERLAP,
@@ -44,6 +45,7 @@ from tokenmill.planner.memory import (
     auto_chunked_prefill_size,
     auto_cuda_graph_max_bs,
 )
+from tokenmill.planner.models import state_bytes_split
 from tokenmill.planner.roofline import fixed_time
 from tokenmill.sim.scheduler import KvPolicy
 from tokenmill.sim.timing import PoolUsage
@@ -57,6 +59,8 @@ RETRACT_DECODE_STEPS = 20  # SGLANG_RETRACT_DECODE_STEPS
 MAX_REQ_INPUT_MARGIN = 5  # max_req_input_len = max_req_len - 5
 CONSERVATIVENESS_FLAG = "--schedule-conservativeness"
 
+MAX_PREFILL_TOKENS = 16384  # SGLang's --max-prefill-tokens default
+_TORCH_KV_DTYPES = {"bf16": "torch.bfloat16", "fp8": "torch.float8_e4m3fn"}
 # planner dtype names -> SGLang's flag values, for /server_info
 _SSM_DTYPE_NAMES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 _KV_DTYPE_NAMES = {"fp8": "fp8_e4m3", "bf16": "bfloat16"}
@@ -328,15 +332,29 @@ class TwinStepModel:
         }
 
     def startup_lines(self) -> list[str]:
-        """SGLang's pool allocation log lines for these pools (what docs/planner.md asks users to compare)."""
+        """SGLang 0.5.23's pool allocation log lines for these pools, in its formats (what docs/planner.md asks
+        users to compare with a real server's log)."""
         cap = self.capacity
-        pools = cap.pools
+        pools, flags = cap.pools, cap.flags
         lines = []
         if pools.mamba_slots:
-            gib = pools.mamba_slots * pools.state_bytes_per_slot / (1 << 30)
+            conv, ssm = state_bytes_split(cap.model, pools.ssm_dtype, flags.mamba_conv_dtype, flags.tp_size)
             lines.append(
-                f"Mamba Cache is allocated. max_mamba_cache_size: {pools.mamba_slots}, state size: {gib:.2f} GB"
+                f"Mamba Cache is allocated. max_mamba_cache_size: {pools.mamba_slots}, "
+                f"conv_state size: {pools.mamba_slots * conv / GIB:.2f}GB, "
+                f"ssm_state size: {pools.mamba_slots * ssm / GIB:.2f}GB "
             )
-        kv_gib = pools.kv_tokens * pools.kv_bytes_per_token / (1 << 30)
-        lines.append(f"KV Cache is allocated. #tokens: {pools.kv_tokens}, KV size: {kv_gib:.2f} GB")
+        half = pools.kv_tokens * pools.kv_bytes_per_token / 2 / GIB
+        dtype = _TORCH_KV_DTYPES.get(pools.kv_dtype, "torch.bfloat16")
+        lines.append(
+            f"KV Cache is allocated. dtype: {dtype}, #tokens: {pools.kv_tokens}, K size: {half:.2f} GB, "
+            f"V size: {half:.2f} GB"
+        )
+        chunk = flags.chunked_prefill_size or auto_chunked_prefill_size(cap.gpu.memory_mib)
+        available = pools.available_gib * (1 - pools.mem_fraction_static)  # what the static pools leave
+        lines.append(
+            f"max_total_num_tokens={pools.kv_tokens}, chunked_prefill_size={chunk}, "
+            f"max_prefill_tokens={MAX_PREFILL_TOKENS}, max_running_requests={pools.max_running}, "
+            f"context_len={pools.context_length}, available_gpu_mem={max(0.0, available):.2f} GB"
+        )
         return lines
