@@ -15,6 +15,7 @@ import pytest
 from tests.engines.pool import KINDS, LiveServer, ServerPool
 from tests.engines.process import StartFailed
 
+REAL_ENGINE_TIMEOUT_S = 900  # a real engine starts in 30-240 s on two busy cores, inside its first test
 # fixture name -> the server kind it stands for
 FIXTURE_KINDS = {"engine_server": "vllm", "sglang_dense": "sglang-dense", "sglang_hybrid": "sglang-hybrid"}
 
@@ -43,9 +44,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """Mark tests by engine (``-m sglang`` / ``-m engine``) and run real-engine tests last, grouped by kind."""
     order: dict[str, int] = {}
     for item in items:
-        for kind in _real(item_kinds(item)):
+        real = _real(item_kinds(item))
+        for kind in real:
             order.setdefault(kind, len(order))
             item.add_marker(pytest.mark.sglang if KINDS[kind].engine == "sglang" else pytest.mark.engine)
+        if (real or item.get_closest_marker("own_engine")) and not item.get_closest_marker("timeout"):
+            item.add_marker(pytest.mark.timeout(REAL_ENGINE_TIMEOUT_S))  # the first test of a kind starts it
 
     def key(item: pytest.Item) -> int:
         if item.get_closest_marker("own_engine"):

@@ -4,6 +4,7 @@ the report afterwards, and the doctor against the simulated twin of a state-boun
 from __future__ import annotations
 
 import json
+import math
 import re
 import signal
 import subprocess
@@ -19,8 +20,15 @@ import pytest
 from tests.e2e.conftest import TOKENMILL, run_cli, write_job, write_prompts
 from tokenmill.fleet.simprocs import SimProcess, start_sim
 from tokenmill.monitor.events import EVENTS_FILE, read_events
+from tokenmill.planner import PoolPlan, server_capacity
 
 FAST_MONITOR = {"scrape_interval_s": 0.5, "event_interval_s": 0.5, "rate_window_s": 5.0}
+TWIN = ("qwen3.6-35b-a3b", "--gpu", "h200")  # SGLang's default flags: extra_buffer, 5 state slots a request
+
+
+def twin_pools() -> PoolPlan:
+    """The pools the twin (and the planner) size for this model, GPU and the default flags."""
+    return server_capacity(TWIN[0], TWIN[2]).pools
 
 
 def wait_for(what: str, check: Callable[[], Any], timeout: float = 60.0) -> Any:
@@ -104,8 +112,7 @@ def test_a_watched_run_from_start_to_report(fleet: list[SimProcess], tmp_path: P
 @pytest.fixture
 def twin() -> Iterator[SimProcess]:
     """The twin of an SGLang server running Qwen3.6-35B-A3B on an H200 with default flags (extra_buffer)."""
-    pytest.importorskip("tokenmill.sim.twin", reason="the simulated twin (tokenmill sim --gpu) is not built yet")
-    proc = start_sim(["--model", "qwen3.6-35b-a3b", "--gpu", "h200", "--time-scale", "0.02", "--log-level", "warning"])
+    proc = start_sim(["--model", *TWIN, "--time-scale", "0.02", "--log-level", "warning"])
     try:
         yield proc
     finally:
@@ -138,7 +145,8 @@ def test_doctor_names_the_state_pool_of_a_state_bound_twin(twin: SimProcess, tmp
     first = verdicts[0]
     assert first["rule"] == "state-pool-bound" and first["binds"] == "state pool", res.stdout
     evidence = dict(first["evidence"])
-    assert evidence["cap from the state pool"] == "488 slots // 5"
+    pools = twin_pools()
+    assert evidence["cap from the state pool"] == f"{pools.mamba_slots} slots // 5"
     assert evidence["state mode"] == "extra_buffer + radix cache"
     changes = first["changes"]
     assert any("--disable-radix-cache --max-running-requests" in c for c in changes)
@@ -148,8 +156,9 @@ def test_doctor_names_the_state_pool_of_a_state_bound_twin(twin: SimProcess, tmp
     for change in changes:  # the twin says its model and GPU, so every change has the planner's numbers
         p = predictions[change]
         assert p["source"] == "planner"
-        assert p["before"]["max_running"] == 97
-        assert p["after"]["max_running"] > 97 and p["after"]["tok_s_per_gpu"] > p["before"]["tok_s_per_gpu"]
+        assert p["before"]["max_running"] == pools.max_running
+        assert p["after"]["max_running"] > pools.max_running
+        assert p["after"]["tok_s_per_gpu"] > p["before"]["tok_s_per_gpu"]
 
 
 def _queued(out: Path) -> float:
@@ -168,4 +177,5 @@ def test_doctor_says_the_client_under_feeds_a_twin(twin: SimProcess, tmp_path: P
     assert res.returncode == 0, res.stderr
     assert "binding resource: client concurrency (client under-feeding)" in res.stdout, res.stdout
     assert "client in flight / limit  8/8 (at its limit)" in res.stdout
-    assert "--concurrency 122" in res.stdout  # 1.25 x the twin's cap of 97
+    want = math.ceil(1.25 * twin_pools().max_running)  # feed_headroom x the twin's cap
+    assert f"--concurrency {want}" in res.stdout
