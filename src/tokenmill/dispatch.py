@@ -24,9 +24,16 @@ from typing import Any, Protocol
 
 import aiohttp
 
-from tokenmill.backends.base import Backend, MisconfiguredError, ServerFault
+from tokenmill.backends.base import Backend
 from tokenmill.config import RetrySpec
-from tokenmill.errors import PermanentError, RequestError, ServerError, TokenmillError, TransientError
+from tokenmill.errors import (
+    MisconfiguredError,
+    PermanentError,
+    RequestError,
+    ServerError,
+    TokenmillError,
+    TransientError,
+)
 from tokenmill.records import Completion, Failure, Generation, Prompt
 
 log = logging.getLogger("tokenmill.dispatch")
@@ -435,7 +442,7 @@ class Dispatcher:
         self.stats.recent_failures.append(f"{server.url}: {exc.message}")
         if server.consecutive_failures >= self.retry.quarantine_after and server.usable:
             self._set_aside(server, f"{server.consecutive_failures} failures in a row, last: {exc.message}")
-        if not isinstance(exc, ServerFault):
+        if exc.counts_against_prompt:
             work.strikes += 1
         work.last_server = server.url
         if work.strikes >= self.retry.max_attempts or work.attempts >= HARD_ATTEMPT_FACTOR * self.retry.max_attempts:

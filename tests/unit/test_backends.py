@@ -11,9 +11,9 @@ import pytest
 from aiohttp import web
 
 from tokenmill.backends import BackendOptions, make_backend, probe_token_ids
-from tokenmill.backends.base import MisconfiguredError, ServerFault, classify_status, error_message
+from tokenmill.backends.base import classify_status, error_message
 from tokenmill.config import SamplingSpec
-from tokenmill.errors import ConfigError, PermanentError, TransientError
+from tokenmill.errors import ConfigError, MisconfiguredError, PermanentError, ServerFault, TransientError
 from tokenmill.records import Prompt
 
 Handler = Callable[[web.Request], Any]

@@ -10,10 +10,10 @@ from typing import Any
 import aiohttp
 import pytest
 
-from tokenmill.backends.base import Backend, BackendOptions, MisconfiguredError, ServerFault
+from tokenmill.backends.base import Backend, BackendOptions
 from tokenmill.config import RetrySpec, SamplingSpec
 from tokenmill.dispatch import Dispatcher
-from tokenmill.errors import PermanentError, ServerError, TransientError
+from tokenmill.errors import MisconfiguredError, PermanentError, ServerError, ServerFault, TransientError
 from tokenmill.records import Completion, Failure, Generation, Prompt
 
 Script = Callable[[str, Prompt, "ScriptedBackend"], Any]

@@ -1,12 +1,13 @@
 """The backend seam: one request in, one :class:`Generation` out, every failure a tokenmill error.
 
-HTTP and aiohttp errors are translated here, once:
+HTTP and aiohttp errors are translated here, once, into the request errors of :mod:`tokenmill.errors`
+(whose tree says what the dispatcher does with each):
 
-- connection refused / reset, connect timeout, server disconnect  -> ``TransientError`` (``counts=False``:
-  the server is at fault, not the prompt, so the prompt's attempt budget is not spent)
-- read timeout, 5xx (but 503), malformed or truncated body        -> ``TransientError`` (counts)
-- 429 and 503 (overloaded, queue full)                            -> ``TransientError`` (``counts=False``)
-- 401 / 403 / 404 (bad key, wrong path or model)                  -> ``MisconfiguredError``: the server, not the
+- connection refused / reset, connect timeout, server disconnect  -> ``ServerFault`` (the server is at fault,
+  not the prompt, so the prompt's attempt budget is not spent)
+- 429 and 503 (overloaded, queue full)                            -> ``ServerFault``
+- read timeout, 408, 5xx (but 503), malformed or truncated body   -> ``TransientError`` (spends an attempt)
+- 401 / 403 / 404 / 405 (bad key, wrong path or model)            -> ``MisconfiguredError``: the server, not the
   prompt, is unusable; the dispatcher sets the server aside and stops if every server says so
 - any other 4xx (prompt too long, bad parameter)                  -> ``PermanentError`` with the server's message
 """
@@ -24,16 +25,15 @@ from multidict import CIMultiDict
 from yarl import URL
 
 from tokenmill.config import RetrySpec, SamplingSpec
-from tokenmill.errors import ConfigError, PermanentError, RequestError, TransientError
+from tokenmill.errors import (
+    ConfigError,
+    MisconfiguredError,
+    PermanentError,
+    RequestError,
+    ServerFault,
+    TransientError,
+)
 from tokenmill.records import Generation, Prompt
-
-
-class ServerFault(TransientError):
-    """A transient failure caused by the server's state (down, overloaded): it does not use up attempts."""
-
-
-class MisconfiguredError(RequestError):
-    """The server refuses every request of this job (bad API key, wrong endpoint or model)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,7 +206,7 @@ def make_backend(kind: str, options: BackendOptions) -> Backend:
     cls = Backend.registry.get(kind)
     if cls is None:
         known = ", ".join(sorted(Backend.registry))
-        raise ValueError(f"unknown api {kind!r}; known: {known}")
+        raise ConfigError(f"unknown api {kind!r}; known: {known}")
     return cls(options)
 
 

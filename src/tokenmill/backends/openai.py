@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from tokenmill.backends.base import Backend, BackendOptions, MisconfiguredError, usage_int
+from tokenmill.backends.base import Backend, BackendOptions, usage_int
 from tokenmill.backends.render import PromptRenderer
+from tokenmill.errors import MisconfiguredError
 from tokenmill.records import Generation, Message, Prompt
 
 

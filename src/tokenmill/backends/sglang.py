@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from tokenmill.backends.base import Backend, BackendOptions, MisconfiguredError
+from tokenmill.backends.base import Backend, BackendOptions
 from tokenmill.backends.render import PromptRenderer
+from tokenmill.errors import MisconfiguredError
 from tokenmill.records import Generation, Prompt
 
 

@@ -11,10 +11,10 @@ from rich.console import Console
 from rich.table import Table
 
 from tokenmill.config import PlannerConfig
+from tokenmill.errors import DoesNotFitError
 from tokenmill.planner.catalog import bundled_models, load_model
 from tokenmill.planner.flags import parse_flags
 from tokenmill.planner.hardware import GpuCatalog, GpuSpec
-from tokenmill.planner.memory import DoesNotFitError
 from tokenmill.planner.models import kv_bytes_per_token, param_counts, state_bytes_per_slot
 from tokenmill.planner.plan import Workload, compare, what_if
 from tokenmill.planner.plan import plan as make_plan

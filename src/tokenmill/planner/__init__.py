@@ -10,12 +10,13 @@ sizing), ``roofline`` (decode step time), ``capacity`` (one server replica: what
 
 from __future__ import annotations
 
+from tokenmill.errors import DoesNotFitError
 from tokenmill.planner.calibrate import Calibration, ThroughputSample, fit_eta
 from tokenmill.planner.capacity import ServerCapacity, build_capacity, server_capacity
 from tokenmill.planner.catalog import bundled_models, load_model
 from tokenmill.planner.flags import EngineFlags, command_line, parse_flags
 from tokenmill.planner.hardware import GpuCatalog, GpuSpec
-from tokenmill.planner.memory import DoesNotFitError, PoolPlan, size_pools
+from tokenmill.planner.memory import PoolPlan, size_pools
 from tokenmill.planner.models import ModelSpec
 from tokenmill.planner.plan import PlanResult, Workload, compare, plan, what_if
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tokenmill.errors import ConfigError
+from tokenmill.errors import ConfigError, DoesNotFitError
 from tokenmill.planner.flags import EngineFlags, auto_prefers_extra_buffer, sglang_release, strategy_flag_for
 from tokenmill.planner.hardware import GIB, GpuSpec
 from tokenmill.planner.models import (
@@ -56,10 +56,6 @@ VLM_BASELINE_LAYERS = 24  # ViT-L/14; also SGLang's fallback when the vision con
 VLM_BASELINE_HIDDEN = 1024  # ViT-L/14; also the fallback hidden size
 VLM_SENSITIVITY = 0.1  # 10 % per doubling of the tower's layers x hidden^2
 VLM_ADJUSTMENT_RANGE = (0.8, 1.05)
-
-
-class DoesNotFitError(ConfigError):
-    """The model and its pools do not fit on the GPU with these flags."""
 
 
 @dataclass(frozen=True, slots=True)

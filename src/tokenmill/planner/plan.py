@@ -12,11 +12,11 @@ import math
 from dataclasses import dataclass, field, replace
 
 from tokenmill.config import PlannerConfig
-from tokenmill.errors import ConfigError
+from tokenmill.errors import ConfigError, DoesNotFitError
 from tokenmill.planner.capacity import ServerCapacity, build_capacity
 from tokenmill.planner.flags import EngineFlags, command_line
 from tokenmill.planner.hardware import GpuSpec
-from tokenmill.planner.memory import LARGEST_AUTO_CUDA_GRAPH_BS, DoesNotFitError, decode_graph_max_bs
+from tokenmill.planner.memory import LARGEST_AUTO_CUDA_GRAPH_BS, decode_graph_max_bs
 from tokenmill.planner.models import WEIGHT_DTYPES, ModelSpec, StateDtype, WeightDtype
 from tokenmill.planner.roofline import StepBreakdown, asymptotic_tok_s, diluted_output_rate, saturation_points
 
