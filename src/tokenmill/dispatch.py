@@ -34,7 +34,7 @@ from tokenmill.errors import (
     TokenmillError,
     TransientError,
 )
-from tokenmill.records import Completion, Failure, Generation, Prompt
+from tokenmill.records import Completion, Failure, Generation, Prompt, RequestOutcome
 
 log = logging.getLogger("tokenmill.dispatch")
 
@@ -105,19 +105,6 @@ class DispatchStats:
     completion_tokens: int = 0
     waiting_since: float | None = None  # set while no server is usable
     recent_failures: deque[str] = field(default_factory=lambda: deque(maxlen=5))
-
-
-@dataclass(frozen=True, slots=True)
-class RequestOutcome:
-    """One finished attempt, handed to the optional observer (latency histograms, finish reasons)."""
-
-    server: str
-    latency_s: float
-    ok: bool
-    prompt_tokens: int | None = None
-    completion_tokens: int | None = None
-    finish_reason: str | None = None
-    error: str | None = None  # the error's type name for a failed attempt (retried or not)
 
 
 class Dispatcher:

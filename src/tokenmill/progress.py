@@ -1,6 +1,7 @@
-"""Progress of a run: one :class:`Snapshot` per tick (client counters, windowed rates, ETA and, when the
-fleet is watched, each server's scraped numbers and the doctor's verdicts), shown as a live ``rich``
-dashboard on a terminal and as status lines elsewhere.
+"""Progress of a run: the :class:`Tracker` turns the dispatcher's counters and the monitor's views into one
+:class:`~tokenmill.monitor.snapshot.Snapshot` per tick (client counters, windowed rates, ETA and, when the
+fleet is watched, each server's scraped numbers and the doctor's verdicts); the :class:`Display` shows it as
+a live ``rich`` dashboard on a terminal and as status lines elsewhere.
 
 Everything here reads counters the dispatcher and the monitor keep; nothing here is on the request path.
 """
@@ -11,7 +12,6 @@ import logging
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from rich.console import Console
@@ -19,73 +19,16 @@ from rich.live import Live
 from rich.logging import RichHandler
 
 from tokenmill.dispatch import Dispatcher
+from tokenmill.monitor.dashboard import render
+from tokenmill.monitor.snapshot import ServerRow, Snapshot, status_line
 from tokenmill.monitor.stats import History, Window
 
 if TYPE_CHECKING:
-    from tokenmill.doctor.model import Verdict
     from tokenmill.monitor.runtime import RunMonitor
 
 log = logging.getLogger("tokenmill.progress")
 
-__all__ = ["Display", "ServerRow", "Snapshot", "Tracker", "Window", "fmt_duration", "status_line"]
-
-
-@dataclass(slots=True)
-class ServerRow:
-    """One server: the client's counters, and the server's own numbers when it is scraped."""
-
-    url: str
-    inflight: int
-    limit: int
-    completed: int
-    errors: int
-    tok_s: float  # client-side: output tokens of completed requests per second
-    usable: bool
-    problem: str | None
-    healthy: bool | None = None  # None: not scraped
-    running: float | None = None
-    max_running: int | None = None
-    queued: float | None = None
-    kv_usage: float | None = None
-    state_usage: float | None = None
-    server_tok_s: float | None = None  # the server's decode rate
-    prompt_tok_s: float | None = None
-    gpus: int = 1
-    output_tokens: float = 0.0  # tokens the server decoded while watched
-    limit_reason: str | None = None  # why the in-flight target is what it is (concurrency: auto)
-
-
-@dataclass(slots=True)
-class Snapshot:
-    """What every display shows, computed once per tick."""
-
-    elapsed_s: float
-    done: int  # completed + failed, including earlier runs
-    total: int | None
-    completed: int
-    failed: int
-    skipped: int
-    retries: int
-    inflight: int
-    comp_s: float
-    tok_s: float  # client-effective output tok/s
-    eta_s: float | None
-    servers: list[ServerRow]
-    waiting: bool
-    last_failure: str | None
-    server_tok_s: float | None = None  # the fleet's decode tok/s from the servers' counters
-    history: tuple[float, ...] = ()  # throughput, oldest first (the sparkline)
-    verdicts: tuple[Verdict, ...] = ()
-    cpu: float | None = None  # client process, share of one core
-    loop_lag_s: float | None = None
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    limit: int = 0  # the client's total in-flight limit
-    binding: str | None = None  # the resource the doctor found binding longest in this run
-
-    @property
-    def gpus(self) -> int:
-        return sum(r.gpus for r in self.servers)
+__all__ = ["Display", "Tracker"]
 
 
 class Tracker:
@@ -172,38 +115,6 @@ class Tracker:
         )
 
 
-def fmt_duration(seconds: float | None) -> str:
-    """``1h02m``, ``3m07s``, ``12s``; ``?`` when unknown."""
-    if seconds is None:
-        return "?"
-    s = int(seconds)
-    if s >= 86400:
-        return f"{s // 86400}d{(s % 86400) // 3600:02d}h"
-    if s >= 3600:
-        return f"{s // 3600}h{(s % 3600) // 60:02d}m"
-    if s >= 60:
-        return f"{s // 60}m{s % 60:02d}s"
-    return f"{s}s"
-
-
-def status_line(snap: Snapshot) -> str:
-    """One concise line for logs (nohup, CI)."""
-    total = f"/{snap.total}" if snap.total is not None else ""
-    usable = sum(1 for r in snap.servers if r.usable)
-    server = f" (servers decode {snap.server_tok_s:,.0f})" if snap.server_tok_s is not None else ""
-    line = (
-        f"done {snap.done}{total} | {snap.comp_s:.1f} compl/s | {snap.tok_s:.0f} out tok/s{server} | "
-        f"in flight {snap.inflight} | failed {snap.failed} | retries {snap.retries} | "
-        f"servers {usable}/{len(snap.servers)} | elapsed {fmt_duration(snap.elapsed_s)} | "
-        f"ETA {fmt_duration(snap.eta_s)}"
-    )
-    if snap.waiting:
-        line += " | WAITING: no server is usable"
-    if snap.verdicts:
-        line += f" | doctor: {snap.verdicts[0].title} ({snap.verdicts[0].where()})"
-    return line
-
-
 class Display:
     """Live dashboard on a terminal, else a status line every ``interval_s``; ``tick()`` runs about once a second."""
 
@@ -228,8 +139,6 @@ class Display:
                 h.console = self.console
 
     def _render(self, snap: Snapshot) -> None:
-        from tokenmill.monitor.dashboard import render
-
         assert self._live is not None
         self._live.update(render(snap))
 

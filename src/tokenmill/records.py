@@ -118,3 +118,16 @@ def decode(line: bytes) -> dict[str, Any]:
     if not isinstance(obj, dict) or "status" not in obj:
         raise ValueError("not a tokenmill record")
     return obj
+
+
+@dataclass(frozen=True, slots=True)
+class RequestOutcome:
+    """One finished attempt, handed to the optional observer (latency histograms, finish reasons)."""
+
+    server: str
+    latency_s: float
+    ok: bool
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    finish_reason: str | None = None
+    error: str | None = None  # the error's type name for a failed attempt (retried or not)

@@ -26,9 +26,10 @@ from tokenmill.dispatch import Dispatcher
 from tokenmill.errors import ConfigError, InputError, OutputError
 from tokenmill.feed import PromptFeed
 from tokenmill.monitor.runtime import RunMonitor
+from tokenmill.monitor.snapshot import Snapshot
 from tokenmill.output import OutputDir, ResumeState
 from tokenmill.output.fsio import atomic_write
-from tokenmill.progress import Display, Snapshot, Tracker
+from tokenmill.progress import Display, Tracker
 from tokenmill.records import Prompt, Skip
 from tokenmill.summary import Summary, write_summary
 from tokenmill.upload import Uploader, UploadStatus

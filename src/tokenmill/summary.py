@@ -11,12 +11,12 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from tokenmill.progress import fmt_duration
+from tokenmill.fmt import duration
 
 if TYPE_CHECKING:
     from tokenmill.config import JobSpec
     from tokenmill.dispatch import Dispatcher
-    from tokenmill.progress import Snapshot
+    from tokenmill.monitor.snapshot import Snapshot
 
 
 @dataclass(slots=True)
@@ -181,8 +181,8 @@ class Summary:
             state = "stopped (rerun the same command to resume)"
         fleet = "-" if self.server_decode_tok_s is None else f"{self.server_decode_tok_s:,.0f}"
         per_gpu = "-" if self.decode_tok_s_per_gpu is None else f"{self.decode_tok_s_per_gpu:,.0f}"
-        timing = f"{fmt_duration(self.elapsed_s)}" + (
-            f" (ETA {fmt_duration(self.eta_s)})" if self.eta_s is not None and not self.finished else ""
+        timing = f"{duration(self.elapsed_s)}" + (
+            f" (ETA {duration(self.eta_s)})" if self.eta_s is not None and not self.finished else ""
         )
         rows = [
             ("state", state),

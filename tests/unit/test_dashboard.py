@@ -6,8 +6,8 @@ from rich.console import Console
 
 from tokenmill.doctor import Verdict
 from tokenmill.monitor.dashboard import render
+from tokenmill.monitor.snapshot import ServerRow, Snapshot, status_line
 from tokenmill.monitor.stats import CpuMeter, GaugeWindow, Window, sparkline
-from tokenmill.progress import ServerRow, Snapshot, status_line
 
 
 def snap(**kw: object) -> Snapshot:

@@ -4,6 +4,7 @@
 dispatcher only calls ``backend.generate(session, server, prompt)``.
 """
 
+from tokenmill.backends import openai, sglang  # noqa: F401  (importing them registers their Backend classes)
 from tokenmill.backends.base import Backend, BackendOptions, make_backend, probe_token_ids
 
 __all__ = ["Backend", "BackendOptions", "make_backend", "probe_token_ids"]

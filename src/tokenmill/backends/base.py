@@ -199,10 +199,8 @@ async def probe_token_ids(
 
 
 def make_backend(kind: str, options: BackendOptions) -> Backend:
-    """The backend registered for an API kind; an unknown kind lists the known ones."""
-    # importing the modules registers their classes
-    from tokenmill.backends import openai, sglang  # noqa: F401
-
+    """The backend registered for an API kind (the package imports every backend module, which registers its
+    class); an unknown kind lists the known ones."""
     cls = Backend.registry.get(kind)
     if cls is None:
         known = ", ".join(sorted(Backend.registry))

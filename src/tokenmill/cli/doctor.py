@@ -15,7 +15,7 @@ from tokenmill.errors import ConfigError
 
 def _table(servers: list[object]) -> str:
     from tokenmill.doctor.model import ServerObs
-    from tokenmill.doctor.rules import num, pct
+    from tokenmill.fmt import num, pct
 
     lines = ["server                          running    queue   KV     state  out tok/s  prompt tok/s  health"]
     for s in servers:

@@ -16,22 +16,13 @@ from dataclasses import dataclass
 from tokenmill.config import DoctorSpec
 from tokenmill.doctor import advice
 from tokenmill.doctor.model import Candidate, ClientObs, Finding, Observation, ServerObs
+from tokenmill.fmt import UNKNOWN, num, pct
 from tokenmill.monitor.fleet import ServerView
 
 HALF_DTYPES = ("bfloat16", "float16", "bf16", "fp16")
 
 ServerCheck = Callable[[ServerObs, ClientObs, DoctorSpec], Finding | None]
 ClientCheck = Callable[[Observation, DoctorSpec], Finding | None]
-
-
-def pct(x: float | None) -> str:
-    return "?" if x is None else f"{x * 100:.0f}%"
-
-
-def num(x: float | None) -> str:
-    if x is None:
-        return "?"
-    return f"{x:,.1f}" if 0 < abs(x) < 10 and not float(x).is_integer() else f"{x:,.0f}"
 
 
 def _waiting(v: ServerView, t: DoctorSpec) -> bool:
@@ -226,7 +217,7 @@ def state_pool_bound(o: ServerObs, c: ClientObs, t: DoctorSpec) -> Finding | Non
     if info is None or info.mamba_ssm_dtype not in HALF_DTYPES:
         cands.append(advice.bf16_state(o))
     cap_text = f"{slots} slots // {per}" if slots and per else "state slots"
-    mode = "?"
+    mode = UNKNOWN
     if info is not None:
         mode = "radix cache off" if info.disable_radix_cache else f"{info.strategy or 'auto'} + radix cache"
     why = ""

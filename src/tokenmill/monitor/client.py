@@ -11,7 +11,7 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from tokenmill.dispatch import RequestOutcome
+    from tokenmill.records import RequestOutcome
 
 LATENCY_BUCKETS_S = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 40, 60, 120, 240, 480, 900, 1800, 3600)
 OUTPUT_LEN_BUCKETS = (

@@ -16,20 +16,13 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
+from tokenmill.fmt import UNKNOWN, duration, num, pct
 from tokenmill.monitor.stats import sparkline
 
 if TYPE_CHECKING:
-    from tokenmill.progress import ServerRow, Snapshot
+    from tokenmill.monitor.snapshot import ServerRow, Snapshot
 
 MAX_ROWS = 32
-
-
-def _pct(x: float | None) -> str:
-    return "-" if x is None else f"{x * 100:.0f}%"
-
-
-def _num(x: float | None) -> str:
-    return "-" if x is None else f"{x:,.0f}"
 
 
 def _usage_style(x: float | None) -> str:
@@ -57,9 +50,8 @@ def _running(r: ServerRow) -> str:
 
 
 def _head(snap: Snapshot) -> Text:
-    from tokenmill.progress import fmt_duration
 
-    total = snap.total if snap.total is not None else "?"
+    total = snap.total if snap.total is not None else UNKNOWN
     head = Text.assemble(
         ("tokenmill ", "bold"),
         f"{snap.done:,}/{total if isinstance(total, str) else f'{total:,}'} done  ",
@@ -70,7 +62,7 @@ def _head(snap: Snapshot) -> Text:
         head.append(f"servers decode {snap.server_tok_s:,.0f} tok/s  ", style="bold green")
     head.append(f"in flight {snap.inflight}/{snap.limit}  ")
     head.append(f"failed {snap.failed}  ", style="red" if snap.failed else "")
-    head.append(f"retries {snap.retries}  elapsed {fmt_duration(snap.elapsed_s)}  ETA {fmt_duration(snap.eta_s)}")
+    head.append(f"retries {snap.retries}  elapsed {duration(snap.elapsed_s)}  ETA {duration(snap.eta_s)}")
     return head
 
 
@@ -83,11 +75,11 @@ def _table(snap: Snapshot) -> Table:
         tok = r.server_tok_s if r.server_tok_s is not None else r.tok_s
         table.add_row(
             r.url,
-            _num(tok),
+            num(tok),
             _running(r),
-            _num(r.queued),
-            Text(_pct(r.kv_usage), style=_usage_style(r.kv_usage)),
-            Text(_pct(r.state_usage), style=_usage_style(r.state_usage)),
+            num(r.queued),
+            Text(pct(r.kv_usage), style=_usage_style(r.kv_usage)),
+            Text(pct(r.state_usage), style=_usage_style(r.state_usage)),
             f"{r.inflight}/{r.limit}",
             str(r.errors),
             _health(r),
@@ -102,9 +94,9 @@ def _table(snap: Snapshot) -> Table:
     up = sum(1 for r in rows if r.usable and r.healthy is not False)
     table.add_row(
         Text(f"fleet ({len(rows)} servers, {snap.gpus} GPUs)", style="bold"),
-        Text(_num(fleet_tok), style="bold"),
+        Text(num(fleet_tok), style="bold"),
         f"{sum(running):,.0f}/{sum(caps) if caps else '?'}" if running else "-",
-        _num(sum(queued)) if queued else "-",
+        num(sum(queued)) if queued else "-",
         "",
         "",
         f"{snap.inflight}/{snap.limit}",

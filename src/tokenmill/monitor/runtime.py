@@ -28,7 +28,7 @@ from tokenmill.monitor.stats import CpuMeter, GaugeWindow
 if TYPE_CHECKING:
     from tokenmill.dispatch import Dispatcher
     from tokenmill.doctor.model import Verdict
-    from tokenmill.progress import Snapshot
+    from tokenmill.monitor.snapshot import Snapshot
 
 log = logging.getLogger("tokenmill.doctor")
 

@@ -15,9 +15,9 @@ from typing import Any
 import orjson
 
 from tokenmill.errors import OutputError
+from tokenmill.fmt import duration
 from tokenmill.monitor.events import EVENTS_FILE, last_events
 from tokenmill.output import layout, manifest
-from tokenmill.progress import fmt_duration
 from tokenmill.summary import Summary
 
 # no event for this long while no end record is written: the run was interrupted (events come every 10 s)
@@ -80,10 +80,10 @@ def read_status(out: Path, now: float | None = None) -> Status:
 
 def status_text(st: Status) -> str:
     when = {
-        "running": f"running (last update {fmt_duration(st.age_s)} ago)",
-        "finished": f"finished {fmt_duration(st.age_s)} ago",
-        "stopped": f"stopped {fmt_duration(st.age_s)} ago (rerun the same command to resume)",
-        "interrupted": f"interrupted: no update for {fmt_duration(st.age_s)} and no end record "
+        "running": f"running (last update {duration(st.age_s)} ago)",
+        "finished": f"finished {duration(st.age_s)} ago",
+        "stopped": f"stopped {duration(st.age_s)} ago (rerun the same command to resume)",
+        "interrupted": f"interrupted: no update for {duration(st.age_s)} and no end record "
         "(rerun the same command to resume)",
     }[st.state]
     return f"{when}\n\n{st.summary.markdown()}"

@@ -12,11 +12,11 @@ from rich.table import Table
 from rich.text import Text
 
 from tokenmill.config import PlannerConfig
+from tokenmill.fmt import duration
 from tokenmill.planner.hardware import GIB, GpuSpec
 from tokenmill.planner.memory import MIB
 from tokenmill.planner.models import ModelSpec, param_counts, weight_bytes
 from tokenmill.planner.plan import Comparison, PlanResult, WhatIfRow
-from tokenmill.progress import fmt_duration
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,7 +88,7 @@ def capacity_table(r: PlanResult) -> Table:
     )
     servers = f"{r.replicas} server{'s' if r.replicas > 1 else ''} of {cap.gpus} GPU{'s' if cap.gpus > 1 else ''}"
     t.add_row("fleet", f"{_n(r.fleet_tok_s)} tok/s ({servers})")
-    eta = fmt_duration(r.eta_s if math.isfinite(r.eta_s) else None)
+    eta = duration(r.eta_s if math.isfinite(r.eta_s) else None)
     t.add_row("ETA", f"{eta} for {r.workload.output_tokens / 1e6:,.2f} M output tokens")
     return t
 

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from html import escape
 from typing import Any
 
-from tokenmill.progress import fmt_duration
+from tokenmill.fmt import UNKNOWN, duration
 from tokenmill.report.data import RunData, VerdictSpan
 
 CSS = """
@@ -28,7 +28,7 @@ figcaption { color: #556; font-size: 0.85em; }
 
 def _fmt(x: Any, digits: int = 0) -> str:
     if x is None:
-        return "-"
+        return UNKNOWN
     if isinstance(x, bool):
         return "yes" if x else "no"
     if isinstance(x, int):
@@ -68,7 +68,7 @@ def summary_rows(data: RunData) -> list[tuple[str, str]]:
             ("completions/s (client)", _fmt(s.get("completions_per_s"), 2)),
             ("output tok/s (client-effective)", _fmt(s.get("output_tok_s"))),
             ("avg output tokens", _fmt(s.get("avg_output_tokens"), 1)),
-            ("elapsed (last run)", fmt_duration(s.get("elapsed_s"))),
+            ("elapsed (last run)", duration(s.get("elapsed_s"))),
             ("retries (last run)", _fmt(s.get("retries"))),
             ("binding resource", str(s.get("binding") or "-")),
         ]
@@ -82,7 +82,7 @@ def summary_rows(data: RunData) -> list[tuple[str, str]]:
             ("decode tok/s (servers, now)", _fmt(tick.get("server_tok_s"))),
             ("completions/s (client, now)", _fmt(tick.get("comp_s"), 2)),
             ("output tok/s (client-effective, now)", _fmt(tick.get("tok_s"))),
-            ("ETA", fmt_duration(tick.get("eta_s"))),
+            ("ETA", duration(tick.get("eta_s"))),
         ]
     return rows
 
@@ -116,7 +116,7 @@ def _verdicts(data: RunData, spans: Sequence[VerdictSpan]) -> str:
         rows.append(
             [
                 escape(_clock(data, sp.start)),
-                "still shown" if sp.end is None else escape(fmt_duration(sp.end - sp.start)),
+                "still shown" if sp.end is None else escape(duration(sp.end - sp.start)),
                 f'<span class="{sev}">{escape(str(v.get("title", v.get("rule"))))}</span>',
                 escape(where),
                 escape(str(v.get("summary", ""))) + f"<br><small>{evidence}</small>",

@@ -11,11 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from dataclasses import dataclass
 
 from tokenmill.config import SimConfig
 from tokenmill.sim.metrics import RequestMetrics
-from tokenmill.sim.scheduler import QueueFullError, Scheduler, SchedulerSnapshot, SimRequest, State
+from tokenmill.sim.scheduler import QueueFullError, Scheduler, SchedulerSnapshot, SimRequest, State, Timing
 from tokenmill.sim.timing import LinearStepModel, StepModel
 
 __all__ = ["EngineClosedError", "QueueFullError", "SimEngine", "Timing", "default_step_model"]
@@ -23,16 +22,6 @@ __all__ = ["EngineClosedError", "QueueFullError", "SimEngine", "Timing", "defaul
 
 class EngineClosedError(Exception):
     """The engine is shutting down; the request was not (or not fully) served."""
-
-
-@dataclass(frozen=True, slots=True)
-class Timing:
-    """Where one request's time went, in seconds."""
-
-    queue_s: float
-    ttft_s: float
-    e2e_s: float
-    retractions: int = 0  # times the server took the request back to its queue (KV ran out)
 
 
 _INSTANT = Timing(0.0, 0.0, 0.0)

@@ -19,8 +19,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 
 if TYPE_CHECKING:
-    from tokenmill.sim.engine import Timing
-    from tokenmill.sim.scheduler import SchedulerSnapshot
+    from tokenmill.sim.scheduler import SchedulerSnapshot, Timing
     from tokenmill.sim.timing import StepModel
 
 # SGLang's default buckets (observability/metrics_collector.py)

@@ -125,6 +125,16 @@ class SimRequest:
 
 
 @dataclass(frozen=True, slots=True)
+class Timing:
+    """Where one request's time went, in seconds."""
+
+    queue_s: float
+    ttft_s: float
+    e2e_s: float
+    retractions: int = 0  # times the server took the request back to its queue (KV ran out)
+
+
+@dataclass(frozen=True, slots=True)
 class SchedulerSnapshot:
     """What the metrics and info endpoints show."""
 
