@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
+from tokenmill.backends import Backend
+from tokenmill.config import RetrySpec
 from tokenmill.records import Completion, Failure
+from tokenmill.run.dispatch import Dispatcher, Sink
+from tokenmill.run.servers import ServerPool
+from tokenmill.run.work import RecordMaker
 
 
 def completion(rid: str, **fields: Any) -> Completion:
@@ -42,3 +48,20 @@ def failure(rid: str, **fields: Any) -> Failure:
     }
     base.update(fields)
     return Failure(**base)
+
+
+def dispatcher(
+    servers: list[str],
+    backend: Backend,
+    sink: Sink,
+    retry: RetrySpec,
+    concurrency: int,
+    *,
+    sampling: dict[str, object] | None = None,
+    adaptive: bool = False,
+    **kw: Any,
+) -> Dispatcher:
+    """A dispatcher over ``servers`` at ``concurrency`` each, stamping model ``m`` on its records."""
+    pool = ServerPool(servers, concurrency, adaptive=adaptive)
+    records = RecordMaker(model="m", sampling=sampling if sampling is not None else {}, wall=time.time)
+    return Dispatcher(pool, backend, sink, retry, records, **kw)

@@ -82,6 +82,11 @@ class SamplingSpec(_Model):
         return out
 
 
+def backoff(attempt: int, base_s: float, max_s: float) -> float:
+    """The wait before retry ``attempt`` (1, 2, ...): ``base_s`` doubling each time, at most ``max_s``."""
+    return min(max_s, base_s * 2.0 ** min(max(attempt, 1) - 1, 60))
+
+
 class RetrySpec(_Model):
     """How failures are retried, and when a server is set aside."""
 
@@ -95,6 +100,17 @@ class RetrySpec(_Model):
     )
     quarantine_after: int = Field(default=5, ge=1, description="Consecutive failures before quarantine")
     probe_interval_s: float = Field(default=5.0, gt=0, description="How often a quarantined server is probed")
+    stop_grace_s: float = Field(
+        default=10.0, ge=0, description="After a stop request, how long requests in flight may finish (then: resume)"
+    )
+
+    def backoff_s(self, attempt: int) -> float:
+        """The wait before retrying a prompt after its ``attempt``-th try (jitter is the dispatcher's)."""
+        return backoff(attempt, self.backoff_base_s, self.backoff_max_s)
+
+    @property
+    def max_response_bytes(self) -> int:
+        return int(self.max_response_mb * (1 << 20))
 
 
 class UploadSpec(_Model):

@@ -6,7 +6,7 @@ One line of a shard is ``orjson.dumps(record) + b"\\n"``; every record carries `
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -43,6 +43,38 @@ class Generation:
     reasoning_content: str | None = None
     prompt_token_ids: list[int] | None = None
     completion_token_ids: list[int] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Turn:
+    """One answered user turn of a multi-turn regeneration (``regenerate: all``), as kept in ``Completion.turns``."""
+
+    completion: str
+    finish_reason: str | None
+    prompt_tokens: int | None
+    completion_tokens: int | None
+    server: str
+    latency_s: float
+    reasoning_content: str | None = None
+    prompt_token_ids: list[int] | None = None
+    completion_token_ids: list[int] | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        """The JSON form: reasoning and token ids only when there are any."""
+        turn: dict[str, Any] = {
+            "completion": self.completion,
+            "finish_reason": self.finish_reason,
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "server": self.server,
+            "latency_s": self.latency_s,
+        }
+        if self.reasoning_content is not None:
+            turn["reasoning_content"] = self.reasoning_content
+        if self.completion_token_ids is not None:
+            turn["prompt_token_ids"] = self.prompt_token_ids
+            turn["completion_token_ids"] = self.completion_token_ids
+        return turn
 
 
 @dataclass(slots=True)
@@ -92,19 +124,6 @@ class Skip:
     reason: str
     id: str | None = None
     status: str = "skipped"
-
-
-@dataclass(slots=True)
-class Stats:
-    """Counters the dispatcher keeps; read by progress displays (never blocks the hot path)."""
-
-    completed: int = 0
-    failed: int = 0
-    skipped: int = 0
-    retries: int = 0
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    per_server: dict[str, dict[str, float]] = field(default_factory=dict)
 
 
 def encode(record: Completion | Failure | Skip) -> bytes:

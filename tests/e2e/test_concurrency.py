@@ -16,9 +16,9 @@ import pytest
 
 from tests.e2e.conftest import TOKENMILL, read_records, write_job, write_prompts
 from tokenmill.config import ControlSpec
-from tokenmill.control import queue_for
 from tokenmill.fleet.simprocs import SimProcess
 from tokenmill.monitor.events import EVENTS_FILE, read_events
+from tokenmill.run.control import queue_for
 
 CAP = 24
 SETTLED = CAP + queue_for(CAP, ControlSpec())  # 28: the cap and a queue of queue_min

@@ -176,6 +176,8 @@ def test_doctor_says_the_client_under_feeds_a_twin(twin: SimProcess, tmp_path: P
         stop_run(proc)
     assert res.returncode == 0, res.stderr
     assert "binding resource: client concurrency (client under-feeding)" in res.stdout, res.stdout
-    assert "client in flight / limit  8/8 (at its limit)" in res.stdout
+    # the in-flight number is a mean over the client's window (7.9 as often as 8): the limit and the verdict are
+    # what must hold
+    assert re.search(r"client in flight / limit\s+[0-9.]+/8 \(at its limit\)", res.stdout), res.stdout
     want = math.ceil(1.25 * twin_pools().max_running)  # feed_headroom x the twin's cap
     assert f"--concurrency {want}" in res.stdout

@@ -19,11 +19,12 @@ import pytest
 from tests.integration.test_fleet_local import ENV_SERVER
 
 from tokenmill.config import FleetProfile, JobSpec
-from tokenmill.fleet import endpoints
-from tokenmill.fleet.partitions import partition_of, run_partitions
+from tokenmill.fleet.partitions import run_partitions
 from tokenmill.fleet.ray import ray_fleet
 from tokenmill.output import verify
 from tokenmill.output.layout import list_dir
+from tokenmill.run import endpoints
+from tokenmill.sources.partition import partition_of
 
 ray = pytest.importorskip("ray")
 

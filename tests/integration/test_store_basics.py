@@ -11,7 +11,7 @@ from tests.s3server import S3, moto_server, write_file
 
 from tokenmill.config import OutputSpec
 from tokenmill.errors import StoreConflict, StoreError, StoreUnavailable
-from tokenmill.store import Store, check_name, display_url
+from tokenmill.storage.store import Store, check_name, display_url
 
 
 @pytest.fixture(scope="module")

@@ -16,9 +16,9 @@ from tests.s3server import S3, moto_server
 from tokenmill.config import OutputSpec
 from tokenmill.output import OutputDir, verify
 from tokenmill.records import Completion
-from tokenmill.remote import MANIFEST, MARKER
-from tokenmill.store import Store
-from tokenmill.upload import Uploader, UploadStatus
+from tokenmill.storage.prefix import MANIFEST, MARKER
+from tokenmill.storage.store import Store
+from tokenmill.storage.upload import Uploader, UploadStatus
 
 PREFIX = "corpus/run-1/"
 JOB = "job-aaaa"

@@ -12,9 +12,9 @@ from tests.s3server import S3, moto_server
 
 from tokenmill.errors import StoreError
 from tokenmill.output import verify
-from tokenmill.remote import MANIFEST, MARKER
-from tokenmill.remote_verify import remote_target, verify_remote
-from tokenmill.store import Store
+from tokenmill.storage.prefix import MANIFEST, MARKER
+from tokenmill.storage.store import Store
+from tokenmill.storage.verify import remote_target, verify_remote
 
 
 @pytest.fixture(scope="module")

@@ -5,10 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 from tokenmill.config import ControlSpec
-from tokenmill.control import ConcurrencyController, Observation, next_target, queue_for
-from tokenmill.dispatch import ServerState
 from tokenmill.monitor.fleet import ServerView
 from tokenmill.monitor.scrape import ServerSnapshot
+from tokenmill.run.control import ConcurrencyController, Observation, next_target, queue_for
+from tokenmill.run.servers import ServerState
 
 SPEC = ControlSpec()
 

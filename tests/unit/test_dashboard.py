@@ -108,7 +108,7 @@ def test_log_records_go_through_the_live_console_while_the_dashboard_shows() -> 
 
     from rich.logging import RichHandler
 
-    from tokenmill.progress import Display
+    from tokenmill.run.progress import Display
 
     class Fixed:
         def snapshot(self) -> Snapshot:

@@ -9,12 +9,13 @@ from typing import Any
 
 import aiohttp
 import pytest
+from tests import factories
 
 from tokenmill.backends.base import Backend, BackendOptions
 from tokenmill.config import RetrySpec, SamplingSpec
-from tokenmill.dispatch import Dispatcher
 from tokenmill.errors import MisconfiguredError, PermanentError, ServerError, ServerFault, TransientError
 from tokenmill.records import Completion, Failure, Generation, Prompt
+from tokenmill.run.dispatch import Dispatcher
 
 Script = Callable[[str, Prompt, "ScriptedBackend"], Any]
 
@@ -77,8 +78,8 @@ def retry(**kw: Any) -> RetrySpec:
 
 
 def make(servers: list[str], backend: Backend, sink: Sink, concurrency: int = 4, **kw: Any) -> Dispatcher:
-    return Dispatcher(
-        servers, backend, sink, retry(**kw.pop("retry", {})), concurrency, model="m", sampling={"max_tokens": 8}, **kw
+    return factories.dispatcher(
+        servers, backend, sink, retry(**kw.pop("retry", {})), concurrency, sampling={"max_tokens": 8}, **kw
     )
 
 
@@ -182,7 +183,7 @@ async def test_stop_keeps_results_and_reports_unfinished() -> None:
     backend.gate = asyncio.Event()
     sink = Sink()
     d = make(["http://a"], backend, sink, concurrency=3)
-    task = asyncio.create_task(d.run(prompts(100), grace_s=5))
+    task = asyncio.create_task(d.run(prompts(100)))
     while d.inflight < 3:
         await asyncio.sleep(0)
     d.request_stop()

@@ -13,10 +13,10 @@ from collections.abc import AsyncIterator
 
 import orjson
 from aiohttp import web
+from tests import factories
 
 from tokenmill.backends import BackendOptions, make_backend
 from tokenmill.config import RetrySpec, SamplingSpec
-from tokenmill.dispatch import Dispatcher
 from tokenmill.records import Completion, Failure, Prompt
 
 ANSWER = orjson.dumps(
@@ -62,7 +62,7 @@ async def test_a_trickling_answer_times_out_as_a_whole() -> None:
     backend = make_backend("openai-chat", BackendOptions(model="m", sampling=SamplingSpec(max_tokens=4)))
     retry = RetrySpec(max_attempts=1, connect_timeout_s=0.5, read_timeout_s=0.5)
     sink = Sink()
-    dispatcher = Dispatcher([url], backend, sink, retry, 1, model="m", sampling={})
+    dispatcher = factories.dispatcher([url], backend, sink, retry, 1)
     began = time.monotonic()
     try:
         await dispatcher.run(one_prompt())

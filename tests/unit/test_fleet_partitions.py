@@ -10,10 +10,10 @@ import pytest
 from tests import factories
 
 from tokenmill.errors import OutputError
-from tokenmill.fleet.partitions import only_partition, partition_of
 from tokenmill.output import OutputDir, verify
 from tokenmill.output.layout import Names, list_dir
 from tokenmill.records import Completion, Failure, Prompt, Skip
+from tokenmill.sources.partition import only_partition, partition_of
 
 
 def completion(rid: str) -> Completion:

@@ -15,7 +15,7 @@ import pytest
 
 from tokenmill.config import JobSpec, parse_job
 from tokenmill.errors import ConfigError
-from tokenmill.runner import check_job_identity
+from tokenmill.output.identity import check_job_identity
 
 
 def job(**sampling: object) -> JobSpec:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tokenmill.cli.common import setup_logging
+from tokenmill.logs import setup_logging
 
 
 class FullDisk:

@@ -10,19 +10,19 @@ import aiohttp
 import orjson
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from tests import recorded
+from tests import factories, recorded
 from tests.unit.test_dispatch import ScriptedBackend, Sink, prompts, retry
 
 from tokenmill.config import JobSpec
-from tokenmill.dispatch import Dispatcher
 from tokenmill.errors import TransientError
 from tokenmill.monitor.client import ClientMetrics, Histogram
 from tokenmill.monitor.events import EVENTS_FILE, EventLog, last_events, read_events
 from tokenmill.monitor.fleet import ServerView
 from tokenmill.monitor.info import parse_server_info
-from tokenmill.monitor.runtime import RunMonitor
-from tokenmill.monitor.status import read_status, recorded_counts, status_text
-from tokenmill.progress import Tracker
+from tokenmill.report.status import read_status, recorded_counts, status_text
+from tokenmill.run.dispatch import Dispatcher
+from tokenmill.run.progress import Tracker
+from tokenmill.run.watch import RunMonitor
 
 
 def job(tmp_path: Path, **monitor: object) -> JobSpec:
@@ -46,7 +46,7 @@ def dispatcher(jobspec: JobSpec, fail_every: int = 0) -> Dispatcher:
             return TransientError("boom")
         return None
 
-    return Dispatcher(jobspec.resolved_servers(), ScriptedBackend(script), Sink(), retry(), 4, model="m", sampling={})
+    return factories.dispatcher(jobspec.resolved_servers(), ScriptedBackend(script), Sink(), retry(), 4)
 
 
 async def test_the_observer_hook_feeds_client_metrics(tmp_path: Path) -> None:

@@ -13,7 +13,7 @@ import logging
 import aiohttp
 import pytest
 
-from tokenmill.store import Store
+from tokenmill.storage.store import Store
 
 
 def s3_loop() -> asyncio.AbstractEventLoop:
@@ -33,7 +33,7 @@ def test_a_lost_connection_nobody_retrieved_is_a_debug_line(caplog: pytest.LogCa
     report(loop, aiohttp.ClientConnectionResetError("Cannot write to closing transport"))
     report(loop, ConnectionResetError(104, "Connection reset by peer"))
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
-    quiet = [r for r in caplog.records if r.name == "tokenmill.store"]
+    quiet = [r for r in caplog.records if r.name == "tokenmill.storage.store"]
     assert len(quiet) == 2 and all(r.exc_info is None for r in quiet)
     assert "Cannot write to closing transport" in quiet[0].getMessage()
 

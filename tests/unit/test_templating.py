@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from tokenmill.backends.templating import ChatTemplater
 from tokenmill.errors import ConfigError, PermanentError
-from tokenmill.templating import ChatTemplater
 
 tokenizers = pytest.importorskip("tokenizers")
 transformers = pytest.importorskip("transformers")

@@ -45,7 +45,7 @@ class BackendOptions:
     api_key: str | None = None
     save_token_ids: bool = False
     tokenizer: str | None = None
-    max_response_bytes: int = field(default_factory=lambda: int(RetrySpec().max_response_mb * (1 << 20)))
+    max_response_bytes: int = field(default_factory=lambda: RetrySpec().max_response_bytes)
 
 
 def error_message(body: bytes, limit: int = 500) -> str:

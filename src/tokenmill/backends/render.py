@@ -8,7 +8,7 @@ from tokenmill.errors import ConfigError
 from tokenmill.records import Prompt
 
 if TYPE_CHECKING:
-    from tokenmill.templating import ChatTemplater
+    from tokenmill.backends.templating import ChatTemplater
 
 
 class PromptRenderer:
@@ -27,7 +27,7 @@ class PromptRenderer:
                     f"api {self.api} {why}: set `tokenizer:` to the model's tokenizer directory "
                     "(pip install 'tokenmill[tokenizer]'), or use api: openai-chat"
                 )
-            from tokenmill.templating import ChatTemplater
+            from tokenmill.backends.templating import ChatTemplater
 
             self._templater = ChatTemplater(self.tokenizer)
         return self._templater

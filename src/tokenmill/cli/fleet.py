@@ -87,8 +87,8 @@ def up(profile_file: str, state_dir: str | None, detach: bool, ray_address: str 
     (the default) Ctrl-C or `tokenmill fleet down` stops every server; with --detach the fleet runs on
     in the background.
     """
-    from tokenmill.cli.common import setup_logging
     from tokenmill.config import load_profile
+    from tokenmill.logs import setup_logging
 
     profile = load_profile(profile_file)
     where = _state_dir(profile_file, state_dir)

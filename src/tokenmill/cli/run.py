@@ -8,9 +8,9 @@ from typing import Any
 
 import click
 
-from tokenmill.cli.common import setup_logging
 from tokenmill.cli.fleet import fleet_run_options
 from tokenmill.config import JobSpec, load_job
+from tokenmill.logs import setup_logging
 
 
 def _overrides(**given: Any) -> dict[str, Any]:
@@ -70,7 +70,7 @@ def execute(
     job: JobSpec, allow_changed_job: bool, live: bool | None, log_level: str, allow_existing_prefix: bool = False
 ) -> None:
     """Run a job and print its summary; exit 0 when finished (and uploaded), 3 when there is more to do."""
-    from tokenmill.runner import run_job, run_sync
+    from tokenmill.run.runner import run_job, run_sync
 
     setup_logging(log_level, Path(job.output.dir) / "tokenmill.log")
     result = run_sync(
@@ -81,6 +81,25 @@ def execute(
         click.echo("stopped before the end: rerun the same command to resume.", err=True)
         sys.exit(3)
     if result.upload is not None and not result.upload.complete:
+        sys.exit(3)
+
+
+def execute_partitions(job: JobSpec, count: int, ray_address: str, allow_changed_job: bool) -> None:
+    """``run --partitions``: run them, print one line each and the combined check; exit 3 if any stopped."""
+    from tokenmill.fleet.partitions import run_partitions
+    from tokenmill.output import verify
+
+    results = run_partitions(job, count, ray_address, allow_changed_job)
+    for r in results:
+        state = "finished" if r.finished else f"stopped ({r.error})" if r.error else "stopped"
+        click.echo(
+            f"partition {r.index}/{count}: {state}; {r.completed:,} completed, {r.failed:,} failed, "
+            f"{r.retries:,} retries in {r.elapsed_s:.1f} s"
+        )
+    report = verify(Path(job.output.dir))
+    click.echo(report.render())
+    if not all(r.finished for r in results) or not report.ok:
+        click.echo("stopped before the end: rerun the same command to resume.", err=True)
         sys.exit(3)
 
 
@@ -110,7 +129,11 @@ def run(
 
     launch = FleetLaunch.pop_options(fields)
     job = load_job(job_file, {**_overrides(**fields), **launch.job_overrides()})
-    launch.run(job, lambda job: execute(job, allow_changed_job, live, log_level, allow_existing_prefix))
+    launch.run(
+        job,
+        lambda job: execute(job, allow_changed_job, live, log_level, allow_existing_prefix),
+        lambda job, count, address: execute_partitions(job, count, address, allow_changed_job),
+    )
 
 
 @click.command(name="retry-failed")

@@ -18,7 +18,7 @@ def status(out: str, as_json: bool) -> None:
 
     Reads the output directory and its event log only; safe while `tokenmill run` is writing to OUT.
     """
-    from tokenmill.monitor.status import read_status, status_text
+    from tokenmill.report.status import read_status, status_text
 
     st = read_status(Path(out))
     if as_json:

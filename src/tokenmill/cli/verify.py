@@ -55,8 +55,8 @@ def verify(out: Path, job_file: str | None, remote: bool, remote_url: str | None
 
     report = run_verify(out, _input_ids(job_file) if job_file else None)
     if remote or remote_url:
-        from tokenmill.remote_verify import remote_target, verify_remote
-        from tokenmill.store import Store
+        from tokenmill.storage.store import Store
+        from tokenmill.storage.verify import remote_target, verify_remote
 
         url, options, job_id = remote_target(out, remote_url)
         verify_remote(report, out, Store(url, options), job_id)

@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from tokenmill.config import FleetProfile
+from tokenmill.config import FleetProfile, backoff
 from tokenmill.errors import ServerError
 from tokenmill.fleet import health
 from tokenmill.fleet.process import ServerProcess, tail
@@ -249,7 +249,7 @@ class ServerKeeper:
             log.error("server %d gave up after %d restarts in a row: %s", self.index, crashes - 1, message)
             self._set(state="failed", pid=None, error=f"gave up after {crashes - 1} restarts in a row: {message}")
             return False
-        delay = min(profile.restart_backoff_max_s, profile.restart_backoff_s * 2 ** (crashes - 1))
+        delay = backoff(crashes, profile.restart_backoff_s, profile.restart_backoff_max_s)
         log.warning("server %d %s; restarting in %.1f s (restart %d of %d)", self.index, problem, delay, crashes,
                     profile.max_restarts)  # fmt: skip
         with self._cond:

@@ -12,38 +12,15 @@ filesystem), and the API key variable (``api_key_env``) set on every node.
 
 from __future__ import annotations
 
-import asyncio
-import hashlib
 import logging
-import sys
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import click
-
 from tokenmill.config import JobSpec
 from tokenmill.errors import ConfigError, TokenmillError
-from tokenmill.records import Prompt, Skip
 
 log = logging.getLogger("tokenmill.fleet")
-
-
-def partition_of(row_id: str, count: int) -> int:
-    """The partition (0..count-1) that owns ``row_id``."""
-    digest = hashlib.blake2b(row_id.encode("utf-8"), digest_size=8).digest()
-    return int.from_bytes(digest, "big") % count
-
-
-def only_partition(rows: Iterator[Prompt | Skip], index: int, count: int) -> Iterator[Prompt | Skip]:
-    """The rows of partition ``index`` of ``count`` (skips go to partition 0)."""
-    for row in rows:
-        if isinstance(row, Skip):
-            if index == 0:
-                yield row
-        elif partition_of(row.id, count) == index:
-            yield row
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,12 +38,12 @@ class PartitionResult:
 
 def run_partition(job: JobSpec, index: int, count: int, allow_changed_job: bool = False) -> PartitionResult:
     """Run one partition's client to its end (this is the body of each Ray task)."""
-    from tokenmill.cli.common import setup_logging
-    from tokenmill.runner import run_job
+    from tokenmill.logs import setup_logging
+    from tokenmill.run import run_job, run_sync
 
     setup_logging("INFO", Path(job.output.dir) / f"tokenmill.p{index:03d}.log")
     try:
-        result = asyncio.run(
+        result = run_sync(
             run_job(
                 job, allow_changed_job=allow_changed_job, live=False, install_signals=False, partition=(index, count)
             )
@@ -80,8 +57,8 @@ def run_partition(job: JobSpec, index: int, count: int, allow_changed_job: bool 
 def _prepare(job: JobSpec, count: int, allow_changed_job: bool) -> None:
     """Before the clients start: record the job, and seal open shards no client of this run continues."""
     from tokenmill.output import OutputDir
+    from tokenmill.output.identity import check_job_identity
     from tokenmill.output.layout import list_dir
-    from tokenmill.runner import check_job_identity
 
     if getattr(job.output, "remote", None):
         raise ConfigError("--partitions does not upload to output.remote yet: run the upload without --partitions")
@@ -112,21 +89,3 @@ def run_partitions(
     refs = [task.remote(job, i, count, allow_changed_job) for i in range(count)]
     results: list[PartitionResult] = ray.get(refs)
     return results
-
-
-def execute_partitions(job: JobSpec, count: int, ray_address: str, allow_changed_job: bool = False) -> None:
-    """``run --partitions``: run them, print one line each and the combined check; exit 3 if any stopped."""
-    from tokenmill.output import verify
-
-    results = run_partitions(job, count, ray_address, allow_changed_job)
-    for r in results:
-        state = "finished" if r.finished else f"stopped ({r.error})" if r.error else "stopped"
-        click.echo(
-            f"partition {r.index}/{count}: {state}; {r.completed:,} completed, {r.failed:,} failed, "
-            f"{r.retries:,} retries in {r.elapsed_s:.1f} s"
-        )
-    report = verify(Path(job.output.dir))
-    click.echo(report.render())
-    if not all(r.finished for r in results) or not report.ok:
-        click.echo("stopped before the end: rerun the same command to resume.", err=True)
-        sys.exit(3)

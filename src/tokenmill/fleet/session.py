@@ -63,12 +63,15 @@ class FleetLaunch:
             return {}
         return {"servers": [], "servers_file": str(Path(profile.state_dir).absolute() / ENDPOINTS)}
 
-    def run(self, job: JobSpec, execute: Callable[[JobSpec], None]) -> None:
-        """Start the fleet (if any), run the job (partitioned or not), stop the fleet."""
+    def run(
+        self,
+        job: JobSpec,
+        execute: Callable[[JobSpec], None],
+        execute_partitions: Callable[[JobSpec, int, str], None],
+    ) -> None:
+        """Start the fleet (if any), run the job (partitioned or not: the caller's two ways), stop the fleet."""
         with self._fleet():
             if self.partitions > 1:
-                from tokenmill.fleet.partitions import execute_partitions
-
                 assert self.ray_address is not None
                 execute_partitions(job, self.partitions, self.ray_address)
             else:

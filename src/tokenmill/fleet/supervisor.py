@@ -28,10 +28,11 @@ from typing import Any, Protocol
 
 from tokenmill.config import FleetProfile
 from tokenmill.errors import ConfigError, ServerError
-from tokenmill.fleet import endpoints, health
-from tokenmill.fleet.endpoints import Endpoint
+from tokenmill.fleet import health
 from tokenmill.fleet.keeper import ServerStatus
 from tokenmill.fleet.state import APPLY_REQUEST, ENDPOINTS, STATE, StateLock, read_json, write_json
+from tokenmill.run import endpoints
+from tokenmill.run.endpoints import Endpoint
 
 log = logging.getLogger("tokenmill.fleet")
 

@@ -1,4 +1,4 @@
-"""The live dashboard: a ``rich`` renderable built from one :class:`~tokenmill.progress.Snapshot` (no I/O).
+"""The live dashboard: a ``rich`` renderable built from one :class:`~tokenmill.run.progress.Snapshot` (no I/O).
 
 Head: progress, client completions/s and client-effective tok/s next to the servers' decode tok/s, ETA,
 failures, and a sparkline of throughput. Table: a row per server (output tok/s, running / max running,

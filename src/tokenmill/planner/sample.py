@@ -45,7 +45,7 @@ def measure_prompts(path: str, *, rows: int, tokenizer: str | None) -> LengthSam
         mean = sum(_chars(p) for p in prompts) / len(prompts) / CHARS_PER_TOKEN
         method = f"estimated at {CHARS_PER_TOKEN:g} chars/token (pass --tokenizer to count)"
     else:
-        from tokenmill.templating import ChatTemplater
+        from tokenmill.backends.templating import ChatTemplater
 
         templater = ChatTemplater(tokenizer)
         lengths = []

@@ -19,8 +19,8 @@ import orjson
 from tokenmill.errors import OutputError, StoreConflict, StoreError
 from tokenmill.output import VerifyReport, layout, manifest
 from tokenmill.output.manifest import ManifestEntry
-from tokenmill.remote import MANIFEST, MARKER, RemoteManifest
-from tokenmill.store import Store
+from tokenmill.storage.prefix import MANIFEST, MARKER, RemoteManifest
+from tokenmill.storage.store import Store
 
 JOB_FILE = "job.json"
 HASH_WORKERS = 4  # remote objects read back at once

@@ -2,7 +2,7 @@
 
 :class:`RunMonitor` is what ``run_job`` starts beside the dispatcher. Its scrape loop is its own task;
 the dispatcher only calls :meth:`ClientMetrics.observe` (a few additions per finished request), and the
-display tick hands it each :class:`~tokenmill.progress.Snapshot` for the event log. Doctor rounds run
+display tick hands it each :class:`~tokenmill.run.progress.Snapshot` for the event log. Doctor rounds run
 in a worker thread so a planner prediction never holds up the event loop.
 """
 
@@ -21,14 +21,14 @@ from tokenmill.doctor import ClientObs, ClientSide, DoctorState, Observation, Pl
 from tokenmill.errors import ConfigError
 from tokenmill.monitor.client import ClientMetrics
 from tokenmill.monitor.events import EventLog, events_file
-from tokenmill.monitor.exporter import Exporter
 from tokenmill.monitor.fleet import FleetMonitor, ServerView
 from tokenmill.monitor.stats import CpuMeter, GaugeWindow
+from tokenmill.run.exporter import Exporter
 
 if TYPE_CHECKING:
-    from tokenmill.dispatch import Dispatcher
     from tokenmill.doctor.model import Verdict
     from tokenmill.monitor.snapshot import Snapshot
+    from tokenmill.run.dispatch import Dispatcher
 
 log = logging.getLogger("tokenmill.doctor")
 

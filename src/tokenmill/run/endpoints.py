@@ -93,7 +93,7 @@ def read(path: Path) -> list[Endpoint] | None:
 
 
 class Followable(Protocol):
-    """What :func:`follow` drives (the dispatcher)."""
+    """What :func:`follow` drives (the run's :class:`~tokenmill.run.servers.ServerPool`)."""
 
     def server_urls(self) -> dict[str, bool]:
         """Each server's URL and whether it is drained."""

@@ -4,7 +4,7 @@ One worker thread does every blocking store call, so the event loop never waits 
 hands it shards through :meth:`Uploader.enqueue` (the ``on_seal`` callback), which only appends to a queue.
 
 The worker's life, in order:
-1. claim the prefix (:func:`tokenmill.remote.claim`): refuse another job's prefix, or foreign objects
+1. claim the prefix (:func:`tokenmill.storage.prefix.claim`): refuse another job's prefix, or foreign objects
    unless ``--allow-existing-prefix``; create the remote manifest before any shard;
 2. reconcile: every shard in the local manifest that the remote manifest does not list with the same
    sha256 (or whose object is gone) is queued, so a resumed run uploads exactly what is missing;
@@ -32,13 +32,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
-from tokenmill.config import OutputSpec
+from tokenmill.config import OutputSpec, backoff
 from tokenmill.errors import StoreConflict, StoreError, StoreUnavailable
 from tokenmill.output import SealedShard, layout, manifest, offload
-from tokenmill.remote import MANIFEST, MARKER, RemoteManifest, RemoteShard, claim, marker_body, marker_job
-from tokenmill.store import Store
+from tokenmill.storage.prefix import MANIFEST, MARKER, RemoteManifest, RemoteShard, claim, marker_body, marker_job
+from tokenmill.storage.store import Store
 
-log = logging.getLogger("tokenmill.upload")
+log = logging.getLogger("tokenmill.storage.upload")
 
 T = TypeVar("T")
 
@@ -465,14 +465,15 @@ class Uploader:
     def _retry(self, what: str, fn: Callable[[], T]) -> T:
         """Call ``fn`` until it succeeds; StoreUnavailable is retried with exponential backoff."""
         up = self.spec.upload
-        delay = up.backoff_base_s
+        failures = 0
         while True:
             try:
                 result = fn()
             except StoreUnavailable as exc:
+                failures += 1
+                delay = backoff(failures, up.backoff_base_s, up.backoff_max_s)
                 self._note_failure(what, exc, delay)
                 self._wait(delay)
-                delay = min(delay * 2, up.backoff_max_s)
                 continue
             if self._failing:
                 self._failing = False

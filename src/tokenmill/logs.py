@@ -1,4 +1,4 @@
-"""Shared pieces of the commands: logging set-up and running a coroutine with clean error reporting."""
+"""Logging set-up for a command or a partition's client: stderr (through rich on a terminal) and the run's log file."""
 
 from __future__ import annotations
 

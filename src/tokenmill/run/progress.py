@@ -18,15 +18,15 @@ from rich.console import Console
 from rich.live import Live
 from rich.logging import RichHandler
 
-from tokenmill.dispatch import Dispatcher
 from tokenmill.monitor.dashboard import render
 from tokenmill.monitor.snapshot import ServerRow, Snapshot, status_line
 from tokenmill.monitor.stats import History, Window
+from tokenmill.run.dispatch import Dispatcher
 
 if TYPE_CHECKING:
-    from tokenmill.monitor.runtime import RunMonitor
+    from tokenmill.run.watch import RunMonitor
 
-log = logging.getLogger("tokenmill.progress")
+log = logging.getLogger("tokenmill.run.progress")
 
 __all__ = ["Display", "Tracker"]
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
@@ -19,15 +19,41 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from tokenmill.errors import ConfigError
 
 if TYPE_CHECKING:
-    from tokenmill.monitor.runtime import RunMonitor
+    from tokenmill.doctor.engine import DoctorState
+    from tokenmill.monitor.client import ClientMetrics
+    from tokenmill.monitor.fleet import FleetMonitor
+    from tokenmill.monitor.snapshot import Snapshot
+    from tokenmill.run.dispatch import Dispatcher
 
 log = logging.getLogger("tokenmill.monitor")
+
+
+class Watched(Protocol):
+    """What the exporter reads of a watched run (:class:`tokenmill.run.watch.RunMonitor` is one)."""
+
+    @property
+    def dispatcher(self) -> Dispatcher: ...
+
+    @property
+    def client(self) -> ClientMetrics: ...
+
+    @property
+    def last(self) -> Snapshot | None: ...
+
+    @property
+    def cpu_share(self) -> float | None: ...
+
+    @property
+    def fleet(self) -> FleetMonitor: ...
+
+    @property
+    def doctor(self) -> DoctorState: ...
 
 
 class ClientCollector:
     """Builds every ``tokenmill_*`` family from live state at scrape time."""
 
-    def __init__(self, monitor: RunMonitor) -> None:
+    def __init__(self, monitor: Watched) -> None:
         self.m = monitor
 
     def collect(self) -> Iterator[Metric]:
@@ -137,7 +163,7 @@ def _le(bound: float) -> str:
 class Exporter:
     """Serves ``/metrics`` on ``host:port`` (port 0: any free port) until :meth:`stop`."""
 
-    def __init__(self, monitor: RunMonitor, host: str, port: int) -> None:
+    def __init__(self, monitor: Watched, host: str, port: int) -> None:
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(ClientCollector(monitor))
         self.host = host

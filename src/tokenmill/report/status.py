@@ -18,7 +18,7 @@ from tokenmill.errors import OutputError
 from tokenmill.fmt import duration
 from tokenmill.monitor.events import EVENTS_FILE, last_events
 from tokenmill.output import layout, manifest
-from tokenmill.summary import Summary
+from tokenmill.run.summary import Summary
 
 # no event for this long while no end record is written: the run was interrupted (events come every 10 s)
 STALE_AFTER_S = 120.0

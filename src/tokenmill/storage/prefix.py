@@ -20,11 +20,11 @@ from typing import Any
 import orjson
 
 from tokenmill.errors import StoreConflict
-from tokenmill.store import Store
+from tokenmill.storage.store import Store
 
 MANIFEST = "_tokenmill_manifest.json"
 MARKER = "_SUCCESS"
-FORMAT = "tokenmill.remote-manifest/1"
+FORMAT = "tokenmill.storage.prefix-manifest/1"
 OWN_NAMES = frozenset({MANIFEST, MARKER})
 _SHOWN = 5  # foreign names quoted in a refusal
 

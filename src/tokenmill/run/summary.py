@@ -15,8 +15,8 @@ from tokenmill.fmt import duration
 
 if TYPE_CHECKING:
     from tokenmill.config import JobSpec
-    from tokenmill.dispatch import Dispatcher
     from tokenmill.monitor.snapshot import Snapshot
+    from tokenmill.run.dispatch import Dispatcher
 
 
 @dataclass(slots=True)

@@ -31,10 +31,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from tokenmill.config import ControlSpec
-from tokenmill.dispatch import ServerState
 from tokenmill.monitor.fleet import FleetMonitor, ServerView
+from tokenmill.run.servers import ServerState
 
-log = logging.getLogger("tokenmill.control")
+log = logging.getLogger("tokenmill.run.control")
 
 # Running below this fraction of the cap while a queue stands means admission is bound by a memory pool.
 POOL_BOUND_FRACTION = 0.9

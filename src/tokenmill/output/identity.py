@@ -1,0 +1,65 @@
+"""``OUT/job.json``: the job an output directory belongs to, recorded on the first run, and the refusal of a
+different job later (mixing two setups in one corpus).
+
+The fingerprint covers what changes a completion (input, api, model, sampling, save_token_ids), not the fields
+that only select rows (offset, limit, on_bad_row), so trial runs with ``--limit`` extend the same output.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from tokenmill.config import JobSpec
+from tokenmill.errors import ConfigError, OutputError
+from tokenmill.output.fsio import atomic_write
+
+JOB_FILE = "job.json"
+# Fields that change what a completion is; a rerun with other values would mix two datasets in one output.
+FINGERPRINT_FIELDS = ("input", "api", "model", "sampling", "save_token_ids")
+# Input fields that only select rows (trial runs): changing them between runs is fine.
+SELECTION_FIELDS = ("offset", "limit", "on_bad_row")
+
+
+def _identity(job: JobSpec) -> dict[str, Any]:
+    data = job.model_dump(mode="json", include=set(FINGERPRINT_FIELDS))
+    for key in SELECTION_FIELDS:
+        data["input"].pop(key, None)
+    return data
+
+
+def check_job_identity(out: Path, job: JobSpec, allow_changed: bool) -> str:
+    """Record the job in ``OUT/job.json`` on the first run; refuse a different job later. Returns the job id."""
+    path = out / JOB_FILE
+    ident = _identity(job)
+    digest = hashlib.sha256(orjson.dumps(ident, option=orjson.OPT_SORT_KEYS)).hexdigest()
+    if path.exists():
+        try:
+            old = orjson.loads(path.read_bytes())
+        except (OSError, ValueError) as exc:
+            raise OutputError(f"{path} is unreadable ({exc}); restore it or use a new output directory") from exc
+        if old.get("fingerprint") != digest and not allow_changed:
+            before = old.get("identity", {})
+            changed = sorted(k for k in ident if before.get(k) != ident[k])
+            raise ConfigError(
+                f"{out} holds output of a different job (changed: {', '.join(changed) or 'unknown'}). "
+                "Mixing them would make one corpus from two setups: use a new output.dir, or pass "
+                "--allow-changed-job if this is intended."
+            )
+        return str(old.get("job_id", ""))
+    job_id = uuid.uuid4().hex
+    record = {
+        "job_id": job_id,
+        "fingerprint": digest,
+        "identity": ident,
+        "spec": job.model_dump(mode="json"),
+        "created_at": time.time(),
+    }
+    # fsynced: after a machine crash the job id must still be there (it owns the output.remote prefix)
+    atomic_write(path, orjson.dumps(record, option=orjson.OPT_INDENT_2))
+    return job_id

@@ -1,0 +1,369 @@
+"""One job end to end. ``run_job`` is what ``tokenmill run``, ``tokenmill demo`` and each partition's client call.
+
+Start-up, in this order; each stage registers its own cleanup on one exit stack as it starts, so an error at any
+point unwinds exactly what was started, newest first:
+
+1. **requests**: the servers, the API key and the request shapes; with ``save_token_ids``, one server is asked
+   for a one-token completion to see that it returns token ids. Nothing has touched the output directory yet.
+2. **output**: ``OUT`` is opened (the writer lock taken, crash damage repaired, the done set rebuilt from the
+   shards) and the job's identity checked against ``job.json``. Cleanup: close it, sealing the open shard
+   only when the run finished.
+3. **remote**: with ``output.remote`` the prefix is claimed and the uploader started before anything is
+   generated. Cleanup on an error: stop the uploader (a normal end drains it after the stack, below).
+4. **feed**: the input streams in a thread, minus the ids already done. Cleanup: stop the thread.
+5. **watch**: the monitor (scrapes, doctor, event log, exporter) and the display. Cleanup: the display's final
+   snapshot, then the monitor's last tick and ``end`` record with it.
+6. **housekeeping** every 0.5 s (flush the output, follow the concurrency controller, count the input, tick the
+   display and the monitor) and the servers-file follower. Cleanup: cancel both.
+7. **signals**: the first SIGINT/SIGTERM stops taking prompts and lets requests in flight finish; the second
+   cancels the dispatch. Cleanup: the handlers are removed.
+
+Then the dispatcher runs until every prompt is recorded or a stop; the stack unwinds in the reverse order
+(signals, housekeeping, display, monitor, feed, remote, output), after which the summary is written and the
+uploads drained (bounded by ``output.upload.drain_timeout_s``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import time
+import uuid
+from collections.abc import Callable, Coroutine, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+from tokenmill.backends import Backend, BackendOptions, make_backend, probe_token_ids
+from tokenmill.backends.http import open_session
+from tokenmill.config import JobSpec
+from tokenmill.errors import InputError, OutputError
+from tokenmill.monitor.snapshot import Snapshot
+from tokenmill.output import OutputDir, ResumeState
+from tokenmill.output.identity import check_job_identity
+from tokenmill.records import Prompt, Skip
+from tokenmill.run.control import ConcurrencyController
+from tokenmill.run.dispatch import Dispatcher
+from tokenmill.run.endpoints import follow
+from tokenmill.run.feed import PromptFeed
+from tokenmill.run.progress import Display, Tracker
+from tokenmill.run.servers import ServerPool
+from tokenmill.run.summary import Summary, write_summary
+from tokenmill.run.watch import RunMonitor
+from tokenmill.run.work import RecordMaker
+from tokenmill.sources import count_rows, iter_prompts
+from tokenmill.sources.partition import only_partition
+from tokenmill.storage.upload import Uploader, UploadStatus
+
+log = logging.getLogger("tokenmill.run")
+
+FLUSH_INTERVAL_S = 0.5
+TICK_INTERVAL_S = 1.0
+PROBE_SERVERS = 3  # servers tried in turn for the token-ids probe (the first that answers decides)
+
+_T = TypeVar("_T")
+
+
+def run_sync(main: Coroutine[Any, Any, _T]) -> _T:
+    """Run ``main`` on a new event loop, uvloop's when it is installed (it costs the request path about a tenth
+    less CPU than asyncio's own loop; see bench/), and return its result."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(main)
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        return runner.run(main)
+
+
+@dataclass(slots=True)
+class RunResult:
+    """How a run ended."""
+
+    finished: bool  # every input row is now completed, failed or skipped
+    summary: Summary
+    resume: ResumeState
+    upload: UploadStatus | None = None  # when output.remote is set
+
+
+@dataclass
+class _Run:
+    """What the stages share: set as the run goes, read by the cleanups."""
+
+    job: JobSpec
+    clock: Callable[[], float]
+    partition: tuple[int, int] | None
+    job_id: str = ""
+    before: tuple[int, int] = (0, 0)  # completed and failed records the output held at the start
+    finished: bool = False
+    final: Snapshot | None = None
+    dispatch: asyncio.Task[bool] | None = None
+
+
+async def run_job(
+    job: JobSpec,
+    *,
+    allow_changed_job: bool = False,
+    allow_existing_prefix: bool = False,
+    live: bool | None = None,
+    install_signals: bool = True,
+    clock: Callable[[], float] = time.monotonic,
+    on_tick: Callable[[Snapshot], None] | None = None,
+    partition: tuple[int, int] | None = None,
+) -> RunResult:
+    """Run ``job`` until every prompt is recorded or a stop is requested; safe to rerun after any crash.
+
+    ``partition`` = (index, count): this client's share of the input in a split run."""
+    run = _Run(job, clock, partition)
+    backend, servers = await _requests(job)
+    async with contextlib.AsyncExitStack() as stack:
+        out, state = _open_output(stack, run, allow_changed_job)
+        uploader = await _claim_remote(stack, run, out, allow_existing_prefix)
+        feed = _start_feed(stack, run, out, state)
+        dispatcher = _make_dispatcher(run, backend, servers, out)
+        monitor, tracker, display = await _start_watch(stack, run, dispatcher, live)
+        controller = ConcurrencyController(dispatcher.servers, job.control) if dispatcher.adaptive else None
+        housekeeping = _Housekeeping(run, out, feed, dispatcher, controller, monitor, tracker, display, on_tick)
+        _start_background(stack, run, housekeeping, dispatcher)
+        if install_signals:
+            _install_signals(stack, run, dispatcher)
+        run.dispatch = asyncio.create_task(dispatcher.run(feed), name="tokenmill-dispatch")
+        try:
+            run.finished = await run.dispatch
+        except asyncio.CancelledError:
+            run.finished = False
+        housekeeping.sync_counts()
+    if run.finished and feed.counts.rows == 0:
+        raise InputError(f"the input holds no rows ({job.input.path or job.input.hf}); check input.path / input.hf")
+    assert run.final is not None
+    summary = Summary.build(job, run.final, dispatcher, run.before, run.finished)
+    if partition is None:  # a partitioned run's summary is its driver's
+        write_summary(out.root, summary)
+    upload = await _finish_upload(uploader, run.finished, state) if uploader is not None else None
+    return RunResult(finished=run.finished, summary=summary, resume=state, upload=upload)
+
+
+# ---- the stages, in start-up order -------------------------------------------------------------------------
+
+
+async def _requests(job: JobSpec) -> tuple[Backend, list[str]]:
+    """The servers and the backend; with save_token_ids, a server is checked for token ids first."""
+    servers = job.resolved_servers()
+    options = BackendOptions(
+        model=job.model,
+        sampling=job.sampling,
+        api_key=job.api_key(),
+        save_token_ids=job.save_token_ids,
+        tokenizer=job.tokenizer,
+        max_response_bytes=job.retry.max_response_bytes,
+    )
+    backend = make_backend(job.api, options)
+    if job.save_token_ids:
+        async with open_session(job.retry, limit=PROBE_SERVERS) as session:
+            await probe_token_ids(job.api, options, session, servers[:PROBE_SERVERS])
+    return backend, servers
+
+
+def _open_output(stack: contextlib.AsyncExitStack, run: _Run, allow_changed_job: bool) -> tuple[OutputDir, ResumeState]:
+    job = run.job
+    out = OutputDir(
+        Path(job.output.dir),
+        shard_size=job.output.shard_size,
+        partition=run.partition[0] if run.partition else None,
+    )
+    state = out.open()
+    stack.callback(lambda: out.close(seal=run.finished))
+    for msg in state.repaired:
+        log.warning("output repaired: %s", msg)
+    run.job_id = check_job_identity(out.root, job, allow_changed_job)
+    run.before = (state.completed, state.failed)
+    if state.completed or state.failed:
+        log.info("resuming %s: %d completed, %d failed already recorded", out.root, state.completed, state.failed)
+    return out, state
+
+
+async def _claim_remote(
+    stack: contextlib.AsyncExitStack, run: _Run, out: OutputDir, allow_existing_prefix: bool
+) -> Uploader | None:
+    """Start the uploader; a refused remote prefix stops the run before anything is generated."""
+    if not run.job.output.remote:
+        return None
+    uploader = Uploader(out.root, run.job.output, allow_existing_prefix=allow_existing_prefix)
+    out.on_seal = uploader.enqueue
+
+    def abort_on_error(exc_type: type[BaseException] | None, *_: object) -> None:
+        if exc_type is not None:
+            uploader.abort()
+
+    stack.push(abort_on_error)
+    uploader.start(run.job_id)
+    await uploader.started()
+    return uploader
+
+
+def _start_feed(stack: contextlib.AsyncExitStack, run: _Run, out: OutputDir, state: ResumeState) -> PromptFeed:
+    feed = PromptFeed(_input_rows(run.job, run.partition), state.done, out.skip)
+    stack.callback(feed.close)
+    return feed
+
+
+def _make_dispatcher(run: _Run, backend: Backend, servers: list[str], out: OutputDir) -> Dispatcher:
+    job = run.job
+    adaptive = job.concurrency == "auto"
+    pool = ServerPool(servers, job.control.initial if adaptive else int(job.concurrency), adaptive=adaptive)
+    records = RecordMaker(model=job.model, sampling=job.sampling.as_dict(), wall=time.time)
+    return Dispatcher(pool, backend, out, job.retry, records, clock=run.clock)
+
+
+async def _start_watch(
+    stack: contextlib.AsyncExitStack, run: _Run, dispatcher: Dispatcher, live: bool | None
+) -> tuple[RunMonitor, Tracker, Display]:
+    job = run.job
+    partition = run.partition[0] if run.partition else None
+    monitor = RunMonitor(
+        job, dispatcher, Path(job.output.dir), uuid.uuid4().hex[:12], clock=run.clock, partition=partition
+    )
+    tracker = Tracker(
+        dispatcher,
+        clock=run.clock,
+        monitor=monitor,
+        history_points=job.monitor.history_points,
+        history_every_s=job.monitor.scrape_interval_s,
+    )
+    tracker.done_before = sum(run.before)
+    display = Display(tracker, job.status_interval_s, live=live)
+
+    async def stop_monitor() -> None:
+        assert run.final is not None
+        await monitor.stop(run.final, run.finished)
+
+    def stop_display() -> None:
+        run.final = display.stop()
+
+    await monitor.start(tracker.total, tracker.done_before)
+    stack.push_async_callback(stop_monitor)
+    display.start()
+    stack.callback(stop_display)
+    return monitor, tracker, display
+
+
+class _Housekeeping:
+    """Every ``FLUSH_INTERVAL_S``: flush the output, follow the concurrency controller, count the input; every
+    ``TICK_INTERVAL_S``: a display tick, handed to the monitor and to ``on_tick``."""
+
+    def __init__(
+        self,
+        run: _Run,
+        out: OutputDir,
+        feed: PromptFeed,
+        dispatcher: Dispatcher,
+        controller: ConcurrencyController | None,
+        monitor: RunMonitor,
+        tracker: Tracker,
+        display: Display,
+        on_tick: Callable[[Snapshot], None] | None,
+    ) -> None:
+        self.run, self.out, self.feed, self.dispatcher = run, out, feed, dispatcher
+        self.controller, self.monitor, self.tracker, self.display = controller, monitor, tracker, display
+        self.on_tick = on_tick
+
+    def sync_counts(self) -> None:
+        """What the feed knows of the input, for the progress displays."""
+        counts = self.feed.counts
+        self.tracker.skipped = counts.skipped
+        if counts.exhausted:
+            self.tracker.total = counts.rows
+
+    async def loop(self) -> None:
+        job = self.run.job
+        total = asyncio.ensure_future(asyncio.to_thread(_count_rows, job))
+        next_tick = 0.0
+        try:
+            while True:
+                await asyncio.sleep(FLUSH_INTERVAL_S)
+                try:
+                    self.out.flush()
+                except OutputError as exc:  # disk full, ...: stop cleanly; the output stays consistent
+                    self.dispatcher.abort(exc)
+                    return
+                if self.controller is not None:
+                    self.controller.follow(self.monitor.fleet)
+                if total.done() and self.tracker.total is None and not total.cancelled():
+                    self.tracker.total = total.result()
+                self.sync_counts()
+                now = self.run.clock()
+                if now >= next_tick:
+                    next_tick = now + TICK_INTERVAL_S
+                    snap = self.display.tick()
+                    self.monitor.tick(snap)
+                    if self.on_tick is not None:
+                        self.on_tick(snap)
+        finally:
+            total.cancel()
+
+
+def _start_background(
+    stack: contextlib.AsyncExitStack, run: _Run, housekeeping: _Housekeeping, dispatcher: Dispatcher
+) -> None:
+    """The housekeeping loop and the servers-file follower, each cancelled when the run ends."""
+    tasks = [asyncio.create_task(housekeeping.loop(), name="tokenmill-housekeeping")]
+    if run.job.servers_file:
+        path = Path(run.job.servers_file)
+        tasks.append(asyncio.create_task(follow(path, dispatcher.pool, run.job.servers_file_poll_s)))
+
+    async def cancel() -> None:
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    stack.push_async_callback(cancel)
+
+
+def _install_signals(stack: contextlib.AsyncExitStack, run: _Run, dispatcher: Dispatcher) -> None:
+    loop = asyncio.get_running_loop()
+    stops = 0
+
+    def on_signal() -> None:
+        nonlocal stops
+        stops += 1
+        if stops == 1:
+            log.warning("stop requested: finishing requests in flight (press again to stop at once)")
+            dispatcher.request_stop()
+        elif run.dispatch is not None:
+            run.dispatch.cancel()
+
+    def remove() -> None:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                loop.remove_signal_handler(sig)
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(sig, on_signal)
+    stack.callback(remove)
+
+
+# ---- helpers ------------------------------------------------------------------------------------------------
+
+
+def _input_rows(job: JobSpec, partition: tuple[int, int] | None = None) -> Callable[[], Iterator[Prompt | Skip]]:
+    if partition is None:
+        return lambda: iter_prompts(job.input)
+    return lambda: only_partition(iter_prompts(job.input), *partition)
+
+
+def _count_rows(job: JobSpec) -> int | None:
+    try:
+        return count_rows(job.input)
+    except Exception:  # an estimate only; the run itself reports real input errors
+        return None
+
+
+async def _finish_upload(uploader: Uploader, finished: bool, state: ResumeState) -> UploadStatus:
+    """Wait for pending uploads (bounded by upload.drain_timeout_s) and say where the upload stands."""
+    status = await uploader.drain(finished, {"failed": state.failed, "skipped": len(state.skipped_sources)})
+    log.log(logging.INFO if status.complete else logging.WARNING, "%s", status.line())
+    return status

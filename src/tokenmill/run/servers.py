@@ -1,0 +1,114 @@
+"""The servers of a run as the dispatcher sees them: who may get the next request, who is set aside, and the
+fleet's hooks (drain, add).
+
+Selection: among the usable, undrained servers with a free slot, the conversation's own server first (its
+prefix cache holds the history), then any server but the one that just failed this prompt, then the most free
+slots, then the fewest errors. A server that fails ``quarantine_after`` times in a row, or refuses the job
+(misconfigured), is set aside; the dispatcher probes set-aside servers (not misconfigured ones) and takes each
+back when it answers.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+
+log = logging.getLogger("tokenmill.run.dispatch")
+
+
+@dataclass(slots=True)
+class ServerState:
+    """One server as the dispatcher sees it; read by progress displays and the concurrency controller."""
+
+    url: str
+    limit: int
+    inflight: int = 0
+    usable: bool = True
+    problem: str | None = None  # why it is set aside
+    misconfigured: bool = False
+    consecutive_failures: int = 0
+    completed: int = 0
+    failed: int = 0
+    errors: int = 0
+    throttled: int = 0  # 429/503 answers (the concurrency controller backs off on these)
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    set_aside_at: float | None = None
+    draining: bool = False  # the fleet is about to restart it (or it is down): no new requests
+    limit_reason: str | None = None  # why ``limit`` is what it is (set by the concurrency controller)
+
+    def take_back(self) -> None:
+        """Usable again, with a clean record of failures."""
+        self.usable, self.problem, self.consecutive_failures = True, None, 0
+
+
+class ServerPool:
+    """The run's servers; ``on_change`` is called whenever one may now take work (it wakes the loop)."""
+
+    def __init__(self, urls: list[str], concurrency: int, *, adaptive: bool = False) -> None:
+        self.servers = [ServerState(url=u, limit=concurrency) for u in urls]
+        self.first_limit = concurrency
+        self.adaptive = adaptive  # limits are set by the concurrency controller while running
+        self.on_change: Callable[[], None] = lambda: None
+
+    def pick(self, affinity: str | None = None, avoid: str | None = None) -> ServerState | None:
+        """The server for the next request (see the module docstring), or None if none has a free slot."""
+        best: ServerState | None = None
+        best_key: tuple[bool, bool, int, int] | None = None
+        for s in self.servers:
+            if not s.usable or s.draining or s.inflight >= s.limit:
+                continue
+            key = (s.url == affinity, s.url != avoid, s.limit - s.inflight, -s.errors)
+            if best_key is None or key > best_key:
+                best, best_key = s, key
+        return best
+
+    def any_usable(self) -> bool:
+        return any(s.usable and not s.draining for s in self.servers)
+
+    def all_misconfigured(self) -> bool:
+        return all(s.misconfigured for s in self.servers)
+
+    def problems(self) -> str:
+        return "; ".join(f"{s.url}: {s.problem}" for s in self.servers)
+
+    def set_aside(self, server: ServerState, why: str, now: float, misconfigured: bool = False) -> None:
+        if server.usable:
+            log.warning("setting server %s aside: %s", server.url, why)
+        server.usable = False
+        server.problem = why
+        server.misconfigured = misconfigured
+        server.set_aside_at = now
+        self.on_change()
+
+    def to_probe(self) -> list[ServerState]:
+        """Servers set aside for failures (a misconfigured server stays aside until the fleet takes it back)."""
+        return [s for s in self.servers if not s.usable and not s.misconfigured]
+
+    def answered(self, server: ServerState) -> None:
+        log.warning("server %s answers again; sending it work", server.url)
+        server.take_back()
+        self.on_change()
+
+    # ---- the fleet's hooks (the servers file: restarts, re-flags, added servers) ------------------------------
+
+    def server_urls(self) -> dict[str, bool]:
+        """Each server's URL and whether it is drained (what the fleet's endpoints file is compared with)."""
+        return {s.url: s.draining for s in self.servers}
+
+    def set_draining(self, url: str, draining: bool) -> None:
+        """Send ``url`` no new requests (those in flight finish), or use it again. A server taken back counts
+        as healthy (the fleet waited for its health)."""
+        for s in self.servers:
+            if s.url == url:
+                s.draining = draining
+                if not draining and not s.misconfigured:
+                    s.take_back()
+        self.on_change()
+
+    def add_server(self, url: str) -> None:
+        """Start sending work to one more server (the fleet added or moved one)."""
+        if url not in self.server_urls():
+            self.servers.append(ServerState(url=url, limit=self.first_limit))
+            self.on_change()

@@ -1,0 +1,114 @@
+"""A prompt on its way through the dispatch loop, and the records it ends as.
+
+With ``regenerate: all`` a conversation is sent one user turn at a time: each answer is added to the history and
+the next user turn is sent (to the same server, whose prefix cache holds the history); the record is written
+once every turn is answered, with each turn's completion, finish reason and token counts in ``turns``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from tokenmill.errors import RequestError
+from tokenmill.records import Completion, Failure, Generation, Prompt, Turn
+
+
+@dataclass(slots=True)
+class Work:
+    """A prompt on its way through the loop."""
+
+    prompt: Prompt
+    attempts: int = 0
+    strikes: int = 0  # failures that count against max_attempts (per turn)
+    last_server: str | None = None
+    first_wall: float | None = None
+    sending: Prompt | None = None  # a later turn's conversation (regenerate: all); None: the prompt itself
+    turns: list[Turn] | None = None  # answered turns so far (regenerate: all)
+    affinity: str | None = None  # the server holding this conversation's prefix in its cache
+
+    @property
+    def current(self) -> Prompt:
+        return self.sending if self.sending is not None else self.prompt
+
+    def answered(self, gen: Generation, server: str, latency_s: float) -> bool:
+        """Take one answer. True when it was the last turn; otherwise the next turn is set up to be sent."""
+        followups = self.prompt.followups
+        if not followups:
+            return True
+        turns = self.turns if self.turns is not None else []
+        self.turns = turns
+        turns.append(_turn(gen, server, latency_s))
+        if len(turns) > len(followups):
+            return True
+        history = self.current.messages or []  # the next user turn, with the answers so far as history
+        conversation = [*history, {"role": "assistant", "content": gen.text}, followups[len(turns) - 1]]
+        self.sending = Prompt(id=self.prompt.id, messages=conversation, source=self.prompt.source)
+        self.affinity, self.strikes = server, 0
+        return False
+
+
+def _turn(gen: Generation, server: str, latency_s: float) -> Turn:
+    return Turn(
+        completion=gen.text,
+        finish_reason=gen.finish_reason,
+        prompt_tokens=gen.prompt_tokens,
+        completion_tokens=gen.completion_tokens,
+        server=server,
+        latency_s=round(latency_s, 4),
+        reasoning_content=gen.reasoning_content,
+        prompt_token_ids=gen.prompt_token_ids if gen.completion_token_ids is not None else None,
+        completion_token_ids=gen.completion_token_ids,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class RecordMaker:
+    """Builds the records a prompt ends as: the job's model and sampling are stamped on every completion."""
+
+    model: str
+    sampling: dict[str, object]
+    wall: Callable[[], float]
+
+    def completion(self, work: Work, gen: Generation, server: str, latency_s: float) -> Completion:
+        prompt = work.prompt
+        turns = work.turns
+        prompt_tokens, completion_tokens = gen.prompt_tokens, gen.completion_tokens
+        if turns:
+            prompt_tokens = sum(t.prompt_tokens or 0 for t in turns)
+            completion_tokens = sum(t.completion_tokens or 0 for t in turns)
+        sent: list[dict[str, Any]] | str = (
+            [*prompt.messages, *prompt.followups] if prompt.followups and prompt.messages else prompt.payload()
+        )
+        return Completion(
+            id=prompt.id,
+            prompt=sent,
+            completion=gen.text,
+            finish_reason=gen.finish_reason,
+            prompt_tokens=prompt_tokens,
+            completion_tokens=completion_tokens,
+            model=self.model,
+            sampling=self.sampling,
+            server=server,
+            latency_s=round(latency_s, 4),
+            attempts=work.attempts,
+            started_at=round(work.first_wall or self.wall(), 3),
+            finished_at=round(self.wall(), 3),
+            reasoning_content=gen.reasoning_content,
+            prompt_token_ids=gen.prompt_token_ids,
+            completion_token_ids=gen.completion_token_ids,
+            turns=[t.as_dict() for t in turns] if turns else None,
+        )
+
+    def failure(self, work: Work, exc: RequestError, server: str) -> Failure:
+        return Failure(
+            id=work.prompt.id,
+            prompt=work.prompt.payload(),
+            error_type=type(exc).__name__,
+            error=exc.message,
+            http_status=exc.status,
+            server=server,
+            attempts=work.attempts,
+            finished_at=round(self.wall(), 3),
+        )
