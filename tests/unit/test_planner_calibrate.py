@@ -11,9 +11,9 @@ from click.testing import CliRunner
 from tests import recorded
 
 from tokenmill.cli import cli
-from tokenmill.cli.calibrate import scrape_samples
 from tokenmill.config import PlannerConfig
 from tokenmill.errors import InputError, ServerError
+from tokenmill.monitor.samples import scrape_samples
 from tokenmill.planner.calibrate import (
     ThroughputSample,
     fit_eta,

@@ -4,51 +4,18 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 from pathlib import Path
 
-import aiohttp
 import click
 from rich.console import Console
 
-from tokenmill.config import PlannerConfig, normalize_url
-from tokenmill.errors import InputError, ServerError
-from tokenmill.planner.calibrate import ThroughputSample, fit_eta, samples_from_log, samples_from_metrics, usable
+from tokenmill.config import PlannerConfig
+from tokenmill.errors import InputError
+from tokenmill.monitor.samples import scrape_samples
+from tokenmill.planner.calibrate import ThroughputSample, fit_eta, samples_from_log
 from tokenmill.planner.capacity import server_capacity
 from tokenmill.planner.flags import parse_flags
 from tokenmill.planner.hardware import GpuCatalog
-
-
-async def _fetch(session: aiohttp.ClientSession, url: str) -> str:
-    try:
-        async with session.get(url) as resp:
-            body = await resp.text()
-            if resp.status == 404:
-                raise ServerError(f"{url} answered 404: start SGLang with --enable-metrics")
-            if resp.status != 200:
-                raise ServerError(f"{url} answered HTTP {resp.status}; is this an SGLang server?")
-            return body
-    except (TimeoutError, aiohttp.ClientError) as exc:
-        raise ServerError(f"cannot scrape {url}: {type(exc).__name__}: {exc}; check the URL and that it is up") from exc
-
-
-async def scrape_samples(
-    base_url: str, *, window_s: float, interval_s: float, max_samples: int | None
-) -> list[ThroughputSample]:
-    """Scrape ``/metrics`` every ``interval_s`` for ``window_s`` (or until ``max_samples`` distinct ones)."""
-    url = f"{normalize_url(base_url)}/metrics"
-    timeout = aiohttp.ClientTimeout(total=max(5.0, interval_s * 2))
-    samples: list[ThroughputSample] = []
-    deadline = time.monotonic() + window_s
-    async with aiohttp.ClientSession(timeout=timeout) as session:
-        while True:
-            samples.extend(samples_from_metrics(await _fetch(session, url)))
-            if max_samples is not None and len(usable(samples)) >= max_samples:
-                break
-            if time.monotonic() + interval_s > deadline:
-                break
-            await asyncio.sleep(interval_s)  # the scrape period, not a synchronization
-    return samples
 
 
 def _read_log(path: str) -> list[ThroughputSample]:
