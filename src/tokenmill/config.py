@@ -33,6 +33,10 @@ class HFInput(_Model):
     split: str = Field(default="train", description="Split to read")
 
 
+AUTO_ID_FIELD = "auto"  # input.id_field: the AUTO_ID_COLUMN when the input has one, else the row index
+AUTO_ID_COLUMN = "id"
+
+
 class InputSpec(_Model):
     """Where the prompts come from and how a row becomes a prompt."""
 
@@ -43,7 +47,11 @@ class InputSpec(_Model):
     messages_field: str = "messages"
     conversations_field: str = "conversations"
     prompt_field: str = "prompt"
-    id_field: str | None = Field(default=None, description="Column with stable ids (default: row index)")
+    id_field: str | None = Field(
+        default=AUTO_ID_FIELD,
+        description="Column with stable ids. auto: the 'id' column when the input's first row has one, else the "
+        "row index (the choice is recorded in OUT/job.json); null: always the row index",
+    )
     system_prompt: str | None = Field(default=None, description="Prepended as a system message")
     conversation_turns: Literal["first", "history", "all"] = Field(
         default="first",

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import time
 from pathlib import Path
 
 import orjson
 
-from tests.e2e.conftest import run_cli
+from tests.e2e.conftest import TOKENMILL, run_cli
 
 
 def test_demo_completes_and_names_the_binding_resource(tmp_path: Path) -> None:
@@ -21,3 +25,35 @@ def test_demo_completes_and_names_the_binding_resource(tmp_path: Path) -> None:
     again = run_cli("demo", "--servers", "1", "--limit", "20", "-o", str(out), "--no-live", timeout=240)
     assert again.returncode == 0, again.stderr
     assert orjson.loads((out / "summary.json").read_bytes())["completed_total"] == 20
+
+
+def test_a_demo_killed_in_its_first_seconds_does_not_block_the_next(tmp_path: Path) -> None:
+    """Killed before its first record, the demo leaves only a server log; the next demo must start over."""
+    out = tmp_path / "demo"
+    proc = subprocess.Popen(
+        [*TOKENMILL, "demo", "--servers", "1", "--limit", "20", "-o", str(out), "--no-live"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not (out / "sim-0.log").exists():  # the simulated server is starting: nothing recorded yet
+            assert proc.poll() is None and time.monotonic() < deadline, "the demo never started its server"
+            time.sleep(0.01)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    assert not (out / "job.json").exists()
+    again = run_cli("demo", "--servers", "1", "--limit", "20", "-o", str(out), "--no-live", timeout=240)
+    assert again.returncode == 0, again.stderr
+    assert orjson.loads((out / "summary.json").read_bytes())["completed_total"] == 20
+
+
+def test_the_demo_leaves_a_directory_it_does_not_own_alone(tmp_path: Path) -> None:
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "notes.txt").write_text("not the demo's")
+    res = run_cli("demo", "--servers", "1", "--limit", "5", "-o", str(out), "--no-live", timeout=120)
+    assert res.returncode == 2 and "is not a tokenmill output" in res.stderr and "Traceback" not in res.stderr
+    assert (out / "notes.txt").read_text() == "not the demo's"

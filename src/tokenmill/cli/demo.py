@@ -10,6 +10,22 @@ import click
 from tokenmill.cli.run import execute
 from tokenmill.config import JobSpec
 from tokenmill.errors import ConfigError
+from tokenmill.output.identity import JOB_FILE
+
+# written first into a directory the demo creates: a demo stopped before its first record still owns it
+DEMO_MARKER = ".tokenmill-demo"
+
+
+def _claim(out: Path, fresh: bool) -> None:
+    """Make ``out`` the demo's: start over in a directory an earlier demo (or run) left, refuse anyone else's."""
+    if out.exists():
+        ours = (out / DEMO_MARKER).exists() or (out / JOB_FILE).exists()
+        if not ours and any(out.iterdir()):
+            raise ConfigError(f"{out} exists and is not a tokenmill output; choose another --output")
+        if fresh:
+            shutil.rmtree(out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / DEMO_MARKER).touch()
 
 
 @click.command()
@@ -28,11 +44,7 @@ def demo(n_servers: int, output: str, limit: int | None, fresh: bool, live: bool
     from tokenmill.sources import sample_dataset_path
 
     out = Path(output)
-    if fresh and out.exists():
-        if not (out / "job.json").exists():
-            raise ConfigError(f"{out} exists and is not a tokenmill output; choose another --output")
-        shutil.rmtree(out)
-    out.mkdir(parents=True, exist_ok=True)
+    _claim(out, fresh)
     # Twins of a 27B GDN hybrid on RTX PRO 6000 with SGLang's default flags, where the recurrent-state pool (not
     # the KV cache) caps concurrency: the doctor's verdict shows what to change. Ten times real speed.
     sim_args = ["--model", "qwen3.6-27b", "--gpu", "rtx-pro-6000", "--time-scale", "0.1", "--output-len-mean", "200"]

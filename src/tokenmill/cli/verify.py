@@ -12,11 +12,12 @@ import orjson
 from tokenmill.records import Skip
 
 
-def _input_ids(job_file: str) -> Iterator[str | Skip]:
+def _input_ids(job_file: str, out: Path) -> Iterator[str | Skip]:
     from tokenmill.config import load_job
+    from tokenmill.output.identity import job_with_ids
     from tokenmill.sources import iter_prompts
 
-    job = load_job(job_file)
+    job = job_with_ids(load_job(job_file), out)  # the ids the run used, as OUT/job.json records them
     # bad rows are reported by the check (as rows missing from skipped.jsonl), not raised
     spec = job.input.model_copy(update={"on_bad_row": "skip"})
     for item in iter_prompts(spec):
@@ -53,7 +54,7 @@ def verify(out: Path, job_file: str | None, remote: bool, remote_url: str | None
     """
     from tokenmill.output import verify as run_verify
 
-    report = run_verify(out, _input_ids(job_file) if job_file else None)
+    report = run_verify(out, _input_ids(job_file, out) if job_file else None)
     if remote or remote_url:
         from tokenmill.storage.store import Store
         from tokenmill.storage.verify import remote_target, verify_remote

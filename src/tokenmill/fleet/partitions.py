@@ -82,7 +82,9 @@ def run_partitions(
     import ray
 
     from tokenmill.fleet.ray import connect
+    from tokenmill.output.identity import job_with_ids
 
+    job = job_with_ids(job)  # every partition takes its ids from the same place
     _prepare(job, count, allow_changed_job)
     connect(ray_address)
     task: Any = ray.remote(run_partition).options(num_cpus=1, max_retries=0)

@@ -8,6 +8,7 @@ that only select rows (offset, limit, on_bad_row), so trial runs with ``--limit`
 from __future__ import annotations
 
 import hashlib
+import logging
 import time
 import uuid
 from pathlib import Path
@@ -15,9 +16,12 @@ from typing import Any
 
 import orjson
 
-from tokenmill.config import JobSpec
+from tokenmill.config import AUTO_ID_FIELD, JobSpec
 from tokenmill.errors import ConfigError, OutputError
 from tokenmill.output.fsio import atomic_write
+from tokenmill.sources.ids import describe, resolve_id_field, with_ids
+
+log = logging.getLogger("tokenmill.run")
 
 JOB_FILE = "job.json"
 # Fields that change what a completion is; a rerun with other values would mix two datasets in one output.
@@ -63,3 +67,32 @@ def check_job_identity(out: Path, job: JobSpec, allow_changed: bool) -> str:
     # fsynced: after a machine crash the job id must still be there (it owns the output.remote prefix)
     atomic_write(path, orjson.dumps(record, option=orjson.OPT_INDENT_2))
     return job_id
+
+
+def recorded_id_field(out: Path) -> tuple[bool, str | None]:
+    """(True, the id column or None for row indices) as ``OUT/job.json`` records them; (False, None) when the
+    output holds no job yet. A job.json written before ids were decided automatically holds the choice too:
+    its ``id_field`` was a column name or null (row indices)."""
+    try:
+        data = orjson.loads((out / JOB_FILE).read_bytes())
+    except (OSError, orjson.JSONDecodeError):
+        return False, None
+    recorded = data.get("spec", {}).get("input", {}) if isinstance(data, dict) else {}
+    if not isinstance(recorded, dict) or "id_field" not in recorded:
+        return False, None
+    value = recorded["id_field"]
+    if value == AUTO_ID_FIELD or not (value is None or isinstance(value, str)):
+        return False, None
+    return True, value
+
+
+def job_with_ids(job: JobSpec, out: Path | None = None) -> JobSpec:
+    """``job`` with the source of its prompt ids decided (``input.id_field: auto``): the choice recorded in
+    ``OUT/job.json`` when there is one (a resumed run keeps its ids), else the input's first row decides."""
+    if job.input.id_field != AUTO_ID_FIELD:
+        return job
+    found, field = recorded_id_field(out or Path(job.output.dir))
+    if not found:
+        field = resolve_id_field(job.input)
+    log.info("%s", describe(field))
+    return job.model_copy(update={"input": with_ids(job.input, field)})

@@ -6,8 +6,9 @@ One row's way through:
    index: rows count from 0 across all files in sorted order, bad rows included, blank lines not.
 2. ``offset``/``limit`` cut a window of row indexes, ``[offset, offset + limit)``, before anything else, so
    a window always covers the same rows; rows before the window are counted but not decoded.
-3. The row must be a JSON object; its id is ``row[id_field]`` (unique; checked against an IdSet) or, by
-   default, its global row index as a string, so ``offset: 100`` starts at id ``"100"``.
+3. The row must be a JSON object; its id is ``row[id_field]`` (unique; checked against an IdSet) or its
+   global row index as a string, so ``offset: 100`` starts at id ``"100"`` (``ids`` says which: by default
+   the ``id`` column when the input has one).
 4. ``mapping.RowMapper`` turns it into a Prompt, or says why it cannot.
 5. A row that fails 1, 3 or 4 raises BadRowError under ``on_bad_row: error`` and becomes a Skip under
    ``on_bad_row: skip``. A Skip for a duplicate has ``id=None``: its id belongs to the earlier row.
@@ -20,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from tokenmill.config import InputSpec
+from tokenmill.config import AUTO_ID_COLUMN, AUTO_ID_FIELD, InputSpec
 from tokenmill.errors import BadRowError
 from tokenmill.records import Prompt, Skip
 from tokenmill.sources.files import resolve_files
@@ -33,6 +34,8 @@ from tokenmill.sources.rows import RawRow
 
 def iter_prompts(spec: InputSpec) -> Iterator[Prompt | Skip]:
     """Stream the prompts ``spec`` describes, in input order; see the module docstring for the rules."""
+    if spec.id_field == AUTO_ID_FIELD:
+        spec = spec.model_copy(update={"id_field": resolve_id_field(spec)})
     mapper = RowMapper(spec)
     id_field = spec.id_field
     seen = IdSet()  # used only with an id_field; index ids are unique by construction
@@ -49,6 +52,24 @@ def iter_prompts(spec: InputSpec) -> Iterator[Prompt | Skip]:
                 raise BadRowError(raw.source, str(problem), pid) from None
             item = Skip(raw.source, str(problem), pid)
         yield item
+
+
+def resolve_id_field(spec: InputSpec) -> str | None:
+    """The id column ``spec`` stands for (``None``: the row index); reads the first row when it says auto
+    (see :mod:`tokenmill.sources.ids`)."""
+    if spec.id_field != AUTO_ID_FIELD:
+        return spec.id_field
+    row = first_row(spec)
+    return AUTO_ID_COLUMN if isinstance(row, dict) and row.get(AUTO_ID_COLUMN) is not None else None
+
+
+def first_row(spec: InputSpec) -> object:
+    """The decoded first row of the whole input (``offset`` and ``limit`` ignored); None for an empty input or a
+    first row that is not JSON."""
+    whole = spec.model_copy(update={"offset": 0, "limit": 1})
+    for _, raw in _rows(whole):
+        return raw.value if raw.error is None else None
+    return None
 
 
 def _unique_id(row: dict[str, object], field: str, seen: IdSet) -> str:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import zlib
 from pathlib import Path
 
-from tokenmill.config import InputSpec
+from tokenmill.config import AUTO_ID_COLUMN, AUTO_ID_FIELD, InputSpec
 from tokenmill.errors import InputError
 from tokenmill.sources.files import InputFile
 from tokenmill.sources.jsonarray import read_json_array
@@ -105,7 +105,10 @@ def parquet_columns(name: str, names: list[str], spec: InputSpec) -> list[str] |
     """
     fields = mapping_fields(spec)
     wanted: dict[str, str] = {}  # column -> the option that names it
-    if spec.id_field is not None:
+    if spec.id_field == AUTO_ID_FIELD:  # deciding where ids come from: read the id column if there is one
+        if AUTO_ID_COLUMN in names:
+            wanted[AUTO_ID_COLUMN] = "id_field"
+    elif spec.id_field is not None:
         wanted[spec.id_field] = "id_field"
     if spec.mapping == "auto":
         present = [f for f in fields.values() if f in names]
