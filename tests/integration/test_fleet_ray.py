@@ -32,9 +32,14 @@ ray = pytest.importorskip("ray")
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[None]:
     """One single-node cluster for the module: 2 CPUs, 4 fake GPUs, no dashboard, a small object store."""
-    saved = {k: os.environ.get(k) for k in ("RAY_AUTH_MODE", "RAY_USAGE_STATS_ENABLED", "RAY_TMPDIR")}
+    keys = ("RAY_AUTH_MODE", "RAY_USAGE_STATS_ENABLED", "RAY_TMPDIR", "RAY_memory_monitor_refresh_ms")
+    saved = {k: os.environ.get(k) for k in keys}
     tmp = tempfile.mkdtemp(prefix="r", dir="/tmp")  # short: Ray's socket paths must stay under 107 bytes
-    os.environ.update(RAY_AUTH_MODE="disabled", RAY_USAGE_STATS_ENABLED="0", RAY_TMPDIR=tmp)
+    # Ray's memory monitor kills workers when the whole machine is 95 % full: on a test machine busy with other
+    # work (engine servers, other jobs) that is not this test's doing, so the monitor is off for this cluster
+    os.environ.update(
+        RAY_AUTH_MODE="disabled", RAY_USAGE_STATS_ENABLED="0", RAY_TMPDIR=tmp, RAY_memory_monitor_refresh_ms="0"
+    )
     ray.init(num_cpus=2, num_gpus=4, include_dashboard=False, object_store_memory=100 * 2**20, log_to_driver=False)
     try:
         yield
