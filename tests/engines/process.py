@@ -7,17 +7,18 @@ it is retried on another port.
 
 from __future__ import annotations
 
-import contextlib
 import os
-import signal
 import socket
-import subprocess
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+import pytest
+
+from tokenmill.fleet.process import ServerProcess
 
 STOP_GRACE_S = 20.0
 PORT_ATTEMPTS = 3
@@ -35,7 +36,7 @@ class Launch:
 
     name: str  # for messages and the log file name
     command: Callable[[int], Sequence[str]]
-    env: dict[str, str]
+    env: dict[str, str | None]  # changes to this process's environment (None removes a variable)
     deadline_s: float
     ready_path: str = "/health"
     ready_log_line: str | None = None  # also wait for this line in the log, when set
@@ -74,58 +75,29 @@ def _ready(launch: Launch, base_url: str, log_path: Path) -> bool:
     return _answers(base_url + launch.ready_path)
 
 
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def stop_group(proc: subprocess.Popen[bytes]) -> None:
-    """SIGTERM the process group, wait for it, then SIGKILL whatever is left."""
-    pgid = proc.pid  # session leader: its pid is the group id
-    if proc.poll() is None:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(pgid, signal.SIGTERM)
-    deadline = time.monotonic() + STOP_GRACE_S
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        proc.wait(timeout=STOP_GRACE_S)
-    while _group_alive(pgid) and time.monotonic() < deadline:  # children may outlive the leader
-        time.sleep(0.1)
-    if _group_alive(pgid):
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(pgid, signal.SIGKILL)
-    proc.wait()
-
-
 @dataclass
 class Running:
     """A started server: its process, where it listens, its log and how long it took to come up."""
 
-    proc: subprocess.Popen[bytes]
+    proc: ServerProcess
     port: int
     base_url: str
     log_path: Path
     ready_after_s: float
 
     def stop(self) -> None:
-        stop_group(self.proc)
+        self.proc.stop(STOP_GRACE_S)
 
 
-def _wait_ready(launch: Launch, proc: subprocess.Popen[bytes], base_url: str, log_path: Path) -> str | None:
+def _wait_ready(launch: Launch, proc: ServerProcess, base_url: str, log_path: Path) -> str | None:
     """None once the server is ready; otherwise why it never became ready."""
     deadline = time.monotonic() + launch.deadline_s
     while not _ready(launch, base_url, log_path):
         if time.monotonic() > deadline:
             return f"not ready after {launch.deadline_s:.0f} s"
-        try:
-            code = proc.wait(timeout=PROBE_PAUSE_S)  # the pause between probes; returns at once if it dies
-        except subprocess.TimeoutExpired:
-            continue
-        return f"exited with code {code} before it was ready"
+        code = proc.wait(PROBE_PAUSE_S)  # the pause between probes; returns at once if the server dies
+        if code is not None:
+            return f"exited with code {code} before it was ready"
     return None
 
 
@@ -138,24 +110,17 @@ def start(launch: Launch, workdir: Path) -> Running:
         base_url = f"http://127.0.0.1:{port}"
         log_path = workdir / f"{launch.name}-{port}.log"
         started = time.monotonic()
-        with log_path.open("wb") as log:
-            proc = subprocess.Popen(
-                list(launch.command(port)),
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env=launch.env,
-                cwd=launch.cwd or workdir,
-                start_new_session=True,  # its own process group, so stopping it reaches every child
-            )
+        # the fleet's own process handling: its own session, so stopping it reaches every child
+        proc = ServerProcess(launch.command(port), launch.env, log_path, cwd=launch.cwd or workdir)
+        proc.start()
         try:
             problem = _wait_ready(launch, proc, base_url, log_path)
         except BaseException:
-            stop_group(proc)
+            proc.stop(STOP_GRACE_S)
             raise
         if problem is None:
             return Running(proc, port, base_url, log_path, time.monotonic() - started)
-        stop_group(proc)
+        proc.stop(STOP_GRACE_S)
         text = log_tail(log_path)
         failures.append(f"{launch.name} on port {port} {problem}; log {log_path}, last lines:\n{text}")
         if "address already in use" not in text.lower():
@@ -163,8 +128,19 @@ def start(launch: Launch, workdir: Path) -> Running:
     raise StartFailed("\n\n".join(failures))
 
 
-def clean_env(**extra: str) -> dict[str, str]:
-    """This process's environment without the test venv's Python settings, plus ``extra``."""
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
-    env.update(extra)
-    return env
+def clean_env(**extra: str) -> dict[str, str | None]:
+    """Changes to this process's environment for an engine: no test-venv Python settings, plus ``extra``."""
+    return {"PYTHONPATH": None, "VIRTUAL_ENV": None, **extra}
+
+
+def require_venv(venv: Path, stamp: str, require_env: str, what: str, make: str) -> Path:
+    """The interpreter of an engine's environment; skips its tests when it is missing, or fails them when
+    ``require_env`` says they must run (``make test`` sets it)."""
+    if not venv.is_dir():
+        reason = f"{what} is not installed ({venv} is missing); run `{make}`"
+        if os.environ.get(require_env, "") not in ("", "0"):
+            pytest.fail(f"{reason}. {require_env} is set, so these tests must run.", pytrace=False)
+        pytest.skip(reason)
+    if not any(venv.glob(stamp)):
+        pytest.fail(f"{venv} has no install stamp (an interrupted install?); run `{make}`", False)
+    return venv / "bin" / "python"

@@ -9,14 +9,13 @@ fails them.
 
 from __future__ import annotations
 
-import os
 import subprocess
 from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
 
-from tests.engines.process import Launch, clean_env, tail
+from tests.engines.process import Launch, clean_env, require_venv, tail
 
 ROOT = Path(__file__).resolve().parents[2]
 SGLANG_VENV = ROOT / ".sglang-venv"
@@ -47,20 +46,9 @@ HYBRID_FLAGS = (
 )  # fmt: skip
 
 
-def _required() -> bool:
-    return os.environ.get(REQUIRE_ENV, "") not in ("", "0")
-
-
 def sglang_python() -> Path:
     """The SGLang interpreter; skips (or fails, when SGLang is required) if it is not installed."""
-    if not SGLANG_VENV.is_dir():
-        reason = f"the SGLang CPU environment is not installed ({SGLANG_VENV} is missing); run `make sglang`"
-        if _required():
-            pytest.fail(f"{reason}. {REQUIRE_ENV} is set, so the SGLang tests must run.", pytrace=False)
-        pytest.skip(reason)
-    if not any(SGLANG_VENV.glob(".sglang-*")):
-        pytest.fail(f"{SGLANG_VENV} has no install stamp (an interrupted install?); run `make sglang`", False)
-    return SGLANG_VENV / "bin" / "python"
+    return require_venv(SGLANG_VENV, ".sglang-*", REQUIRE_ENV, "the SGLang CPU environment", "make sglang")
 
 
 def build_model(python: Path, kind: str, out: Path) -> None:
@@ -77,7 +65,7 @@ def build_model(python: Path, kind: str, out: Path) -> None:
         pytest.fail(f"building the tiny {kind} model failed:\n{tail(done.stdout + done.stderr)}", pytrace=False)
 
 
-def engine_env() -> dict[str, str]:
+def engine_env() -> dict[str, str | None]:
     """What every SGLang process of the tests needs: the CPU engine, the stand-in, no hub access."""
     return clean_env(
         SGLANG_USE_CPU_ENGINE="1",

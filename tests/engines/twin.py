@@ -27,6 +27,5 @@ def launch(name: str, served_model: str, model_dir: Path, flags: Sequence[str], 
             *flags,
         ]  # fmt: skip
 
-    env = clean_env()
-    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[2] / "src")
+    env = clean_env(PYTHONPATH=str(Path(__file__).resolve().parents[2] / "src"))
     return Launch(name=name, command=command, env=env, deadline_s=START_DEADLINE_S)

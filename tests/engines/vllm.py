@@ -7,13 +7,12 @@ missing engine fails them.
 
 from __future__ import annotations
 
-import os
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from tests.engines.process import Launch, clean_env, tail
+from tests.engines.process import Launch, clean_env, require_venv, tail
 
 ROOT = Path(__file__).resolve().parents[2]
 ENGINE_VENV = ROOT / ".engine-venv"
@@ -24,20 +23,9 @@ MAX_MODEL_LEN = 512
 START_DEADLINE_S = 180.0
 
 
-def _required() -> bool:
-    return os.environ.get(REQUIRE_ENV, "") not in ("", "0")
-
-
 def engine_python() -> Path:
     """The engine interpreter; skips (or fails, when the engine is required) if it is not installed."""
-    if not ENGINE_VENV.is_dir():
-        reason = f"the vLLM CPU engine is not installed ({ENGINE_VENV} is missing); run `make engine`"
-        if _required():
-            pytest.fail(f"{reason}. {REQUIRE_ENV} is set, so the engine tests must run.", pytrace=False)
-        pytest.skip(reason)
-    if not any(ENGINE_VENV.glob(".engine-*")):
-        pytest.fail(f"{ENGINE_VENV} has no install stamp (an interrupted install?); run `make engine`", False)
-    return ENGINE_VENV / "bin" / "python"
+    return require_venv(ENGINE_VENV, ".engine-*", REQUIRE_ENV, "the vLLM CPU engine", "make engine")
 
 
 def build_model(python: Path) -> None:
@@ -49,7 +37,7 @@ def build_model(python: Path) -> None:
         pytest.fail(f"building the tiny model failed:\n{tail(done.stdout + done.stderr)}", pytrace=False)
 
 
-def engine_env(cache_root: Path) -> dict[str, str]:
+def engine_env(cache_root: Path) -> dict[str, str | None]:
     return clean_env(
         VLLM_ENABLE_V1_MULTIPROCESSING="0",
         VLLM_HOST_IP="127.0.0.1",  # keeps the engine's message queue on loopback

@@ -71,10 +71,13 @@ def tail(path: Path, lines: int) -> str:
 class ServerProcess:
     """A server child process whose stdout and stderr go to ``log_path`` (appended)."""
 
-    def __init__(self, argv: Sequence[str], env: Mapping[str, str | None], log_path: Path) -> None:
+    def __init__(
+        self, argv: Sequence[str], env: Mapping[str, str | None], log_path: Path, cwd: Path | None = None
+    ) -> None:
         self.argv = list(argv)
         self.env = dict(env)
         self.log_path = log_path
+        self.cwd = cwd
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -95,6 +98,7 @@ class ServerProcess:
                     stdout=log,
                     stderr=subprocess.STDOUT,
                     env=server_env(self.env),
+                    cwd=self.cwd,
                     start_new_session=True,
                     preexec_fn=_SET_DEATH_SIGNAL,  # only a pre-resolved prctl call runs in the child
                 )

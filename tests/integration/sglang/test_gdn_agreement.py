@@ -11,6 +11,8 @@ from tests.engines import sglang
 from tests.engines.pool import LiveServer
 from tests.engines.process import tail
 
+from tokenmill.fleet.process import server_env
+
 pytestmark = pytest.mark.sglang
 
 TIMEOUT_S = 900
@@ -23,7 +25,7 @@ def test_gdn_ops_match_a_step_by_step_recurrence() -> None:
         capture_output=True,
         text=True,
         timeout=TIMEOUT_S,
-        env=sglang.engine_env(),
+        env=server_env(sglang.engine_env()),
         check=False,
     )
     assert done.returncode == 0, tail(done.stdout + done.stderr)
@@ -38,7 +40,7 @@ def test_hybrid_greedy_output_agrees_with_transformers(sglang_hybrid: LiveServer
         capture_output=True,
         text=True,
         timeout=TIMEOUT_S,
-        env=sglang.engine_env(),
+        env=server_env(sglang.engine_env()),
         check=False,
     )
     assert done.returncode == 0, tail(done.stdout + done.stderr)
