@@ -151,3 +151,14 @@ def test_plan_and_report_do_not_load_the_request_path() -> None:
     )
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]"
+
+
+def test_the_public_names_resolve_and_stay_sorted() -> None:
+    import tokenmill
+
+    exported = [n for n in tokenmill.__all__ if n != "__version__"]
+    assert exported == sorted(exported)
+    for name in exported:
+        assert getattr(tokenmill, name) is not None, name
+    with pytest.raises(AttributeError):
+        _ = tokenmill.no_such_name  # type: ignore[attr-defined]
