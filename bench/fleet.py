@@ -108,15 +108,16 @@ def max_decode_tok_s(prompt_tokens: float, lengths: list[int]) -> tuple[float, f
 
 def _analyse(out: Path, wall: float, n: int) -> dict[str, Any]:
     from tokenmill.monitor.events import EVENTS_FILE, read_events
+    from tokenmill.monitor.snapshot import Snapshot
 
-    ticks = [r for r in read_events(out / EVENTS_FILE) if r["kind"] == "tick"]
-    steady = [t for t in ticks if 0.2 * n <= t["client"]["done"] <= 0.9 * n]
+    ticks = [Snapshot.from_event(r) for r in read_events(out / EVENTS_FILE) if r["kind"] == "tick"]
+    steady = [t for t in ticks if 0.2 * n <= t.done <= 0.9 * n]
     a, b = steady[0], steady[-1]
-    span = b["elapsed"] - a["elapsed"]
-    server_tokens = sum(s["output_tokens"] for s in b["servers"]) - sum(s["output_tokens"] for s in a["servers"])
-    client_tokens = b["client"]["completion_tokens"] - a["client"]["completion_tokens"]
-    busy = [s["running"] / s["max_running"] for t in steady for s in t["servers"] if s["running"] and s["max_running"]]
-    limits = sorted({s["limit"] for t in steady for s in t["servers"]})
+    span = b.elapsed_s - a.elapsed_s
+    server_tokens = sum(s.decoded_tokens for s in b.servers) - sum(s.decoded_tokens for s in a.servers)
+    client_tokens = b.client_tokens - a.client_tokens
+    busy = [s.running / s.max_running for t in steady for s in t.servers if s.running and s.max_running]
+    limits = sorted({s.limit for t in steady for s in t.servers})
     recs = _records(out)
     lengths = [r["completion_tokens"] for r in recs]
     prompt = sum(r["prompt_tokens"] for r in recs) / len(recs)

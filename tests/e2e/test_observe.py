@@ -107,6 +107,12 @@ def test_a_watched_run_from_start_to_report(fleet: list[SimProcess], tmp_path: P
     after = run_cli("status", str(out), "--json")
     st = json.loads(after.stdout)
     assert st["state"] == "finished" and st["completed_total"] == 600 and st["binding"] == "client concurrency"
+    # the finished run's status is the table the run printed at its end: per-server output tokens, decode rates
+    # and verdict lines included
+    table = run_cli("status", str(out))
+    assert table.stdout.startswith("finished ") and table.stdout.split("\n\n", 1)[1] == summary + "\n"
+    assert all(s["client_tokens"] > 0 and s["decode_tok_s"] for s in st["servers"]), st["servers"]
+    assert sum(s["client_tokens"] for s in st["servers"]) == st["client_tokens"]
 
 
 @pytest.fixture

@@ -13,10 +13,14 @@ from tokenmill.monitor.stats import CpuMeter, GaugeWindow, Window, sparkline
 def snap(**kw: object) -> Snapshot:
     rows = [
         ServerRow(
-            "http://a:1", 64, 64, 100, 0, 900.0, True, None, True, 131.0, 131, 60.0, 0.31, 0.99, 3100.0, 800.0, 2
+            "http://a:1", 64, 64, 100, 0, client_tok_s=900.0, usable=True, problem=None, client_tokens=30_000,
+            healthy=True, running=131.0, max_running=131, queued=60.0, kv_usage=0.31, state_usage=0.99,
+            decode_tok_s=3100.0, prompt_tok_s=800.0, gpus=2,
         ),
-        ServerRow("http://b:1", 0, 64, 50, 7, 0.0, False, "5 failures in a row", False),
-    ]
+        ServerRow(
+            "http://b:1", 0, 64, 50, 7, client_tok_s=0.0, usable=False, problem="5 failures in a row", healthy=False
+        ),
+    ]  # fmt: skip
     base: dict[str, object] = {
         "elapsed_s": 125.0,
         "done": 150,
@@ -27,12 +31,12 @@ def snap(**kw: object) -> Snapshot:
         "retries": 9,
         "inflight": 64,
         "comp_s": 3.5,
-        "tok_s": 2900.0,
+        "client_tok_s": 2900.0,
         "eta_s": 243.0,
         "servers": rows,
         "waiting": False,
         "last_failure": "http://b:1: connection refused",
-        "server_tok_s": 3100.0,
+        "decode_tok_s": 3100.0,
         "history": (0.0, 1000.0, 2000.0, 3100.0),
         "limit": 128,
     }

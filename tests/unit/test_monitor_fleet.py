@@ -93,11 +93,11 @@ async def test_rates_over_the_window_and_server_info_once(fake: Fake) -> None:
             clock.t += 2.0
     (view,) = mon.views
     assert view.healthy and view.engine == "sglang"
-    assert view.output_tok_s == pytest.approx(500.0)  # 3000 tokens over 6 s
+    assert view.decode_tok_s == pytest.approx(500.0)  # 3000 tokens over 6 s
     assert view.prompt_tok_s == pytest.approx(250.0)
     assert view.running == pytest.approx(11.5) and view.queued == 2.0
     assert view.max_running == 64
-    assert view.output_tokens == pytest.approx(3000.0)
+    assert view.decoded_tokens == pytest.approx(3000.0)
     assert view.preemptions_per_min == 0.0  # SGLang before its first retraction
     assert fake.hits["/server_info"] == 1 and fake.hits["/metrics"] == 4
 
@@ -134,8 +134,8 @@ async def test_a_restarted_server_counter_does_not_go_negative(fake: Fake) -> No
             await mon.poll_once(session)
             clock.t += 1
     view = mon.views[0]
-    assert view.output_tokens == pytest.approx(1000 + 100 + 600)
-    assert view.output_tok_s == pytest.approx(600.0)  # the window restarted with the counter
+    assert view.decoded_tokens == pytest.approx(1000 + 100 + 600)
+    assert view.decode_tok_s == pytest.approx(600.0)  # the window restarted with the counter
 
 
 async def test_vllm_is_never_asked_for_server_info(fake: Fake) -> None:

@@ -16,9 +16,10 @@ from tests.unit.test_dispatch import ScriptedBackend, Sink, prompts, retry
 from tokenmill.config import JobSpec
 from tokenmill.errors import TransientError
 from tokenmill.monitor.client import ClientMetrics, Histogram
-from tokenmill.monitor.events import EVENTS_FILE, EventLog, last_events, read_events
+from tokenmill.monitor.events import EVENT_FORMAT, EVENTS_FILE, EventLog, last_events, read_events
 from tokenmill.monitor.fleet import ServerView
 from tokenmill.monitor.info import parse_server_info
+from tokenmill.monitor.snapshot import Snapshot
 from tokenmill.report.status import read_status, recorded_counts, status_text
 from tokenmill.run.dispatch import Dispatcher
 from tokenmill.run.progress import Tracker
@@ -87,14 +88,14 @@ def test_event_log_reader_skips_a_torn_tail_and_finds_last_records(tmp_path: Pat
     log = EventLog(path, "r1", wall=lambda: 1000.0)
     log.write("start", model="m")
     for i in range(3):
-        log.write("tick", elapsed=float(i))
+        log.write("tick", elapsed_s=float(i))
     log.close()
     with path.open("ab") as fh:
         fh.write(b'{"kind":"tick","t":')  # a crash mid-write
     kinds = [r["kind"] for r in read_events(path)]
     assert kinds == ["start", "tick", "tick", "tick"]
     last = last_events(path)
-    assert last["tick"]["elapsed"] == 2.0 and last["start"]["model"] == "m" and "end" not in last
+    assert last["tick"]["elapsed_s"] == 2.0 and last["start"]["model"] == "m" and "end" not in last
 
 
 async def test_run_monitor_writes_ticks_and_serves_prometheus_metrics(tmp_path: Path) -> None:
@@ -123,10 +124,13 @@ async def test_run_monitor_writes_ticks_and_serves_prometheus_metrics(tmp_path: 
     assert samples["tokenmill_prompts_total[]"] == 20 and samples["tokenmill_prompts_done[]"] == 20
     assert samples["tokenmill_finish_reasons_total[('reason', 'stop')]"] == 20
     records = list(read_events(tmp_path / "out" / EVENTS_FILE))
-    assert records[0]["kind"] == "start" and records[-1]["kind"] == "end"
+    assert records[0]["kind"] == "start" and records[0]["format"] == EVENT_FORMAT and records[-1]["kind"] == "end"
     tick = [r for r in records if r["kind"] == "tick"][-1]
     assert tick["client"]["completed"] == 20 and tick["client"]["finish_reasons"] == {"stop": 20}
     assert tick["servers"][0]["url"] == "http://127.0.0.1:9" and tick["servers"][0]["completed"] == 20
+    assert tick["servers"][0]["inflight_avg"] is None  # the monitor was off: no window means
+    snap = Snapshot.from_event(tick)
+    assert (snap.completed, snap.client_tokens, snap.servers[0].client_tokens) == (20, 100, 100)
 
 
 async def test_a_taken_metrics_port_is_a_warning_and_the_run_goes_on(
@@ -149,26 +153,48 @@ async def test_a_taken_metrics_port_is_a_warning_and_the_run_goes_on(
         await first.exporter.stop()
 
 
-def _write_out(out: Path, end: bool, tick_age: float) -> None:
+VERDICT = {
+    "rule": "state-pool-bound",
+    "title": "state-pool bound",
+    "binds": "state pool",
+    "severity": "warning",
+    "summary": "running 131/131 with 60 queued",
+    "where": "http://s",
+    "line": "state-pool bound (http://s): running 131/131 with 60 queued",
+}
+TICK = {  # the last tick of a run in progress
+    "elapsed_s": 10.0,
+    "client": {"done": 8, "total": 20, "completed": 7, "failed": 1, "client_tokens": 700, "eta_s": 15.0},
+    "servers": [
+        {
+            "url": "http://s", "usable": True, "healthy": True, "decoded_tokens": 1000, "client_tokens": 700,
+            "gpus": 2, "completed": 7,
+        }
+    ],
+    "binding": "state pool",
+    "verdicts": [VERDICT],
+}  # fmt: skip
+V1_TICK = {  # the same tick as the version before the format number wrote it
+    "elapsed": 10.0,
+    "client": {"done": 8, "total": 20, "completed": 7, "failed": 1, "completion_tokens": 700, "eta_s": 15.0},
+    "servers": [{"url": "http://s", "usable": True, "healthy": True, "output_tokens": 1000, "gpus": 2, "completed": 7}],
+    "binding": "state pool",
+    "verdicts": ["state-pool-bound"],
+}
+
+
+def _write_out(out: Path, end: bool, tick_age: float, v1: bool = False) -> None:
     out.mkdir()
     (out / "job.json").write_bytes(orjson.dumps({"spec": {"model": "m", "api": "openai-chat"}}))
     (out / "completions_000000.jsonl.open").write_bytes(b'{"id":"a","status":"ok"}\n' * 7)
     (out / "failed.jsonl").write_bytes(b'{"id":"b","status":"failed"}\n')
     now = time.time()
     log = EventLog(out / EVENTS_FILE, "r", wall=lambda: now - tick_age)
-    log.write("start", model="m", api="openai-chat", output=str(out), done_before=0)
-    tick = {
-        "elapsed": 10.0,
-        "client": {"done": 8, "total": 20, "completed": 7, "failed": 1, "completion_tokens": 700, "eta_s": 15.0},
-        "servers": [
-            {"url": "http://s", "usable": True, "healthy": True, "output_tokens": 1000, "gpus": 2, "completed": 7}
-        ],
-        "binding": "state pool",
-        "verdicts": ["state-pool-bound"],
-    }
-    log.write("tick", **tick)
+    start: dict[str, object] = {} if v1 else {"format": EVENT_FORMAT}
+    log.write("start", **start, model="m", api="openai-chat", output=str(out), done_before=0)
+    log.write("tick", **(V1_TICK if v1 else TICK))
     if end:
-        log.write("end", finished=True, elapsed=10.0)
+        log.write("end", finished=True, elapsed_s=10.0)
     log.close()
 
 
@@ -180,11 +206,23 @@ def test_status_of_a_run_in_progress(tmp_path: Path) -> None:
     assert st.state == "running"
     s = st.summary
     assert (s.completed_total, s.failed_total, s.total_rows) == (7, 1, 20)
-    assert s.server_decode_tok_s == pytest.approx(100.0) and s.decode_tok_s_per_gpu == pytest.approx(50.0)
+    assert s.decode_tok_s == pytest.approx(100.0) and s.decode_tok_s_per_gpu == pytest.approx(50.0)
     assert s.binding == "state pool" and s.eta_s == 15.0
+    assert (s.servers[0].client_tokens, s.servers[0].client_tok_s) == (700, 70.0)  # not 0: the tick carries them
+    assert s.verdicts == [VERDICT["line"]]
     text = status_text(st)
     assert text.startswith("running (last update")
     assert "| binding resource | state pool |" in text and "| decode tok/s per GPU | 50 |" in text
+    assert f"- {VERDICT['line']}" in text
+
+
+def test_status_reads_a_log_of_the_previous_format(tmp_path: Path) -> None:
+    _write_out(tmp_path / "old", end=False, tick_age=2.0, v1=True)
+    old = read_status(tmp_path / "old").summary
+    assert (old.completed_this_run, old.client_tokens, old.total_rows) == (7, 700, 20)
+    assert old.decode_tok_s == pytest.approx(100.0) and old.decode_tok_s_per_gpu == pytest.approx(50.0)
+    assert old.binding == "state pool" and old.verdicts == ["state-pool-bound"]  # format 1 kept rule names only
+    assert old.servers[0].client_tokens == 0  # format 1 did not record them per server
 
 
 def test_status_finished_and_interrupted(tmp_path: Path) -> None:

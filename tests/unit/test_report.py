@@ -11,16 +11,57 @@ import pytest
 
 from tokenmill.errors import OutputError
 from tokenmill.monitor.client import OUTPUT_LEN_BUCKETS, Histogram
-from tokenmill.monitor.events import EVENTS_FILE, EventLog
+from tokenmill.monitor.events import EVENT_FORMAT, EVENTS_FILE, EventLog
+from tokenmill.monitor.snapshot import RecordedVerdict, ServerRow, Snapshot
 from tokenmill.report import build_report, load
+from tokenmill.report.html import summary_rows
 
 URLS = ("http://10.0.0.1:30000", "http://10.0.0.2:30000", "http://10.0.0.3:30000")
 
 
-def _tick(i: int, run_done: int) -> dict[str, Any]:
+def _hist(i: int) -> Histogram:
     hist = Histogram(OUTPUT_LEN_BUCKETS)
     for n in range(i + 1):
         hist.observe(100 + (n * 37) % 900)
+    return hist
+
+
+def _verdict_shown(i: int) -> bool:
+    return i > 20
+
+
+def _tick(i: int, run_done: int) -> dict[str, Any]:
+    """Tick ``i`` of a run as this version writes it: a snapshot's event, plus the client metrics."""
+    rows = []
+    for k, url in enumerate(URLS):
+        running = min(131, 20 + 2 * i) if k < 2 else 40
+        rows.append(
+            ServerRow(
+                url, 64, 64, 10 * i, i // 40, client_tok_s=19.0 * running, usable=True, problem=None,
+                client_tokens=500 * i, healthy=k != 2 or i % 50 < 45, running=running, max_running=131,
+                queued=60 if running == 131 else 0, kv_usage=round(0.2 + 0.1 * k, 3),
+                state_usage=round(running / 131, 3) if k < 2 else None, decode_tok_s=20.0 * running, gpus=1,
+                decoded_tokens=1000 * i,
+            )
+        )  # fmt: skip
+    verdict = RecordedVerdict(
+        "state-pool-bound", "state-pool bound", "state pool", "warning", "running 131/131", "2/3 servers", "..."
+    )
+    snap = Snapshot(
+        elapsed_s=10.0 * i, done=run_done + 3 * i, total=2000, completed=3 * i, failed=i // 30, skipped=0,
+        retries=i // 10, inflight=192, comp_s=3.0, client_tok_s=sum(r.client_tok_s for r in rows), eta_s=600.0,
+        servers=rows, waiting=False, last_failure=None, decode_tok_s=sum(r.decode_tok_s or 0 for r in rows),
+        prompt_tokens=300 * i, client_tokens=500 * i, limit=192, verdicts=(verdict,) if _verdict_shown(i) else (),
+    )  # fmt: skip
+    tick = snap.to_event()
+    tick["client"].update(
+        finish_reasons={"stop": 2 * i, "length": i}, errors={"TransientError": i // 10}, output_len=_hist(i).as_dict()
+    )
+    return tick
+
+
+def _v1_tick(i: int, run_done: int) -> dict[str, Any]:
+    """The same tick as the version before format 2 wrote it (its ``tick_record``, key for key)."""
     servers = []
     for k, url in enumerate(URLS):
         running = min(131, 20 + 2 * i) if k < 2 else 40
@@ -32,11 +73,13 @@ def _tick(i: int, run_done: int) -> dict[str, Any]:
                 "running": running,
                 "max_running": 131,
                 "queued": 60 if running == 131 else 0,
-                "kv": 0.2 + 0.1 * k,
-                "state": running / 131 if k < 2 else None,
+                "kv": round(0.2 + 0.1 * k, 3),
+                "state": round(running / 131, 3) if k < 2 else None,
                 "tok_s": 20.0 * running,
                 "client_tok_s": 19.0 * running,
+                "prompt_tok_s": None,
                 "inflight": 64,
+                "inflight_avg": None,
                 "limit": 64,
                 "completed": 10 * i,
                 "errors": i // 40,
@@ -61,17 +104,21 @@ def _tick(i: int, run_done: int) -> dict[str, Any]:
             "eta_s": 600.0,
             "prompt_tokens": 300 * i,
             "completion_tokens": 500 * i,
+            "cpu": None,
+            "loop_lag_s": None,
             "finish_reasons": {"stop": 2 * i, "length": i},
             "errors": {"TransientError": i // 10},
-            "output_len": hist.as_dict(),
+            "output_len": _hist(i).as_dict(),
         },
         "servers": servers,
-        "verdicts": ["state-pool-bound"] if i > 20 else [],
+        "verdicts": ["state-pool-bound"] if _verdict_shown(i) else [],
+        "binding": None,
     }
 
 
-def write_events(out: Path, ticks: int = 120, runs: int = 2) -> Path:
-    """A two-run event log of three servers (two hybrids hitting their state cap), verdicts included."""
+def write_events(out: Path, ticks: int = 120, runs: int = 2, fmt: int = EVENT_FORMAT) -> Path:
+    """A two-run event log of three servers (two hybrids hitting their state cap), verdicts included; ``fmt`` 1
+    writes it as the version before the format number did."""
     out.mkdir(parents=True, exist_ok=True)
     clock = {"t": 1_790_000_000.0}
     log = EventLog(out / EVENTS_FILE, "r0", wall=lambda: clock["t"])
@@ -93,15 +140,17 @@ def write_events(out: Path, ticks: int = 120, runs: int = 2) -> Path:
     done = 0
     for run in range(runs):
         log.run_id = f"r{run}"
-        log.write("start", model="qwen3.6-35b-a3b", api="openai-chat", servers=list(URLS), total=2000, done_before=done)
+        start: dict[str, Any] = {"format": fmt} if fmt > 1 else {}
+        start.update(model="qwen3.6-35b-a3b", api="openai-chat", servers=list(URLS), total=2000, done_before=done)
+        log.write("start", **start)
         for i in range(ticks):
             clock["t"] += 10.0
-            log.write("tick", **_tick(i, done))
+            log.write("tick", **(_tick(i, done) if fmt > 1 else _v1_tick(i, done)))
             if i == 22:
                 log.write("verdicts", verdicts=[verdict])
         done += 3 * ticks
         clock["t"] += 5.0
-        log.write("end", finished=run == runs - 1, elapsed=10.0 * ticks)
+        log.write("end", finished=run == runs - 1, elapsed_s=10.0 * ticks)
         clock["t"] += 600.0  # a pause before the rerun
     log.close()
     return out
@@ -113,7 +162,8 @@ def test_series_runs_gaps_and_spans(tmp_path: Path) -> None:
     assert len(data.times) == 241 and math.isnan(data.times[120])  # a gap between the runs breaks the lines
     assert set(data.servers) == set(URLS)
     assert data.servers[URLS[0]]["running"][30] == 80.0
-    assert math.isnan(data.servers[URLS[2]]["state"][0])  # a server without a state pool
+    assert math.isnan(data.servers[URLS[2]]["state_usage"][0])  # a server without a state pool
+    assert data.servers[URLS[0]]["decode_tok_s"][30] == 1600.0 and data.client["client_tok_s"][30] == 3800.0
     assert [(round(s.start), s.end is not None) for s in data.spans] == [(230, True), (1805 + 230, True)]
     assert data.failures_by_type == {"TransientError": 11}
 
@@ -122,7 +172,7 @@ def test_long_logs_are_thinned_but_keep_the_last_tick(tmp_path: Path) -> None:
     data = load(write_events(tmp_path / "out", ticks=500, runs=1), max_points=100)
     assert len(data.times) <= 101
     assert data.client["done"][-1] == 3 * 499
-    assert (data.last_tick or {}).get("elapsed") == 4990.0
+    assert (data.last_tick or {}).get("elapsed_s") == 4990.0
 
 
 def test_report_page_and_figures(tmp_path: Path) -> None:
@@ -130,7 +180,7 @@ def test_report_page_and_figures(tmp_path: Path) -> None:
     (out / "summary.json").write_bytes(
         orjson.dumps({"finished": True, "model": "qwen3.6-35b-a3b", "api": "openai-chat", "total_rows": 2000,
                       "completed_total": 720, "failed_total": 8, "servers": [{}, {}, {}], "gpus": 3,
-                      "server_decode_tok_s": 7000.0, "decode_tok_s_per_gpu": 2333.3, "binding": "state pool"})
+                      "decode_tok_s": 7000.0, "decode_tok_s_per_gpu": 2333.3, "binding": "state pool"})
     )  # fmt: skip
     path = build_report(out)
     assert path == out / "report.html"
@@ -154,3 +204,43 @@ def test_report_elsewhere_and_without_a_log(tmp_path: Path) -> None:
     assert path.exists() and (tmp_path / "r" / "run" / "throughput.png").exists()
     with pytest.raises(OutputError, match="run `tokenmill run`"):
         build_report(tmp_path)
+
+
+def _plain(series: list[float]) -> list[float | None]:
+    return [None if math.isnan(x) else x for x in series]
+
+
+def test_a_log_of_the_previous_format_reads_as_this_one(tmp_path: Path) -> None:
+    """Logs written before the format number (``tok_s`` meaning two things, ``kv``, ``state``, ``output_tokens``,
+    verdicts by rule name) read back to the same series, table and verdict spans as today's."""
+    old, new = load(write_events(tmp_path / "v1", fmt=1)), load(write_events(tmp_path / "v2"))
+    assert old.runs[0].get("format") is None and new.runs[0]["format"] == EVENT_FORMAT
+    assert _plain(old.times) == _plain(new.times)
+    assert {k: _plain(v) for k, v in old.client.items()} == {k: _plain(v) for k, v in new.client.items()}
+    for url in URLS:
+        assert {k: _plain(v) for k, v in old.servers[url].items()} == {
+            k: _plain(v) for k, v in new.servers[url].items()
+        }, url
+    assert old.client["decode_tok_s"][30] == 4000.0 and old.client["client_tok_s"][30] == 3800.0
+    assert old.servers[URLS[0]]["kv_usage"][0] == 0.2 and old.servers[URLS[0]]["decode_tok_s"][30] == 1600.0
+    assert summary_rows(old)[2:] == summary_rows(new)[2:]  # past the output path
+    assert [(s.start, s.end) for s in old.spans] == [(s.start, s.end) for s in new.spans]
+    assert old.failures_by_type == new.failures_by_type == {"TransientError": 11}
+    last = old.last_snapshot
+    assert last is not None and [v.rule for v in last.verdicts] == ["state-pool-bound"]
+    assert [r.decoded_tokens for r in last.servers] == [119_000] * 3
+
+
+def test_a_summary_json_of_the_previous_version_reads_with_todays_names(tmp_path: Path) -> None:
+    out = write_events(tmp_path / "out", ticks=5, runs=1, fmt=1)
+    (out / "summary.json").write_bytes(
+        orjson.dumps({"finished": True, "server_decode_tok_s": 7000.0, "output_tok_s": 6500.0, "output_tokens": 9,
+                      "servers": [{"url": URLS[0], "output_tokens": 9, "output_tok_s": 6500.0,
+                                   "decode_tok_s": 7000.0}]})
+    )  # fmt: skip
+    summary = load(out).summary
+    assert summary is not None
+    assert (summary["decode_tok_s"], summary["client_tok_s"], summary["client_tokens"]) == (7000.0, 6500.0, 9)
+    assert summary["servers"][0] == {"url": URLS[0], "client_tokens": 9, "client_tok_s": 6500.0, "decode_tok_s": 7000.0}
+    rows = dict(summary_rows(load(out)))
+    assert rows["decode tok/s (servers, aggregate)"] == "7,000" and rows["output tok/s (client-effective)"] == "6,500"

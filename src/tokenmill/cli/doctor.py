@@ -17,7 +17,7 @@ def _table(servers: list[object]) -> str:
     from tokenmill.doctor.model import ServerObs
     from tokenmill.fmt import num, pct
 
-    lines = ["server                          running    queue   KV     state  out tok/s  prompt tok/s  health"]
+    lines = ["server                          running    queue   KV     state  decode tok/s  prompt tok/s  health"]
     for s in servers:
         assert isinstance(s, ServerObs)
         v = s.view
@@ -25,7 +25,7 @@ def _table(servers: list[object]) -> str:
         health = "up" if v.healthy else f"down: {v.error}"
         lines.append(
             f"{v.url:<31} {run:>9} {num(v.queued):>8} {pct(v.kv_usage):>6} {pct(v.state_usage):>6} "
-            f"{num(v.output_tok_s):>10} {num(v.prompt_tok_s):>13}  {health}"
+            f"{num(v.decode_tok_s):>13} {num(v.prompt_tok_s):>13}  {health}"
         )
     return "\n".join(lines)
 

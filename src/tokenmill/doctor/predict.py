@@ -84,7 +84,7 @@ class PlannerPredictor:
             return None
         v = obs.view
         inp = _two_digits(client.avg_prompt_tokens or _per_request(v.prompt_tok_s, v.requests_s) or DEFAULT_INPUT_LEN)
-        out = _two_digits(client.avg_output_tokens or _per_request(v.output_tok_s, v.requests_s) or DEFAULT_OUTPUT_LEN)
+        out = _two_digits(client.avg_output_tokens or _per_request(v.decode_tok_s, v.requests_s) or DEFAULT_OUTPUT_LEN)
         before = advice.current_flags(obs)
         version = info.version if info else None
         key = (model_name, gpu_name, tuple(before), candidate.flags_after, candidate.running_before, inp, out, version)

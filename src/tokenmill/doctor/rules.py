@@ -180,7 +180,7 @@ def client_underfeeding(o: ServerObs, c: ClientObs, t: DoctorSpec) -> Finding | 
             ("server queue", num(v.queued)),
             ("running / max running", _running(v)),
             ("client in flight / limit", limit),
-            ("server output tok/s", num(v.output_tok_s)),
+            ("server decode tok/s", num(v.decode_tok_s)),
         ),
         advice=f"The server could run {num(cap - v.running)} more requests but is not sent them: its queue is "
         f"empty while the client sits at its in-flight limit. Raise the per-server concurrency to about {want} "
@@ -356,7 +356,7 @@ def compute_bound(o: ServerObs, c: ClientObs, t: DoctorSpec) -> Finding | None:
     cap = v.max_running or 0
     roomy = (v.kv_usage or 0) < t.pool_roomy and (_state_sized_to_cap(v) or (v.state_usage or 0) < t.pool_roomy)
     cands = (advice.max_running(o, cap * 2),) if roomy and v.engine == "sglang" else ()
-    per_req = (v.output_tok_s or 0) / v.running if v.running else None
+    per_req = (v.decode_tok_s or 0) / v.running if v.running else None
     return Finding(
         summary=f"running {_running(v)} at the cap with {num(v.queued)} queued; KV {pct(v.kv_usage)}, "
         f"state {pct(v.state_usage)}",
@@ -365,7 +365,7 @@ def compute_bound(o: ServerObs, c: ClientObs, t: DoctorSpec) -> Finding | None:
             ("queue", num(v.queued)),
             ("KV pool usage", pct(v.kv_usage)),
             ("state pool usage", pct(v.state_usage)),
-            ("output tok/s", num(v.output_tok_s)),
+            ("decode tok/s", num(v.decode_tok_s)),
             ("tok/s per running request", num(per_req)),
         ),
         advice="The server runs its full batch with memory to spare: the GPU's step time sets the rate. "
@@ -378,19 +378,19 @@ def compute_bound(o: ServerObs, c: ClientObs, t: DoctorSpec) -> Finding | None:
 
 def prefill_heavy(o: ServerObs, c: ClientObs, t: DoctorSpec) -> Finding | None:
     v = o.view
-    if not v.healthy or not v.prompt_tok_s or not v.output_tok_s:
+    if not v.healthy or not v.prompt_tok_s or not v.decode_tok_s:
         return None
-    ratio = v.prompt_tok_s / v.output_tok_s
+    ratio = v.prompt_tok_s / v.decode_tok_s
     if ratio < t.prefill_ratio:
         return None
     chunk = v.info.chunked_prefill_size if v.info is not None else None
     bigger = max(8192, 2 * chunk) if chunk and chunk > 0 else 8192
     hit = v.prefix_hit_rate
     return Finding(
-        summary=f"{num(v.prompt_tok_s)} prompt tok/s vs {num(v.output_tok_s)} output tok/s ({ratio:.1f}x)",
+        summary=f"{num(v.prompt_tok_s)} prompt tok/s vs {num(v.decode_tok_s)} decode tok/s ({ratio:.1f}x)",
         evidence=(
             ("prompt tok/s", num(v.prompt_tok_s)),
-            ("output tok/s", num(v.output_tok_s)),
+            ("decode tok/s", num(v.decode_tok_s)),
             ("prompt / output", f"{ratio:.1f}x"),
             ("avg prompt tokens (client)", num(c.avg_prompt_tokens)),
             ("avg output tokens (client)", num(c.avg_output_tokens)),
@@ -444,7 +444,7 @@ RULES: tuple[Rule, ...] = (
     Rule("compute-bound", "compute bound", "compute",
          "requests queued, running at the cap, neither pool full", check=compute_bound),
     Rule("prefill-heavy", "prefill heavy", "prefill",
-         "prompt tok/s at least prefill_ratio x output tok/s", check=prefill_heavy),
+         "prompt tok/s at least prefill_ratio x decode tok/s", check=prefill_heavy),
 )  # fmt: skip
 
 RULE_IDS = tuple(r.id for r in RULES)

@@ -1,9 +1,9 @@
-"""The live dashboard: a ``rich`` renderable built from one :class:`~tokenmill.run.progress.Snapshot` (no I/O).
+"""The live dashboard: a ``rich`` renderable built from one :class:`~tokenmill.monitor.snapshot.Snapshot` (no I/O).
 
-Head: progress, client completions/s and client-effective tok/s next to the servers' decode tok/s, ETA,
-failures, and a sparkline of throughput. Table: a row per server (output tok/s, running / max running,
-queue, KV and state usage, the client's in-flight / limit, errors, health) and a fleet total. Foot: the
-doctor's verdict and the last error.
+Head: progress, client completions/s and ``client_tok_s`` next to the servers' ``decode_tok_s``, ETA, failures,
+and a sparkline of throughput. Table: a row per server (its ``decode_tok_s``, else its ``client_tok_s`` while it
+is not scraped; running / max running, queue, KV and state usage, the client's in-flight / limit, errors,
+health) and a fleet total. Foot: the doctor's verdict and the last error.
 """
 
 from __future__ import annotations
@@ -56,10 +56,10 @@ def _head(snap: Snapshot) -> Text:
         ("tokenmill ", "bold"),
         f"{snap.done:,}/{total if isinstance(total, str) else f'{total:,}'} done  ",
         (f"{snap.comp_s:.1f} compl/s  ", "cyan"),
-        (f"client {snap.tok_s:,.0f} tok/s  ", "green"),
+        (f"client {snap.client_tok_s:,.0f} tok/s  ", "green"),
     )
-    if snap.server_tok_s is not None:
-        head.append(f"servers decode {snap.server_tok_s:,.0f} tok/s  ", style="bold green")
+    if snap.decode_tok_s is not None:
+        head.append(f"servers decode {snap.decode_tok_s:,.0f} tok/s  ", style="bold green")
     head.append(f"in flight {snap.inflight}/{snap.limit}  ")
     head.append(f"failed {snap.failed}  ", style="red" if snap.failed else "")
     head.append(f"retries {snap.retries}  elapsed {duration(snap.elapsed_s)}  ETA {duration(snap.eta_s)}")
@@ -72,7 +72,7 @@ def _table(snap: Snapshot) -> Table:
     for col in cols:
         table.add_column(col, justify="left" if col in ("server", "health") else "right", no_wrap=True)
     for r in snap.servers[:MAX_ROWS]:
-        tok = r.server_tok_s if r.server_tok_s is not None else r.tok_s
+        tok = r.decode_tok_s if r.decode_tok_s is not None else r.client_tok_s
         table.add_row(
             r.url,
             num(tok),
@@ -90,7 +90,7 @@ def _table(snap: Snapshot) -> Table:
     running = [r.running for r in rows if r.running is not None]
     caps = [r.max_running for r in rows if r.max_running]
     queued = [r.queued for r in rows if r.queued is not None]
-    fleet_tok = snap.server_tok_s if snap.server_tok_s is not None else snap.tok_s
+    fleet_tok = snap.decode_tok_s if snap.decode_tok_s is not None else snap.client_tok_s
     up = sum(1 for r in rows if r.usable and r.healthy is not False)
     table.add_row(
         Text(f"fleet ({len(rows)} servers, {snap.gpus} GPUs)", style="bold"),

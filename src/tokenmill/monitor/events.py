@@ -2,10 +2,15 @@
 
 Record kinds (every record has ``kind``, ``t`` = wall-clock seconds and ``run`` = the run's id):
 
-- ``start``: a run began (job model, api, servers, per-server concurrency, prompts known so far);
-- ``tick``: one snapshot (``client`` numbers, ``servers`` rows, names of the doctor's current verdicts);
+- ``start``: a run began (the log's ``format``, job model, api, servers, per-server concurrency, prompts known so
+  far);
+- ``tick``: one snapshot, encoded by :meth:`tokenmill.monitor.snapshot.Snapshot.to_event` (``client`` numbers,
+  ``servers`` rows, the doctor's current verdicts in short), plus the client metrics the run's watch adds;
 - ``verdicts``: the doctor's shown verdicts changed (full verdicts, possibly none);
-- ``end``: the run ended (finished or stopped) with its summary.
+- ``end``: the run ended (finished or stopped) after ``elapsed_s``.
+
+The ``format`` of a ``start`` record (:data:`EVENT_FORMAT`) says how that run's ticks are encoded; a start record
+without one is format 1, whose ticks :func:`tokenmill.monitor.snapshot.upgrade_tick` reads.
 
 Resumed runs append to the same file, so the report shows every run of an output directory on one time
 line. The log is auxiliary: a torn last line (a crash mid-write) is skipped by the reader, and the output
@@ -25,11 +30,18 @@ from typing import Any
 import orjson
 
 EVENTS_FILE = "events.jsonl"
+EVENT_FORMAT = 2  # 2: one name per quantity (client_tok_s, decode_tok_s, kv_usage, ...); 1: no format field
 
 
 def events_file(partition: int | None = None) -> str:
     """The event log's name: ``events.jsonl``, or ``events.pPPP.jsonl`` for one partition of a split run."""
     return EVENTS_FILE if partition is None else f"events.p{partition:03d}.jsonl"
+
+
+def run_format(start: dict[str, Any] | None) -> int:
+    """The format of the run a ``start`` record opens: 1 for a log written before the format number."""
+    fmt = (start or {}).get("format")
+    return fmt if isinstance(fmt, int) and not isinstance(fmt, bool) else 1
 
 
 _TAIL_BYTES = 1 << 20

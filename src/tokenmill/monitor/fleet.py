@@ -42,14 +42,14 @@ class ServerView:
     kv_usage: float | None = None  # the KV pool (full attention on hybrids)
     state_usage: float | None = None  # the recurrent-state pool (hybrids)
     max_running: int | None = None
-    output_tok_s: float | None = None  # live decode rate, else finished generation tokens
+    decode_tok_s: float | None = None  # its decode rate: the live decode counter, else finished generation tokens
     prompt_tok_s: float | None = None  # live prefill rate, else finished prompt tokens
     prefix_hit_rate: float | None = None  # share of prompt tokens served from the prefix cache, over the window
     requests_s: float | None = None
     preemptions_per_min: float | None = None
     transitions: int = 0  # up/down changes within the flap window
     down_for_s: float | None = None  # how long it has been unreachable (None while it answers)
-    output_tokens: float = 0.0  # tokens decoded while watched (restarts accounted for)
+    decoded_tokens: float = 0.0  # tokens the server decoded while watched (restarts accounted for)
     scrapes: int = 0
 
     @property
@@ -99,7 +99,7 @@ class _Track:
         self.healthy: bool | None = None
         self.down_since: float | None = None
         self.last_out: float | None = None
-        self.output_tokens = 0.0
+        self.decoded_tokens = 0.0
         self.scrapes = 0
 
 
@@ -248,7 +248,7 @@ class FleetMonitor:
             if out is not None:
                 track.out.add(now, out)
                 if track.last_out is not None:
-                    track.output_tokens += out - track.last_out if out >= track.last_out else out
+                    track.decoded_tokens += out - track.last_out if out >= track.last_out else out
                 track.last_out = out
             for window, value in (
                 (track.prompt, _prompt_counter(snap)),
@@ -278,13 +278,13 @@ class FleetMonitor:
             kv_usage=track.kv.mean(),
             state_usage=track.state.mean(),
             max_running=snap.max_running or (track.info.max_running if track.info else None),
-            output_tok_s=track.out.rate_or_none(),
+            decode_tok_s=track.out.rate_or_none(),
             prompt_tok_s=track.prompt.rate_or_none(),
             prefix_hit_rate=_hit_rate(track.prefill_cached.rate_or_none(), track.prefill_compute.rate_or_none()),
             requests_s=track.requests.rate_or_none(),
             preemptions_per_min=None if preempt is None else preempt * 60,
             transitions=len(track.flips),
             down_for_s=None if track.down_since is None else now - track.down_since,
-            output_tokens=track.output_tokens,
+            decoded_tokens=track.decoded_tokens,
             scrapes=track.scrapes,
         )

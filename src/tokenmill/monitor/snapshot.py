@@ -1,14 +1,28 @@
 """One tick of a run, as every display shows it: the client's counters and rates, each server's scraped
 numbers, and the doctor's verdicts. Plain data: the dashboard, status lines, the event log, the summary and the
 exporter all render this, and nothing here knows how it was computed.
+
+One name per quantity, saying whose number it is, everywhere from the monitor's
+:class:`~tokenmill.monitor.fleet.ServerView` to the event log, the summary, ``tokenmill status`` and the report:
+
+- ``client_tok_s``: output tokens of completed requests per second, as the client counts them (a server's, or
+  the whole run's); ``client_tokens``: those output tokens themselves;
+- ``decode_tok_s``: a server's decode rate from its own counters (the fleet's total on a :class:`Snapshot`);
+  ``decoded_tokens``: the tokens a server decoded while watched; ``prompt_tok_s``: its prefill rate;
+- ``kv_usage``, ``state_usage``: how full a server's KV and recurrent-state pools are (0-1).
+
+The event log's ``tick`` record is :meth:`Snapshot.to_event` (the field names of these classes) and is read
+back by :meth:`Snapshot.from_event`, which also reads the ticks of logs written before these names
+(format 1, see :func:`upgrade_tick`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Protocol
+from dataclasses import dataclass, fields
+from typing import Any, Protocol
 
 from tokenmill.fmt import duration
+from tokenmill.monitor.events import EVENT_FORMAT
 
 
 class Diagnosis(Protocol):
@@ -34,6 +48,71 @@ class Diagnosis(Protocol):
     def line(self) -> str: ...
 
 
+@dataclass(frozen=True, slots=True)
+class RecordedVerdict:
+    """A verdict as a ``tick`` of the event log carries it: what the displays read of it, no evidence."""
+
+    rule: str
+    title: str
+    binds: str
+    severity: str
+    summary: str
+    at: str  # where(): the server, "client" or "k/n servers"
+    text: str  # line(): the one-line form
+
+    def where(self) -> str:
+        return self.at
+
+    def line(self) -> str:
+        return self.text
+
+    @staticmethod
+    def to_event(v: Diagnosis) -> dict[str, str]:
+        return {
+            "rule": v.rule,
+            "title": v.title,
+            "binds": v.binds,
+            "severity": v.severity,
+            "summary": v.summary,
+            "where": v.where(),
+            "line": v.line(),
+        }
+
+    @classmethod
+    def from_event(cls, rec: dict[str, Any]) -> RecordedVerdict:
+        rule = str(rec.get("rule") or "?")
+        return cls(
+            rule=rule,
+            title=str(rec.get("title") or rule),
+            binds=str(rec.get("binds") or ""),
+            severity=str(rec.get("severity") or "info"),
+            summary=str(rec.get("summary") or ""),
+            at=str(rec.get("where") or ""),
+            text=str(rec.get("line") or rule),
+        )
+
+
+# decimals kept in the event log; a name means the same quantity on every class, so it rounds the same way.
+# Counts, times and token totals are written as they are: the summary is derived from them.
+_DECIMALS = {
+    "comp_s": 3,
+    "client_tok_s": 1,
+    "decode_tok_s": 1,
+    "prompt_tok_s": 1,
+    "running": 1,
+    "queued": 1,
+    "kv_usage": 3,
+    "state_usage": 3,
+    "cpu": 3,
+    "loop_lag_s": 3,
+}
+
+
+def _encode(name: str, value: Any) -> Any:
+    places = _DECIMALS.get(name)
+    return round(value, places) if places is not None and isinstance(value, float) else value
+
+
 @dataclass(slots=True)
 class ServerRow:
     """One server: the client's counters, and the server's own numbers when it is scraped."""
@@ -43,20 +122,29 @@ class ServerRow:
     limit: int
     completed: int
     errors: int
-    tok_s: float  # client-side: output tokens of completed requests per second
+    client_tok_s: float  # output tokens of this server's completed requests per second (client side)
     usable: bool
     problem: str | None
+    client_tokens: int = 0  # output tokens of this server's completions in this run (client side)
     healthy: bool | None = None  # None: not scraped
     running: float | None = None
     max_running: int | None = None
     queued: float | None = None
     kv_usage: float | None = None
     state_usage: float | None = None
-    server_tok_s: float | None = None  # the server's decode rate
+    decode_tok_s: float | None = None  # the server's decode rate from its own counters
     prompt_tok_s: float | None = None
     gpus: int = 1
-    output_tokens: float = 0.0  # tokens the server decoded while watched
+    decoded_tokens: float = 0.0  # tokens the server decoded while watched (its counters)
     limit_reason: str | None = None  # why the in-flight target is what it is (concurrency: auto)
+
+    def to_event(self) -> dict[str, Any]:
+        return {f.name: _encode(f.name, getattr(self, f.name)) for f in fields(self)}
+
+    @classmethod
+    def from_event(cls, rec: dict[str, Any]) -> ServerRow:
+        """A row of a ``tick`` (today's keys; extra keys such as ``inflight_avg`` are left out)."""
+        return cls(**{**_ROW_REQUIRED, **_known(cls, rec)})
 
 
 @dataclass(slots=True)
@@ -71,19 +159,19 @@ class Snapshot:
     skipped: int
     retries: int
     inflight: int
-    comp_s: float
-    tok_s: float  # client-effective output tok/s
+    comp_s: float  # completed + failed per second, over the rate window
+    client_tok_s: float  # output tokens of completed requests per second, as the client counts them
     eta_s: float | None
     servers: list[ServerRow]
     waiting: bool
     last_failure: str | None
-    server_tok_s: float | None = None  # the fleet's decode tok/s from the servers' counters
-    history: tuple[float, ...] = ()  # throughput, oldest first (the sparkline)
+    decode_tok_s: float | None = None  # the fleet's decode tok/s from the servers' counters
+    history: tuple[float, ...] = ()  # throughput, oldest first (the sparkline; not in the event log)
     verdicts: tuple[Diagnosis, ...] = ()
     cpu: float | None = None  # client process, share of one core
     loop_lag_s: float | None = None
     prompt_tokens: int = 0
-    completion_tokens: int = 0
+    client_tokens: int = 0  # output tokens of this run's completions (client side)
     limit: int = 0  # the client's total in-flight limit
     binding: str | None = None  # the resource the doctor found binding longest in this run
 
@@ -91,14 +179,94 @@ class Snapshot:
     def gpus(self) -> int:
         return sum(r.gpus for r in self.servers)
 
+    def to_event(self) -> dict[str, Any]:
+        """The event log's ``tick`` record (without ``kind``, ``t`` and ``run``): ``elapsed_s``, the run's numbers
+        under ``client``, a row per server under ``servers``, the verdicts shown and the binding resource."""
+        return {
+            "elapsed_s": self.elapsed_s,
+            "client": {
+                f.name: _encode(f.name, getattr(self, f.name)) for f in fields(self) if f.name not in _NOT_CLIENT
+            },
+            "servers": [r.to_event() for r in self.servers],
+            "verdicts": [RecordedVerdict.to_event(v) for v in self.verdicts],
+            "binding": self.binding,
+        }
+
+    @classmethod
+    def from_event(cls, rec: dict[str, Any], fmt: int = EVENT_FORMAT) -> Snapshot:
+        """The snapshot a ``tick`` record holds; ``fmt`` is the ``format`` of its run's ``start`` record (1 when
+        it has none). Verdicts come back as :class:`RecordedVerdict`; the history is empty."""
+        rec = upgrade_tick(rec, fmt)
+        client = {k: v for k, v in _known(cls, rec.get("client") or {}).items() if k not in _NOT_CLIENT}
+        return cls(
+            elapsed_s=float(rec.get("elapsed_s") or 0.0),
+            servers=[ServerRow.from_event(r) for r in rec.get("servers") or [] if isinstance(r, dict)],
+            verdicts=tuple(RecordedVerdict.from_event(v) for v in rec.get("verdicts") or [] if isinstance(v, dict)),
+            binding=rec.get("binding"),
+            **{**_SNAPSHOT_REQUIRED, **client},
+        )
+
+
+# what a tick holds outside its ``client`` part (the history is not written at all)
+_NOT_CLIENT = frozenset({"elapsed_s", "servers", "verdicts", "binding", "history"})
+# fields without a default, for a record that lacks them
+_ROW_REQUIRED: dict[str, Any] = {
+    "url": "?", "inflight": 0, "limit": 0, "completed": 0, "errors": 0, "client_tok_s": 0.0, "usable": True,
+    "problem": None,
+}  # fmt: skip
+_SNAPSHOT_REQUIRED: dict[str, Any] = {
+    "done": 0, "total": None, "completed": 0, "failed": 0, "skipped": 0, "retries": 0, "inflight": 0,
+    "comp_s": 0.0, "client_tok_s": 0.0, "eta_s": None, "waiting": False, "last_failure": None,
+}  # fmt: skip
+
+
+def _known(cls: type[Any], rec: dict[str, Any]) -> dict[str, Any]:
+    """The fields of ``cls`` that ``rec`` gives a value (null is no value: the field's default stands)."""
+    names = {f.name for f in fields(cls)}
+    return {k: v for k, v in rec.items() if k in names and v is not None}
+
+
+# Format 1 (before the format number): the old key of each renamed field, per level of the tick.
+V1_TICK = {"elapsed": "elapsed_s"}
+V1_CLIENT = {
+    "tok_s": "client_tok_s",  # at the client level, the client-effective rate
+    "server_tok_s": "decode_tok_s",
+    "completion_tokens": "client_tokens",
+}
+V1_SERVER = {
+    "tok_s": "decode_tok_s",  # inside servers[], the server's decode rate
+    "kv": "kv_usage",
+    "state": "state_usage",
+    "output_tokens": "decoded_tokens",
+}
+
+
+def _renamed(rec: dict[str, Any], aliases: dict[str, str]) -> dict[str, Any]:
+    return {aliases.get(k, k): v for k, v in rec.items()}
+
+
+def upgrade_tick(rec: dict[str, Any], fmt: int) -> dict[str, Any]:
+    """A ``tick`` record of a format-``fmt`` log with today's keys (a new dict; format 2 is returned as is).
+
+    Format 1 named the quantities by hand (``tok_s`` was the server's decode rate in ``servers[]`` but the
+    client's rate in ``client``) and listed verdicts by rule name only. No old key is a key of format 2, so a
+    format-2 record read as format 1 comes back unchanged: a reader unsure of a record's format may upgrade it."""
+    if fmt >= EVENT_FORMAT:
+        return rec
+    out = _renamed(rec, V1_TICK)
+    out["client"] = _renamed(rec.get("client") or {}, V1_CLIENT)
+    out["servers"] = [_renamed(r, V1_SERVER) for r in rec.get("servers") or [] if isinstance(r, dict)]
+    out["verdicts"] = [{"rule": v} if isinstance(v, str) else v for v in rec.get("verdicts") or []]
+    return out
+
 
 def status_line(snap: Snapshot) -> str:
     """One concise line for logs (nohup, CI)."""
     total = f"/{snap.total}" if snap.total is not None else ""
     usable = sum(1 for r in snap.servers if r.usable)
-    server = f" (servers decode {snap.server_tok_s:,.0f})" if snap.server_tok_s is not None else ""
+    server = f" (servers decode {snap.decode_tok_s:,.0f})" if snap.decode_tok_s is not None else ""
     line = (
-        f"done {snap.done}{total} | {snap.comp_s:.1f} compl/s | {snap.tok_s:.0f} out tok/s{server} | "
+        f"done {snap.done}{total} | {snap.comp_s:.1f} compl/s | {snap.client_tok_s:.0f} out tok/s{server} | "
         f"in flight {snap.inflight} | failed {snap.failed} | retries {snap.retries} | "
         f"servers {usable}/{len(snap.servers)} | elapsed {duration(snap.elapsed_s)} | "
         f"ETA {duration(snap.eta_s)}"

@@ -3,7 +3,9 @@
 Long logs are thinned to at most ``max_points`` ticks (every n-th), so a multi-day run plots quickly;
 cumulative numbers (histograms, failures) are always taken from the last tick, never from the thinned ones.
 Resumed runs share one time axis (wall-clock time since the first record); a gap between runs breaks the
-lines instead of joining them.
+lines instead of joining them. Each run's ticks are read in the format its ``start`` record names, so a log
+that an earlier version began reads as well (:func:`~tokenmill.monitor.snapshot.upgrade_tick`); the series
+carry the snapshot's names.
 """
 
 from __future__ import annotations
@@ -16,11 +18,15 @@ from typing import Any
 import orjson
 
 from tokenmill.errors import OutputError
-from tokenmill.monitor.events import EVENTS_FILE, read_events
+from tokenmill.monitor.events import EVENTS_FILE, read_events, run_format
+from tokenmill.monitor.snapshot import Snapshot, upgrade_tick
 
 NAN = float("nan")
-SERVER_KEYS = ("tok_s", "running", "max_running", "queued", "kv", "state")
-CLIENT_KEYS = ("tok_s", "server_tok_s", "comp_s", "failed", "retries", "done", "inflight")
+# attributes of ServerRow and Snapshot
+SERVER_KEYS = ("decode_tok_s", "running", "max_running", "queued", "kv_usage", "state_usage")
+CLIENT_KEYS = ("client_tok_s", "decode_tok_s", "comp_s", "failed", "retries", "done", "inflight")
+# summary.json keys before the event log's format 2 (the summary named its client-side numbers output_*)
+V1_SUMMARY = {"output_tokens": "client_tokens", "output_tok_s": "client_tok_s", "server_decode_tok_s": "decode_tok_s"}
 
 
 @dataclass(slots=True)
@@ -41,10 +47,15 @@ class RunData:
     servers: dict[str, dict[str, list[float]]] = field(default_factory=dict)
     spans: list[VerdictSpan] = field(default_factory=list)
     runs: list[dict[str, Any]] = field(default_factory=list)  # start records
-    last_tick: dict[str, Any] | None = None
+    last_tick: dict[str, Any] | None = None  # with today's keys, whatever format the log was written in
     ended: dict[str, Any] | None = None  # the last end record, if the last run ended
     summary: dict[str, Any] | None = None  # summary.json
     ticks_total: int = 0
+
+    @property
+    def last_snapshot(self) -> Snapshot | None:
+        """The snapshot of the last tick."""
+        return None if self.last_tick is None else Snapshot.from_event(self.last_tick)
 
     @property
     def failures_by_type(self) -> dict[str, int]:
@@ -66,12 +77,14 @@ def load(out: Path, max_points: int = 2000) -> RunData:
     data = RunData(out=out)
     ticks: list[dict[str, Any]] = []
     verdict_records: list[tuple[float, list[dict[str, Any]]]] = []
+    fmt = 1
     for rec in read_events(path):
         t = float(rec.get("t") or 0.0)
         if not data.t0:
             data.t0 = t
         kind = rec["kind"]
         if kind == "start":
+            fmt = run_format(rec)
             data.runs.append(rec)
             data.ended = None
             if ticks:
@@ -79,6 +92,7 @@ def load(out: Path, max_points: int = 2000) -> RunData:
             if verdict_records and verdict_records[-1][1]:
                 verdict_records.append((t, []))  # a new run starts with no verdict shown
         elif kind == "tick":
+            rec = upgrade_tick(rec, fmt)
             ticks.append(rec)
             data.last_tick = rec
         elif kind == "verdicts":
@@ -93,10 +107,22 @@ def load(out: Path, max_points: int = 2000) -> RunData:
     summary = out / "summary.json"
     if summary.exists():
         try:
-            data.summary = orjson.loads(summary.read_bytes())
+            data.summary = _summary(orjson.loads(summary.read_bytes()))
         except (OSError, orjson.JSONDecodeError):
             data.summary = None
     return data
+
+
+def _summary(obj: Any) -> dict[str, Any] | None:
+    """``summary.json`` with today's keys (an earlier version's are renamed)."""
+    if not isinstance(obj, dict):
+        return None
+    summary: dict[str, Any] = {V1_SUMMARY.get(str(k), str(k)): v for k, v in obj.items()}
+    summary["servers"] = [
+        {V1_SUMMARY.get(str(k), str(k)): v for k, v in s.items()} if isinstance(s, dict) else s
+        for s in summary.get("servers") or []
+    ]
+    return summary
 
 
 def _series(data: RunData, ticks: list[dict[str, Any]], max_points: int) -> None:
@@ -119,15 +145,23 @@ def _series(data: RunData, ticks: list[dict[str, Any]], max_points: int) -> None
     data.client = {k: [] for k in CLIENT_KEYS}
     data.servers = {u: {k: [] for k in SERVER_KEYS} for u in urls}
     for r in kept:
-        data.times.append(NAN if r.get("gap") else float(r["t"]) - data.t0)
-        c = r.get("client") or {}
+        if r.get("gap"):
+            data.times.append(NAN)
+            for k in CLIENT_KEYS:
+                data.client[k].append(NAN)
+            for u in urls:
+                for k in SERVER_KEYS:
+                    data.servers[u][k].append(NAN)
+            continue
+        data.times.append(float(r["t"]) - data.t0)
+        snap = Snapshot.from_event(r)  # already upgraded
         for k in CLIENT_KEYS:
-            data.client[k].append(_value(c.get(k)))
-        rows = {s.get("url"): s for s in r.get("servers") or []}
+            data.client[k].append(_value(getattr(snap, k)))
+        rows = {row.url: row for row in snap.servers}
         for u in urls:
-            row = rows.get(u) or {}
+            row = rows.get(u)
             for k in SERVER_KEYS:
-                data.servers[u][k].append(_value(row.get(k)))
+                data.servers[u][k].append(NAN if row is None else _value(getattr(row, k)))
 
 
 def _spans(records: list[tuple[float, list[dict[str, Any]]]], t0: float) -> list[VerdictSpan]:

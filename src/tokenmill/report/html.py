@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from html import escape
 from typing import Any
 
-from tokenmill.fmt import UNKNOWN, duration
+from tokenmill.fmt import UNKNOWN, duration, pct
 from tokenmill.report.data import RunData, VerdictSpan
 
 CSS = """
@@ -51,7 +51,11 @@ def _state(data: RunData) -> str:
 def summary_rows(data: RunData) -> list[tuple[str, str]]:
     """The summary table: from summary.json when the last run wrote one, else from the last tick."""
     s = data.summary
-    tick = (data.last_tick or {}).get("client") or {}
+    last = data.last_snapshot
+
+    def now(name: str) -> Any:  # a number of the last tick
+        return None if last is None else getattr(last, name)
+
     start = data.runs[-1] if data.runs else {}
     rows = [("output", str(data.out)), ("runs in this output", str(len(data.runs)))]
     if s is not None:
@@ -63,10 +67,10 @@ def summary_rows(data: RunData) -> list[tuple[str, str]]:
             ("failed (all runs)", _fmt(s.get("failed_total"))),
             ("skipped bad rows", _fmt(s.get("skipped"))),
             ("servers / GPUs", f"{len(s.get('servers') or [])} / {_fmt(s.get('gpus'))}"),
-            ("decode tok/s (servers, aggregate)", _fmt(s.get("server_decode_tok_s"))),
+            ("decode tok/s (servers, aggregate)", _fmt(s.get("decode_tok_s"))),
             ("decode tok/s per GPU", _fmt(s.get("decode_tok_s_per_gpu"))),
             ("completions/s (client)", _fmt(s.get("completions_per_s"), 2)),
-            ("output tok/s (client-effective)", _fmt(s.get("output_tok_s"))),
+            ("output tok/s (client-effective)", _fmt(s.get("client_tok_s"))),
             ("avg output tokens", _fmt(s.get("avg_output_tokens"), 1)),
             ("elapsed (last run)", duration(s.get("elapsed_s"))),
             ("retries (last run)", _fmt(s.get("retries"))),
@@ -76,13 +80,13 @@ def summary_rows(data: RunData) -> list[tuple[str, str]]:
         rows += [
             ("state", _state(data)),
             ("model / api", f"{start.get('model')} / {start.get('api')}"),
-            ("prompts (input rows)", _fmt(tick.get("total"))),
-            ("done (completed + failed)", _fmt(tick.get("done"))),
-            ("failed (this run)", _fmt(tick.get("failed"))),
-            ("decode tok/s (servers, now)", _fmt(tick.get("server_tok_s"))),
-            ("completions/s (client, now)", _fmt(tick.get("comp_s"), 2)),
-            ("output tok/s (client-effective, now)", _fmt(tick.get("tok_s"))),
-            ("ETA", duration(tick.get("eta_s"))),
+            ("prompts (input rows)", _fmt(now("total"))),
+            ("done (completed + failed)", _fmt(now("done"))),
+            ("failed (this run)", _fmt(now("failed"))),
+            ("decode tok/s (servers, now)", _fmt(now("decode_tok_s"))),
+            ("completions/s (client, now)", _fmt(now("comp_s"), 2)),
+            ("output tok/s (client-effective, now)", _fmt(now("client_tok_s"))),
+            ("ETA", duration(now("eta_s"))),
         ]
     return rows
 
@@ -130,25 +134,26 @@ def _verdicts(data: RunData, spans: Sequence[VerdictSpan]) -> str:
 
 def _servers(data: RunData) -> str:
     rows = []
-    for s in (data.last_tick or {}).get("servers") or []:
+    last = data.last_snapshot
+    for s in last.servers if last is not None else []:
         rows.append(
             [
-                escape(str(s.get("url"))),
-                _fmt(s.get("completed")),
-                _fmt(s.get("errors")),
-                _fmt(s.get("tok_s")),
-                f"{_fmt(s.get('running'))}/{_fmt(s.get('max_running'))}",
-                _fmt(s.get("queued")),
-                "-" if s.get("kv") is None else f"{s['kv']:.0%}",
-                "-" if s.get("state") is None else f"{s['state']:.0%}",
-                f"{_fmt(s.get('inflight'))}/{_fmt(s.get('limit'))}",
-                "set aside" if not s.get("usable", True) else ("up" if s.get("healthy") is not False else "down"),
+                escape(s.url),
+                _fmt(s.completed),
+                _fmt(s.errors),
+                _fmt(s.decode_tok_s),
+                f"{_fmt(s.running)}/{_fmt(s.max_running)}",
+                _fmt(s.queued),
+                pct(s.kv_usage),
+                pct(s.state_usage),
+                f"{_fmt(s.inflight)}/{_fmt(s.limit)}",
+                "set aside" if not s.usable else ("up" if s.healthy is not False else "down"),
             ]
         )
     if not rows:
         return ""
     return _table(
-        ["server", "completed", "errors", "tok/s", "running", "queue", "KV", "state", "client", "health"],
+        ["server", "completed", "errors", "decode tok/s", "running", "queue", "KV", "state", "client", "health"],
         rows,
         numeric=(1, 2, 3, 4, 5, 6, 7, 8),
     )

@@ -81,12 +81,12 @@ def throughput(data: RunData) -> bytes | None:
     scale, xlabel = _scale(data.times)
     xs = [t / scale for t in data.times]
     fig, (ax,) = _figure()
-    drew = _per_server(ax, data, "tok_s", xs, "output tokens/s")
-    if _has(data.client["server_tok_s"]):
-        ax.plot(xs, data.client["server_tok_s"], color="black", lw=2, label="fleet decode (servers)")
+    drew = _per_server(ax, data, "decode_tok_s", xs, "output tokens/s")
+    if _has(data.client["decode_tok_s"]):
+        ax.plot(xs, data.client["decode_tok_s"], color="black", lw=2, label="fleet decode (servers)")
         drew = True
-    if _has(data.client["tok_s"]):
-        ax.plot(xs, data.client["tok_s"], color="black", lw=1.5, ls=":", label="client-effective")
+    if _has(data.client["client_tok_s"]):
+        ax.plot(xs, data.client["client_tok_s"], color="black", lw=1.5, ls=":", label="client-effective")
         drew = True
     if not drew:
         return None
@@ -119,14 +119,15 @@ def queue(data: RunData) -> bytes | None:
 
 
 def pools(data: RunData) -> bytes | None:
-    has_state = any(_has(s["state"]) for s in data.servers.values())
-    has_kv = any(_has(s["kv"]) for s in data.servers.values())
+    has_state = any(_has(s["state_usage"]) for s in data.servers.values())
+    has_kv = any(_has(s["kv_usage"]) for s in data.servers.values())
     if not has_kv and not has_state:
         return None
     scale, xlabel = _scale(data.times)
     xs = [t / scale for t in data.times]
     fig, axes = _figure(2 if has_state else 1)
-    for ax, key, title in zip(axes, ("kv", "state"), ("KV pool usage", "State (Mamba) pool usage"), strict=False):
+    titles = ("KV pool usage", "State (Mamba) pool usage")
+    for ax, key, title in zip(axes, ("kv_usage", "state_usage"), titles, strict=False):
         _per_server(ax, data, key, xs, "fraction used")
         ax.set_ylim(0, 1.05)
         ax.axhline(0.9, color="red", lw=0.8, ls="--")

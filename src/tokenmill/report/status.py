@@ -1,8 +1,9 @@
 """``tokenmill status OUT``: where a run stands, read from its output directory without disturbing it.
 
 Counts come from the output itself (manifest, open shard, failed.jsonl); rates, servers and the doctor's
-verdicts from the last records of the event log. Nothing is locked or written, so it works from another
-terminal while the run goes on.
+verdicts from the last ``tick`` of the event log, decoded to the snapshot the run showed and summed up by the
+builder that ends a run (:meth:`~tokenmill.run.summary.Summary.from_snapshot`). Nothing is locked or written,
+so it works from another terminal while the run goes on.
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ import orjson
 
 from tokenmill.errors import OutputError
 from tokenmill.fmt import duration
-from tokenmill.monitor.events import EVENTS_FILE, last_events
+from tokenmill.monitor.events import EVENTS_FILE, last_events, run_format
+from tokenmill.monitor.snapshot import Snapshot
 from tokenmill.output import layout, manifest
 from tokenmill.run.summary import Summary
 
@@ -74,7 +76,18 @@ def read_status(out: Path, now: float | None = None) -> Status:
         state = "interrupted"
     else:
         state = "running"
-    summary = Summary.from_events(_job(out), start, tick, state, recorded_counts(out))
+    spec = _job(out).get("spec", {})
+    # a tick of an earlier run than the last start (a rerun's first seconds): read it as format 1, which also
+    # reads any later format unchanged
+    fmt = run_format(start) if tick.get("run") == start.get("run") else 1
+    summary = Summary.from_snapshot(
+        Snapshot.from_event(tick, fmt),
+        output_dir=str(start.get("output") or spec.get("output", {}).get("dir", "")),
+        model=str(start.get("model") or spec.get("model", "?")),
+        api=str(start.get("api") or spec.get("api", "?")),
+        recorded=recorded_counts(out),
+        state=state,
+    )
     return Status(summary=summary, state=state, age_s=age)
 
 

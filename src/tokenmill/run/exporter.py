@@ -104,7 +104,9 @@ class ClientCollector:
         d = self.m.dispatcher
         fams: dict[str, CounterMetricFamily | GaugeMetricFamily] = {
             "completions": CounterMetricFamily("tokenmill_completions", "Completions written.", labels=["server"]),
-            "output": CounterMetricFamily("tokenmill_output_tokens", "Output tokens received.", labels=["server"]),
+            "output": CounterMetricFamily(
+                "tokenmill_output_tokens", "Output tokens of completions (client side).", labels=["server"]
+            ),
             "prompt": CounterMetricFamily("tokenmill_prompt_tokens", "Prompt tokens sent.", labels=["server"]),
             "errors": CounterMetricFamily("tokenmill_server_errors", "Transient errors.", labels=["server"]),
             "inflight": GaugeMetricFamily("tokenmill_inflight", "Requests in flight.", labels=["server"]),
@@ -135,7 +137,7 @@ class ClientCollector:
             ("max_running", "The server's max running requests."),
             ("kv_usage", "KV pool usage, 0-1 (window mean)."),
             ("state_usage", "Recurrent-state pool usage, 0-1 (window mean)."),
-            ("decode_tokens_per_second", "The server's decode rate over the window."),
+            ("decode_tokens_per_second", "The server's decode rate from its counters, over the window."),
         ):
             scraped[key] = GaugeMetricFamily(f"tokenmill_server_{key}", doc, labels=["server"])
         for v in self.m.fleet.views:
@@ -148,7 +150,7 @@ class ClientCollector:
                 "max_running": v.max_running,
                 "kv_usage": v.kv_usage,
                 "state_usage": v.state_usage,
-                "decode_tokens_per_second": v.output_tok_s,
+                "decode_tokens_per_second": v.decode_tok_s,
             }
             for key, value in values.items():
                 if value is not None:

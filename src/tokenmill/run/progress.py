@@ -66,27 +66,37 @@ class Tracker:
         for s in self.d.servers:
             w = self._per_server.setdefault(s.url, Window())
             w.add(now, s.completion_tokens)
-            row = ServerRow(s.url, s.inflight, s.limit, s.completed, s.errors, w.rate(), s.usable, s.problem)
-            row.limit_reason = s.limit_reason
+            row = ServerRow(
+                s.url,
+                s.inflight,
+                s.limit,
+                s.completed,
+                s.errors,
+                client_tok_s=w.rate(),
+                usable=s.usable,
+                problem=s.problem,
+                client_tokens=s.completion_tokens,
+                limit_reason=s.limit_reason,
+            )
             v = views.get(s.url)
             if v is not None and v.scrapes:
                 row.healthy = v.healthy
                 row.running, row.max_running, row.queued = v.running, v.max_running, v.queued
                 row.kv_usage, row.state_usage = v.kv_usage, v.state_usage
-                row.server_tok_s, row.prompt_tok_s = v.output_tok_s, v.prompt_tok_s
-                row.gpus, row.output_tokens = v.gpus, v.output_tokens
+                row.decode_tok_s, row.prompt_tok_s = v.decode_tok_s, v.prompt_tok_s
+                row.gpus, row.decoded_tokens = v.gpus, v.decoded_tokens
             rows.append(row)
         done = self.done_before + st.completed + st.failed
         comp_s = self._comp.rate()
         eta = None
         if self.total is not None and comp_s > 0:
             eta = max(0.0, (self.total - done - self.skipped) / comp_s)
-        rates = [r.server_tok_s for r in rows if r.server_tok_s is not None]
-        server_tok_s = sum(rates) if rates else None
-        tok_s = self._tok.rate()
+        rates = [r.decode_tok_s for r in rows if r.decode_tok_s is not None]
+        decode_tok_s = sum(rates) if rates else None
+        client_tok_s = self._tok.rate()
         if now >= self._next_history:
             self._next_history = now + self._history_every
-            self._history.add(server_tok_s if server_tok_s is not None else tok_s)
+            self._history.add(decode_tok_s if decode_tok_s is not None else client_tok_s)
         mon = self.monitor
         return Snapshot(
             elapsed_s=now - self.started,
@@ -98,19 +108,19 @@ class Tracker:
             retries=st.retries,
             inflight=self.d.inflight,
             comp_s=comp_s,
-            tok_s=tok_s,
+            client_tok_s=client_tok_s,
             eta_s=eta,
             servers=rows,
             waiting=st.waiting_since is not None,
             last_failure=st.recent_failures[-1] if st.recent_failures else None,
-            server_tok_s=server_tok_s,
+            decode_tok_s=decode_tok_s,
             history=tuple(self._history.values),
             verdicts=tuple(mon.doctor.shown) if mon is not None else (),
             binding=mon.binding if mon is not None else None,
             cpu=mon.cpu_share if mon is not None else None,
             loop_lag_s=mon.fleet.loop_lag_s if mon is not None else None,
             prompt_tokens=st.prompt_tokens,
-            completion_tokens=st.completion_tokens,
+            client_tokens=st.completion_tokens,
             limit=sum(s.limit for s in self.d.servers),
         )
 

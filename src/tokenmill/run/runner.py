@@ -137,7 +137,15 @@ async def run_job(
     if run.finished and feed.counts.rows == 0:
         raise InputError(f"the input holds no rows ({job.input.path or job.input.hf}); check input.path / input.hf")
     assert run.final is not None
-    summary = Summary.build(job, run.final, dispatcher, run.before, run.finished)
+    final = run.final
+    summary = Summary.from_snapshot(
+        final,
+        output_dir=job.output.dir,
+        model=job.model,
+        api=job.api,
+        recorded=(run.before[0] + final.completed, run.before[1] + final.failed),
+        state="finished" if run.finished else "stopped",
+    )
     if partition is None:  # a partitioned run's summary is its driver's
         write_summary(out.root, summary)
     upload = await _finish_upload(uploader, run.finished, state) if uploader is not None else None

@@ -2,7 +2,7 @@
 
 :class:`RunMonitor` is what ``run_job`` starts beside the dispatcher. Its scrape loop is its own task;
 the dispatcher only calls :meth:`ClientMetrics.observe` (a few additions per finished request), and the
-display tick hands it each :class:`~tokenmill.run.progress.Snapshot` for the event log. Doctor rounds run
+display tick hands it each :class:`~tokenmill.monitor.snapshot.Snapshot` for the event log. Doctor rounds run
 in a worker thread so a planner prediction never holds up the event loop.
 """
 
@@ -20,7 +20,7 @@ from tokenmill.config import JobSpec
 from tokenmill.doctor import ClientObs, ClientSide, DoctorState, Observation, PlannerPredictor, ServerObs, diagnose
 from tokenmill.errors import ConfigError
 from tokenmill.monitor.client import ClientMetrics
-from tokenmill.monitor.events import EventLog, events_file
+from tokenmill.monitor.events import EVENT_FORMAT, EventLog, events_file
 from tokenmill.monitor.fleet import FleetMonitor, ServerView
 from tokenmill.monitor.stats import CpuMeter, GaugeWindow
 from tokenmill.run.exporter import Exporter
@@ -33,64 +33,23 @@ if TYPE_CHECKING:
 log = logging.getLogger("tokenmill.doctor")
 
 
-def _r(x: float | None, nd: int = 3) -> float | None:
-    return None if x is None else round(x, nd)
-
-
 def tick_record(
     snap: Snapshot, client: ClientMetrics, inflight_avg: dict[str, float | None] | None = None
 ) -> dict[str, Any]:
-    """The ``tick`` record of the event log for one snapshot (``inflight_avg``: window means per server)."""
+    """The ``tick`` record of the event log for one snapshot: :meth:`Snapshot.to_event`, plus what the client's
+    metrics add (finish reasons, errors by type, the output-length histogram, and ``inflight_avg``: each server's
+    in-flight window mean)."""
     avg = inflight_avg or {}
-    return {
-        "elapsed": round(snap.elapsed_s, 2),
-        "client": {
-            "done": snap.done,
-            "total": snap.total,
-            "completed": snap.completed,
-            "failed": snap.failed,
-            "skipped": snap.skipped,
-            "retries": snap.retries,
-            "inflight": snap.inflight,
-            "limit": snap.limit,
-            "comp_s": _r(snap.comp_s),
-            "tok_s": _r(snap.tok_s, 1),
-            "server_tok_s": _r(snap.server_tok_s, 1),
-            "eta_s": _r(snap.eta_s, 0),
-            "prompt_tokens": snap.prompt_tokens,
-            "completion_tokens": snap.completion_tokens,
-            "cpu": _r(snap.cpu),
-            "loop_lag_s": _r(snap.loop_lag_s),
-            "finish_reasons": dict(client.finish_reasons),
-            "errors": dict(client.errors),
-            "output_len": client.output_len.as_dict(),
-        },
-        "servers": [
-            {
-                "url": r.url,
-                "usable": r.usable,
-                "healthy": r.healthy,
-                "running": _r(r.running, 1),
-                "max_running": r.max_running,
-                "queued": _r(r.queued, 1),
-                "kv": _r(r.kv_usage),
-                "state": _r(r.state_usage),
-                "tok_s": _r(r.server_tok_s, 1),
-                "client_tok_s": _r(r.tok_s, 1),
-                "prompt_tok_s": _r(r.prompt_tok_s, 1),
-                "inflight": r.inflight,
-                "inflight_avg": _r(avg.get(r.url), 2),
-                "limit": r.limit,
-                "completed": r.completed,
-                "errors": r.errors,
-                "gpus": r.gpus,
-                "output_tokens": round(r.output_tokens),
-            }
-            for r in snap.servers
-        ],
-        "verdicts": [v.rule for v in snap.verdicts],
-        "binding": snap.binding,
-    }
+    record = snap.to_event()
+    record["client"].update(
+        finish_reasons=dict(client.finish_reasons),
+        errors=dict(client.errors),
+        output_len=client.output_len.as_dict(),
+    )
+    for row in record["servers"]:
+        mean = avg.get(row["url"])
+        row["inflight_avg"] = None if mean is None else round(mean, 2)
+    return record
 
 
 class RunMonitor:
@@ -148,6 +107,7 @@ class RunMonitor:
         job = self._job
         self.events.write(
             "start",
+            format=EVENT_FORMAT,
             model=job.model,
             api=job.api,
             servers=[s.url for s in self.dispatcher.servers],
@@ -252,7 +212,7 @@ class RunMonitor:
             self._task = None
         self.last = final
         self.events.write("tick", **tick_record(final, self.client, self._inflight_means()))
-        self.events.write("end", elapsed=round(final.elapsed_s, 2), finished=finished)
+        self.events.write("end", elapsed_s=round(final.elapsed_s, 2), finished=finished)
         self.events.close()
         if self.exporter is not None:
             await self.exporter.stop()
