@@ -30,9 +30,9 @@ from tests.s3server import moto_server
 from tokenmill.config import OutputSpec
 from tokenmill.output import OutputDir, verify
 from tokenmill.records import Completion
-from tokenmill.remote_verify import verify_remote
-from tokenmill.store import Store
-from tokenmill.upload import Uploader
+from tokenmill.storage.store import Store
+from tokenmill.storage.upload import Uploader
+from tokenmill.storage.verify import verify_remote
 
 SHARD = 500
 TEXT = "The quick brown fox jumps over the lazy dog. " * 50  # ~2.3 KB of completion text

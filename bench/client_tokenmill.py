@@ -28,10 +28,10 @@ def main() -> None:
     logging.basicConfig(level=logging.WARNING)
 
     from tokenmill.config import JobSpec
-    from tokenmill.runner import run_job
+    from tokenmill.run.runner import run_job
 
     try:
-        from tokenmill.runner import run_sync
+        from tokenmill.run.runner import run_sync
     except ImportError:  # an older tokenmill (before/after comparisons): asyncio's loop
         run_sync = asyncio.run
 

@@ -3,8 +3,9 @@
 Start-up, in this order; each stage registers its own cleanup on one exit stack as it starts, so an error at any
 point unwinds exactly what was started, newest first:
 
-1. **requests**: the servers, the API key and the request shapes; with ``save_token_ids``, one server is asked
-   for a one-token completion to see that it returns token ids. Nothing has touched the output directory yet.
+1. **requests**: where the prompt ids come from (``input.id_field``; as recorded in ``OUT/job.json`` when the
+   output holds a job), the servers, the API key and the request shapes; with ``save_token_ids``, one server is
+   asked for a one-token completion to see that it returns token ids. Nothing is written before this is done.
 2. **output**: ``OUT`` is opened (the writer lock taken, crash damage repaired, the done set rebuilt from the
    shards) and the job's identity checked against ``job.json``. Cleanup: close it, sealing the open shard
    only when the run finished.
@@ -42,7 +43,7 @@ from tokenmill.config import JobSpec
 from tokenmill.errors import InputError, OutputError
 from tokenmill.monitor.snapshot import Snapshot
 from tokenmill.output import OutputDir, ResumeState
-from tokenmill.output.identity import check_job_identity
+from tokenmill.output.identity import check_job_identity, job_with_ids
 from tokenmill.records import Prompt, Skip
 from tokenmill.run.control import ConcurrencyController
 from tokenmill.run.dispatch import Dispatcher
@@ -115,6 +116,7 @@ async def run_job(
     """Run ``job`` until every prompt is recorded or a stop is requested; safe to rerun after any crash.
 
     ``partition`` = (index, count): this client's share of the input in a split run."""
+    job = job_with_ids(job)
     run = _Run(job, clock, partition)
     backend, servers = await _requests(job)
     async with contextlib.AsyncExitStack() as stack:
