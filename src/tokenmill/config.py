@@ -325,6 +325,18 @@ class SimConfig(_Model):
     output_len_mean: int = Field(default=256, ge=1, description="Mean completion length in tokens (log-normal)")
     output_len_sigma: float = Field(default=0.6, ge=0, description="Log-normal sigma of output length")
     seed: int = Field(default=0, description="Seeds output lengths and text (same seed + prompt: same answer)")
+    loop_rate: float = Field(
+        default=0.0, ge=0, le=1, description="Share of answers that loop (one phrase repeated until max tokens)"
+    )
+    empty_rate: float = Field(default=0.0, ge=0, le=1, description="Share of answers that are empty")
+    unclosed_think_rate: float = Field(
+        default=0.0, ge=0, le=1, description="Share of answers whose thinking block never closes (runs to max tokens)"
+    )
+    penalty_loop_cut: float = Field(
+        default=10.0,
+        ge=1,
+        description="A request with a repetition, frequency or presence penalty loops this many times less often",
+    )
     faults: FaultSpec = Field(default_factory=FaultSpec)
     max_total_tokens: int = Field(
         default=1_048_576, ge=1, description="KV pool size in tokens (token_usage = tokens held / this)"

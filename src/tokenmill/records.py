@@ -58,6 +58,7 @@ class Turn:
     reasoning_content: str | None = None
     prompt_token_ids: list[int] | None = None
     completion_token_ids: list[int] | None = None
+    quality: dict[str, Any] | None = None  # this turn's quality signals (tokenmill.quality.signals)
 
     def as_dict(self) -> dict[str, Any]:
         """The JSON form: reasoning and token ids only when there are any."""
@@ -74,6 +75,8 @@ class Turn:
         if self.completion_token_ids is not None:
             turn["prompt_token_ids"] = self.prompt_token_ids
             turn["completion_token_ids"] = self.completion_token_ids
+        if self.quality is not None:
+            turn["quality"] = self.quality
         return turn
 
 
@@ -98,6 +101,7 @@ class Completion:
     prompt_token_ids: list[int] | None = None
     completion_token_ids: list[int] | None = None
     turns: list[dict[str, Any]] | None = None  # regenerate: all — one entry per user turn, in order
+    quality: dict[str, Any] | None = None  # flags, repetition score, answer hash (tokenmill.quality.signals)
     status: str = "ok"
 
 

@@ -79,3 +79,44 @@ def test_chat_rendering_keeps_roles_and_text_parts() -> None:
     assert "system\nbe brief" in text
     assert "user\nhi" in text
     assert text.endswith("assistant\n")
+
+
+def test_degenerate_answers_come_in_the_configured_shares_and_are_what_they_say() -> None:
+    from tokenmill.config import SimConfig
+    from tokenmill.quality.signals import signals
+    from tokenmill.sim.text import degeneration, degeneration_rates
+
+    cfg = SimConfig(loop_rate=0.05, empty_rate=0.02, unclosed_think_rate=0.03)
+    kinds = [degeneration(content_key(0, f"p{i}"), degeneration_rates(cfg, penalized=False)) for i in range(20000)]
+    for kind, rate in (("loop", 0.05), ("empty", 0.02), ("unclosed_think", 0.03)):
+        assert abs(kinds.count(kind) / len(kinds) - rate) < 0.006
+    penalized = [degeneration(content_key(0, f"p{i}"), degeneration_rates(cfg, penalized=True)) for i in range(20000)]
+    assert abs(penalized.count("loop") / len(penalized) - 0.005) < 0.002  # a penalty makes loops 10x rarer
+    assert degeneration(content_key(0, "p"), degeneration_rates(SimConfig(), penalized=False)) is None
+
+    for kind, flags in (("loop", ["truncated", "repetition"]), ("empty", ["empty"])):
+        d = plan_output(content_key(0, "q"), 600, ignore_eos=False, mean=200, sigma=0.6, degeneration=kind)
+        assert decode(d.token_ids) == d.text
+        assert signals(d.text, d.finish).flags() == flags
+    think = plan_output(content_key(0, "q"), 600, ignore_eos=False, mean=200, sigma=0.6, degeneration="unclosed_think")
+    assert think.text.startswith("<think>") and "</think>" not in think.text
+    assert (len(think.token_ids), think.finish) == (600, "length")
+    assert signals(think.text, think.finish).flags() == ["truncated", "no_answer"]
+
+
+def test_normal_answers_are_not_flagged() -> None:
+    from tokenmill.quality.signals import signals
+
+    for i in range(300):
+        d = plan_output(content_key(3, f"p{i}"), 100_000, ignore_eos=False, mean=300, sigma=0.6)
+        assert signals(d.text, d.finish).flags() == []
+
+
+def test_a_stop_string_cuts_after_the_thinking_tag_at_the_right_token() -> None:
+    d = plan_output(content_key(0, "q"), 50, ignore_eos=False, mean=200, sigma=0.6, degeneration="unclosed_think")
+    words = d.text.split()
+    cut = plan_output(
+        content_key(0, "q"), 50, ignore_eos=False, mean=200, sigma=0.6, degeneration="unclosed_think", stop=[words[2]]
+    )
+    assert cut.text == "<think> " + words[1] + " "
+    assert len(cut.token_ids) == 3

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tokenmill.errors import RequestError
+from tokenmill.quality.signals import Signals, combined, signals
 from tokenmill.records import Completion, Failure, Generation, Prompt, Turn
 
 
@@ -60,7 +61,12 @@ def _turn(gen: Generation, server: str, latency_s: float) -> Turn:
         reasoning_content=gen.reasoning_content,
         prompt_token_ids=gen.prompt_token_ids if gen.completion_token_ids is not None else None,
         completion_token_ids=gen.completion_token_ids,
+        quality=_signals(gen).as_dict(),
     )
+
+
+def _signals(gen: Generation) -> Signals:
+    return signals(gen.text, gen.finish_reason, gen.reasoning_content)
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,8 +82,11 @@ class RecordMaker:
         turns = work.turns
         prompt_tokens, completion_tokens = gen.prompt_tokens, gen.completion_tokens
         if turns:
+            quality = combined([t.quality for t in turns if t.quality is not None])
             prompt_tokens = sum(t.prompt_tokens or 0 for t in turns)
             completion_tokens = sum(t.completion_tokens or 0 for t in turns)
+        else:
+            quality = _signals(gen).as_dict()
         sent: list[dict[str, Any]] | str = (
             [*prompt.messages, *prompt.followups] if prompt.followups and prompt.messages else prompt.payload()
         )
@@ -99,6 +108,7 @@ class RecordMaker:
             prompt_token_ids=gen.prompt_token_ids,
             completion_token_ids=gen.completion_token_ids,
             turns=[t.as_dict() for t in turns] if turns else None,
+            quality=quality,
         )
 
     def failure(self, work: Work, exc: RequestError, server: str) -> Failure:

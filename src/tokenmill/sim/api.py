@@ -46,6 +46,7 @@ class GenSpec:
     return_ids: bool
     rid: str
     stop: tuple[str, ...] = ()
+    penalized: bool = False  # a repetition, frequency or presence penalty was asked for (loops are rarer)
 
     def prompt_ids(self) -> list[int]:
         return list(self.prompt) if isinstance(self.prompt, list) else prompt_token_ids(self.prompt)
@@ -205,6 +206,18 @@ def _spec(
         return_ids=bool(params.get("return_token_ids", False)) if return_ids is None else return_ids,
         rid=rid,
         stop=stops if isinstance(stop, str | list) else (),
+        penalized=_penalized(params),
+    )
+
+
+def _penalized(params: Mapping[str, Any]) -> bool:
+    """Whether the sampling parameters penalize repeats (SGLang's names, OpenAI routes and /generate alike)."""
+    rep, freq, pres = (params.get(k) for k in ("repetition_penalty", "frequency_penalty", "presence_penalty"))
+    number = (int, float)
+    return (
+        (isinstance(rep, number) and rep > 1)
+        or (isinstance(freq, number) and freq > 0)
+        or (isinstance(pres, number) and pres > 0)
     )
 
 

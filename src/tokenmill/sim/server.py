@@ -47,7 +47,7 @@ from tokenmill.sim.engine import EngineClosedError, QueueFullError, SimEngine, T
 from tokenmill.sim.faults import FaultInjector
 from tokenmill.sim.metrics import SimCollector, exposition, make_registry
 from tokenmill.sim.prefix import PrefixCache
-from tokenmill.sim.text import Draft, content_key, plan_output
+from tokenmill.sim.text import Draft, content_key, degeneration, degeneration_rates, plan_output
 from tokenmill.sim.timing import StepModel
 from tokenmill.sim.twin import TwinStepModel
 
@@ -226,13 +226,15 @@ class SimServer:
                     "tokens). Use a shorter input or enable --allow-auto-truncate."
                 )
             max_new = self.twin.max_new_tokens(spec.prompt_tokens, max_new)
+        key = content_key(cfg.seed, spec.prompt, spec.seed)
         draft = plan_output(
-            content_key(cfg.seed, spec.prompt, spec.seed),
+            key,
             max_new,
             ignore_eos=spec.ignore_eos,
             mean=cfg.output_len_mean,
             sigma=cfg.output_len_sigma,
             stop=spec.stop,
+            degeneration=degeneration(key, degeneration_rates(cfg, spec.penalized)),
         )
         cache = self.prefix_cache
         ids = spec.prompt_ids() if cache is not None else []

@@ -17,22 +17,42 @@ import random
 import zlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:
+    from tokenmill.config import SimConfig
 
 CHARS_PER_TOKEN = 4
 EOS_TOKEN_ID = 2
 """Reported as ``matched_stop`` / ``finish_reason.matched`` when a completion ends naturally."""
 
-_CONSONANTS = "bcdfghjklmnprstvwxz"
-_VOWELS = "aeiou"
-WORDS: tuple[str, ...] = tuple(a + v + b for a in _CONSONANTS for v in _VOWELS for b in _CONSONANTS)
+# a neutral vocabulary of common three-letter English words: what a newcomer reads in the demo's output
+_VOCABULARY = """
+    act add age ago aid aim air all and any apt arc are arm art ask bag bay bed bee big bin bit box boy bud bus
+    but buy cab can cap car cat cow cry cub cup cut day den dew did dig dim dip doe dog dot dry due dug dye ear
+    eat egg elk elm end era eve eye fan far fed fee few fig fin fir fit fix fly fog for fox fun fur gap gas gel
+    gem get gum guy gym had has hat hay hen her hid him hip his hit hop hot how hub hue hug hum hut ice icy ink
+    inn ion its ivy jam jar jaw jet job jog joy jug key kid kin kit lab lap law lay led leg let lid lip lit log
+    lot low map mat may mix mop mud mug nap net new nod nor not now oak oar oat odd off oil old one opt orb ore
+    our out owl own pad pal pan paw pay pea peg pen pet pie pig pin pit pod pop pry pun pup put rag ram ran raw
+    ray red rib rim rod row rub rug run rye sap sat saw say sea see set sew she shy sip sit six ski sky sly sod
+    son sow soy spa sum sun tab tag tan tap tar tax tea ten the tie tin tip toe ton too top tow toy try tub tug
+    two urn use van vat vet via vow wag was wax way web wed wet who wig win wit won yak yam yes yet you zip zoo
+"""
+WORDS: tuple[str, ...] = tuple(_VOCABULARY.split())
 WORD_CHARS = 3  # every word; generated text is words joined by single spaces
 OUTPUT_ID_BASE = 1000
-"""Output token id of ``WORDS[0]``; ids below it are reserved (EOS, prompt-only ids never collide)."""
+"""Output token id of ``WORDS[0]``; ids below it are reserved (EOS, the thinking tags, prompt-only ids never
+collide)."""
+THINK_OPEN_ID, THINK_CLOSE_ID = 3, 4
+SPECIAL_TEXT = {THINK_OPEN_ID: "<think>", THINK_CLOSE_ID: "</think>"}
+"""Reserved output ids with their text: an answer that opens a thinking block (and, looping, never closes it)."""
 VOCAB_SIZE = 32000
 _PROMPT_ID_SPAN = VOCAB_SIZE - OUTPUT_ID_BASE
 
 FinishKind = Literal["stop", "length"]
+Degeneration = Literal["loop", "empty", "unclosed_think"]
+LOOP_PHRASE_WORDS = (3, 12)  # a looping answer repeats one phrase of this many words until max_new_tokens
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,9 +81,14 @@ def prompt_token_ids(text: str) -> list[int]:
     ]
 
 
+def _word(token_id: int) -> str:
+    special = SPECIAL_TEXT.get(token_id)
+    return special if special is not None else WORDS[(token_id - OUTPUT_ID_BASE) % len(WORDS)]
+
+
 def decode(token_ids: Iterable[int]) -> str:
     """The text of output token ids made by :func:`plan_output`."""
-    return " ".join(WORDS[(i - OUTPUT_ID_BASE) % len(WORDS)] for i in token_ids)
+    return " ".join(_word(i) for i in token_ids)
 
 
 def content_key(seed: int, prompt: str | Sequence[int], request_seed: int | None = None) -> int:
@@ -86,26 +111,51 @@ def draw_length(rng: random.Random, mean: float, sigma: float) -> int:
 
 
 def plan_output(
-    key: int, max_new_tokens: int, *, ignore_eos: bool, mean: float, sigma: float, stop: Sequence[str] = ()
+    key: int,
+    max_new_tokens: int,
+    *,
+    ignore_eos: bool,
+    mean: float,
+    sigma: float,
+    stop: Sequence[str] = (),
+    degeneration: Degeneration | None = None,
 ) -> Draft:
     """The completion for ``key``: a drawn length capped by ``max_new_tokens`` (then ``finish == "length"``),
     cut at the first stop string as SGLang cuts it (the text ends before the match; the ids keep the token
-    that completed it)."""
+    that completed it).
+
+    A ``degeneration`` makes the answer one a sampling model sometimes gives: ``loop`` (a phrase repeated until
+    ``max_new_tokens``, after a drawn share of normal words), ``empty`` (the end of sequence at once),
+    ``unclosed_think`` (a thinking block that runs to ``max_new_tokens`` without closing)."""
     rng = random.Random(key)
     natural = draw_length(rng, mean, sigma)
-    finish: FinishKind = "length" if ignore_eos or natural >= max_new_tokens else "stop"
+    if degeneration == "empty":
+        return Draft(token_ids=[], text="", finish="stop", matched=EOS_TOKEN_ID)
+    finish: FinishKind = "length" if ignore_eos or natural >= max_new_tokens or degeneration else "stop"
     n = max_new_tokens if finish == "length" else natural
-    picks = rng.choices(range(len(WORDS)), k=n)
-    ids = [OUTPUT_ID_BASE + i for i in picks]
-    text = " ".join(WORDS[i] for i in picks)
+    ids = [OUTPUT_ID_BASE + i for i in rng.choices(range(len(WORDS)), k=n)]
+    if degeneration == "loop" and n:
+        start = rng.randrange(n // 2 + 1)
+        phrase = ids[start : start + rng.randint(*LOOP_PHRASE_WORDS)]
+        ids[start:] = (phrase * (-(-(n - start) // len(phrase))))[: n - start]
+    elif degeneration == "unclosed_think" and n:
+        ids[0] = THINK_OPEN_ID
+    text = decode(ids)
     cut = _first_stop(text, stop)
     if cut is not None:
         start, end, matched = cut
-        # token i is word i with the space before it ([4i-1, 4i+3)): the token that completes the match
-        # is the one whose text reaches the match's end
-        last = end // (WORD_CHARS + 1)
-        return Draft(token_ids=ids[: last + 1], text=text[:start], finish="stop", matched=matched)
+        return Draft(token_ids=ids[: _token_at(ids, end) + 1], text=text[:start], finish="stop", matched=matched)
     return Draft(token_ids=ids, text=text, finish=finish, matched=None if finish == "length" else EOS_TOKEN_ID)
+
+
+def _token_at(ids: Sequence[int], offset: int) -> int:
+    """The index of the token whose text (with the space before it) reaches character ``offset`` of the text."""
+    end = -1
+    for i, token_id in enumerate(ids):
+        end += len(_word(token_id)) + 1
+        if end >= offset:
+            return i
+    return len(ids) - 1
 
 
 def _first_stop(text: str, stop: Sequence[str]) -> tuple[int, int, str] | None:
@@ -118,6 +168,23 @@ def _first_stop(text: str, stop: Sequence[str]) -> tuple[int, int, str] | None:
         if at >= 0 and (best is None or at + len(s) < best[1]):
             best = (at, at + len(s), s)
     return best
+
+
+def degeneration_rates(cfg: SimConfig, penalized: bool) -> list[tuple[Degeneration, float]]:
+    """The simulator's share of each degenerate answer for one request (a penalty makes loops rarer)."""
+    loop = cfg.loop_rate / cfg.penalty_loop_cut if penalized else cfg.loop_rate
+    return [("loop", loop), ("empty", cfg.empty_rate), ("unclosed_think", cfg.unclosed_think_rate)]
+
+
+def degeneration(key: int, rates: Sequence[tuple[Degeneration, float]]) -> Degeneration | None:
+    """Which degenerate answer (if any) the request keyed ``key`` gets, for each kind's share of answers: a draw
+    of its own, independent of the answer's length and words."""
+    u = random.Random(key ^ 0x5EED_DE6E).random()
+    for kind, rate in rates:
+        if u < rate:
+            return kind
+        u -= rate
+    return None
 
 
 def render_chat(messages: Sequence[dict[str, object]]) -> str:
