@@ -24,8 +24,15 @@ def main() -> None:
     ap.add_argument("--max-tokens", type=int, default=4096)
     ap.add_argument("--work", type=Path, required=True)
     ap.add_argument("--profile", type=Path, help="write a cProfile of the run here")
+    ap.add_argument("--no-quality", action="store_true", help="replace the quality signals by a constant (A/B)")
     args = ap.parse_args()
     logging.basicConfig(level=logging.WARNING)
+    if args.no_quality:
+        from tokenmill.quality import signals as quality
+        from tokenmill.run import work
+
+        constant = quality.signals("", "stop")
+        work.signals = lambda *_a, **_k: constant  # type: ignore[assignment]
 
     from tokenmill.config import JobSpec
     from tokenmill.run.runner import run_job

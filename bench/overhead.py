@@ -23,9 +23,9 @@ TOKENS = 2000
 INFLIGHT = (256, 1024)
 
 
-def _client(kind: str, urls: list[str], n: int, inflight: int) -> dict[str, Any]:
+def _client(kind: str, urls: list[str], n: int, inflight: int, extra: list[str] | None = None) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="tokenmill-bench-") as work:
-        args = ["--servers", *urls, "--n", str(n), "--inflight", str(inflight), "--work", work]
+        args = ["--servers", *urls, "--n", str(n), "--inflight", str(inflight), "--work", work, *(extra or [])]
         result = run_child(f"bench.client_{kind}", args)
     result["cpu_per_1000"] = 1000 * result["cpu_s"] / result["completions"]
     result["completions_per_s"] = result["completions"] / result["wall_s"]

@@ -11,9 +11,10 @@ Formats (one record per completed prompt; failed prompts are never exported):
 
 ``reasoning_content`` is kept on assistant turns (``reasoning="keep"``) or dropped. Token ids are written
 when the run captured them (``save_token_ids``): ``prompt_token_ids``/``completion_token_ids`` for one turn,
-``turn_token_ids`` (a list per turn) for multi-turn regeneration. Filters drop truncated (``length``) rows,
-empty completions, or rows outside a completion-token range; the counts say what was kept and why the rest
-was dropped.
+``turn_token_ids`` (a list per turn) for multi-turn regeneration. Filters drop rows by quality signal
+(``drop``: truncated, empty, no_answer, repetition, degenerate, duplicate — the later copies of an answer
+given to several prompts) or outside a completion-token range; empty completions are never exported. The
+counts say what was kept and why the rest was dropped.
 """
 
 from __future__ import annotations
@@ -30,12 +31,21 @@ import orjson
 
 from tokenmill.errors import ConfigError, OutputError
 from tokenmill.output.records_reader import iter_records
+from tokenmill.quality.corpus import DuplicateFinder, answer_chars, record_quality, selected
 from tokenmill.records import Message
 
 Format = Literal["sharegpt", "openai-messages", "specforge", "parquet", "hf"]
 FORMATS: tuple[Format, ...] = ("sharegpt", "openai-messages", "specforge", "parquet", "hf")
 _SHAREGPT_FROM = {"system": "system", "user": "human", "assistant": "gpt"}
 PARQUET_BATCH = 1000
+DROP_REASONS = {
+    "truncated": "truncated (finish_reason length)",
+    "empty": "empty completion",
+    "no_answer": "reasoning without a final answer",
+    "repetition": "repetition (a loop at the answer's end)",
+    "degenerate": "degenerate (loop, empty or no final answer)",
+    "duplicate": "duplicate (an answer an earlier record already gave)",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,7 +54,7 @@ class ExportOptions:
 
     format: Format
     reasoning: Literal["keep", "drop"] = "keep"
-    drop_truncated: bool = False
+    drop: tuple[str, ...] = ()  # quality selectors (tokenmill.quality.corpus.SELECTORS)
     min_tokens: int | None = None
     max_tokens: int | None = None
     token_ids: bool = True
@@ -88,19 +98,27 @@ def _assistant(answer: dict[str, Any], reasoning: bool) -> Message:
     return msg
 
 
-def drop_reason(rec: dict[str, Any], opts: ExportOptions) -> str | None:
-    """Why a record is left out under ``opts``, or None to keep it."""
+def drop_reason(rec: dict[str, Any], opts: ExportOptions, duplicates: DuplicateFinder | None = None) -> str | None:
+    """Why a record is left out under ``opts``, or None to keep it (``duplicates`` remembers the answers kept)."""
     answers = rec.get("turns") or [rec]
     if any(not (a.get("completion") or "").strip() for a in answers):
         return "empty completion"
-    if opts.drop_truncated and any(a.get("finish_reason") == "length" for a in answers):
-        return "truncated (finish_reason length)"
+    if opts.drop:
+        quality = record_quality(rec)
+        repeat = duplicates is not None and "duplicate" in opts.drop and _repeats(rec, quality, duplicates)
+        chosen = selected(quality["flags"], repeat, opts.drop)
+        if chosen is not None:
+            return DROP_REASONS.get(chosen, chosen)
     tokens = rec.get("completion_tokens")
     if opts.min_tokens is not None and (tokens is None or tokens < opts.min_tokens):
         return f"fewer than {opts.min_tokens} completion tokens"
     if opts.max_tokens is not None and (tokens is None or tokens > opts.max_tokens):
         return f"more than {opts.max_tokens} completion tokens"
     return None
+
+
+def _repeats(rec: dict[str, Any], quality: dict[str, Any], duplicates: DuplicateFinder) -> bool:
+    return duplicates.seen(str(rec.get("id")), quality["answer_hash"], answer_chars(rec)) is not None
 
 
 def _token_ids(rec: dict[str, Any]) -> dict[str, Any]:
@@ -137,8 +155,9 @@ def to_row(rec: dict[str, Any], opts: ExportOptions) -> dict[str, Any]:
 
 
 def _kept(out: Path, opts: ExportOptions, counts: ExportCounts) -> Iterator[dict[str, Any]]:
+    duplicates = DuplicateFinder()
     for rec in iter_records(out):
-        reason = drop_reason(rec, opts)
+        reason = drop_reason(rec, opts, duplicates)
         if reason is not None:
             counts.dropped[reason] += 1
             continue

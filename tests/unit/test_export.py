@@ -9,6 +9,7 @@ import orjson
 import pyarrow.parquet as pq
 import pytest
 
+from tokenmill.errors import ConfigError
 from tokenmill.export import ExportOptions, conversation, export
 from tokenmill.output import OutputDir
 from tokenmill.records import Completion, Failure
@@ -114,7 +115,7 @@ def test_specforge_rows_pass_its_loader_rules(out: Path, tmp_path: Path) -> None
 def test_filters_and_reasoning_drop(out: Path, tmp_path: Path) -> None:
     dest = tmp_path / "msgs.jsonl"
     counts = export(
-        out, dest, ExportOptions(format="openai-messages", reasoning="drop", drop_truncated=True, min_tokens=6)
+        out, dest, ExportOptions(format="openai-messages", reasoning="drop", drop=("truncated",), min_tokens=6)
     )
     got = rows(dest)
     assert set(got) == {"a", "multi"}
@@ -145,3 +146,42 @@ def test_parquet_and_hf(out: Path, tmp_path: Path) -> None:
     export(out, hf, ExportOptions(format="hf"))
     ds = datasets.load_from_disk(str(hf))
     assert sorted(ds["id"]) == ["a", "b", "multi", "t"]
+
+
+def test_drop_by_quality_signal_with_counts(tmp_path: Path) -> None:
+    """Records written without signals get them computed; a duplicate keeps its first copy."""
+    from tokenmill.quality.signals import signals
+
+    root = tmp_path / "q"
+    od = OutputDir(root, shard_size=3)
+    od.open()
+    loop = "Let me start. " + "I need to check this again. " * 120
+    same = "The capital of France is Paris, a city on the Seine with about two million people."
+    od.write(completion("loop", completion=loop, finish_reason="length"))
+    od.write(completion("think", completion="<think>still thinking", finish_reason="length"))
+    od.write(completion("dup1", completion=same))
+    od.write(completion("dup2", completion=same + "\n"))  # the same answer, other whitespace
+    od.write(completion("short1", completion="Yes."))
+    od.write(completion("short2", completion="Yes."))  # too short to call a duplicate
+    signed = completion("signed", completion="fine answer")
+    signed.quality = {**signals("fine answer", "stop").as_dict(), "flags": ["repetition"]}  # as written: trusted
+    od.write(signed)
+    od.close(seal=True)
+    dest = tmp_path / "x.jsonl"
+    counts = export(root, dest, ExportOptions(format="sharegpt", drop=("degenerate", "duplicate")))
+    assert set(rows(dest)) == {"dup1", "short1", "short2"}
+    assert counts.kept == 3
+    assert counts.dropped == {
+        "degenerate (loop, empty or no final answer)": 3,
+        "duplicate (an answer an earlier record already gave)": 1,
+    }
+    counts = export(root, dest, ExportOptions(format="sharegpt", drop=("repetition", "truncated")))
+    assert counts.dropped == {"repetition (a loop at the answer's end)": 2, "truncated (finish_reason length)": 1}
+
+
+def test_an_unknown_drop_signal_names_the_choices() -> None:
+    from tokenmill.quality.corpus import parse_selectors
+
+    assert parse_selectors("degenerate, duplicate", "--drop") == ("degenerate", "duplicate")
+    with pytest.raises(ConfigError, match="truncated, empty, no_answer, repetition, degenerate, duplicate"):
+        parse_selectors("loops", "--drop")

@@ -120,9 +120,10 @@ def test_a_thinking_block_that_loops_without_closing_is_both_no_answer_and_repet
     assert s.flags() == ["truncated", "no_answer", "repetition"]
 
 
-def test_equal_answers_hash_alike_whatever_their_whitespace() -> None:
-    assert answer_hash("a  b\nc ") == answer_hash(" a b c")
+def test_equal_answers_hash_alike_whatever_whitespace_surrounds_them() -> None:
+    assert answer_hash("a b\nc \n") == answer_hash(" a b\nc")
     assert answer_hash("a b c") != answer_hash("a b d")
+    assert len(answer_hash("x")) == 16
 
 
 def test_a_multi_turn_record_has_any_turn_flag_and_the_last_answer_hash() -> None:

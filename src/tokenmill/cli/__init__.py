@@ -24,6 +24,7 @@ _COMMANDS = {
     "status": "status",
     "fleet": "fleet",
     "export": "export:export_cmd",
+    "inspect": "inspect:inspect_cmd",
 }
 
 

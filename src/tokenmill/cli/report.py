@@ -13,12 +13,15 @@ import click
     "--output", "-o", "dest", type=click.Path(dir_okay=False), help="HTML file to write (default: OUT/report.html)."
 )
 @click.option("--max-points", default=2000, show_default=True, help="Most snapshots plotted (long runs are thinned).")
-def report(out: str, dest: str | None, max_points: int) -> None:
+@click.option("--no-quality", is_flag=True, help="Leave out the corpus quality section (it reads every shard once).")
+def report(out: str, dest: str | None, max_points: int, no_quality: bool) -> None:
     """Build a self-contained HTML report of the run(s) in OUT from its event log.
 
     Plots throughput (aggregate and per server), running vs max running, KV vs state pool usage, queues,
     completions/s, output lengths, finish reasons and failures over time, with the summary table and the
-    doctor's verdicts. The figures are also written as PNG files next to the page.
+    doctor's verdicts; then the corpus quality (what `tokenmill inspect` shows: signal rates, output lengths
+    per finish reason, the worst examples, duplicates). The figures are also written as PNG files next to
+    the page.
 
     \b
     Example:
@@ -26,5 +29,5 @@ def report(out: str, dest: str | None, max_points: int) -> None:
     """
     from tokenmill.report import build_report
 
-    path = build_report(Path(out), Path(dest) if dest else None, max_points=max_points)
+    path = build_report(Path(out), Path(dest) if dest else None, max_points=max_points, quality=not no_quality)
     click.echo(f"report written to {path} (figures as PNG in {path.parent / (path.stem if dest else 'report')})")

@@ -8,8 +8,8 @@
   is blind: the share of word 4-grams that repeat an earlier one (a loop of sentences repeats nearly all of
   them; prose and code stay well below), and how well the tail compresses (a loop of characters without spaces
   compresses to almost nothing). Calibrated on prose and code that must not trip it (tests/unit/test_quality_*).
-- ``answer_hash``: a hash of the answer with whitespace collapsed, to find the same answer given to different
-  prompts across the corpus.
+- ``answer_hash``: a hash of the answer (leading and trailing whitespace aside), to find the same answer given
+  to different prompts across the corpus.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import zlib
 from dataclasses import dataclass
 from typing import Any
 
+PROBE = 32  # characters at the answer's end that a loop repeats a period earlier
 TAILS = (600, 3000)  # characters of the answer's end looked at; a loop that fills either window is found
 NGRAM = 4
 MIN_NGRAMS = 40  # fewer words than this: too short to call a loop by repeated n-grams
@@ -85,26 +86,33 @@ def compress_ratio(tail: str) -> float | None:
 def loop_score(answer: str) -> tuple[bool, float]:
     """Whether the answer ends in a loop, and the score (see the module docstring): the share of repeated
     4-grams, or for text not spelled in words (few spaces: a run of symbols, a script written without spaces)
-    the compression ratio mapped onto the same scale (``LOOP_COMPRESS_RATIO`` scores ``LOOP_SCORE``). On
-    worded text the n-gram view decides alone and costs a third as much."""
+    the compression ratio mapped onto the same scale (``LOOP_COMPRESS_RATIO`` scores ``LOOP_SCORE``).
+
+    First a probe that costs a microsecond: a loop's last characters occur once more a period earlier, so an
+    answer whose last :data:`PROBE` characters appear nowhere else in the window does not end in a loop (score
+    0), and most answers stop there."""
+    end = answer.rstrip()
+    window = end[-TAILS[-1] :]
+    probe = window[-PROBE:]
+    if len(window) < 2 * PROBE or window.find(probe) >= len(window) - PROBE:
+        return False, 0.0
     score = 0.0
     for size in TAILS:
-        tail = answer[-size:]
+        tail = end[-size:]
         words = tail.split()
         score = max(score, ngram_share(words))
         if len(words) * WORDED_CHARS < len(tail):
             ratio = compress_ratio(tail)
             if ratio is not None:
                 score = max(score, 1.0 - (1.0 - LOOP_SCORE) * ratio / LOOP_COMPRESS_RATIO)
-        if score >= LOOP_SCORE or len(answer) <= size:
+        if score >= LOOP_SCORE or len(end) <= size:
             break
     return score >= LOOP_SCORE, round(score, 3)
 
 
 def answer_hash(answer: str) -> str:
-    """A short hash of the answer with whitespace collapsed (equal answers, equal hashes)."""
-    normal = " ".join(answer.split())
-    return hashlib.blake2b(normal.encode("utf-8", "replace"), digest_size=8).hexdigest()
+    """A 64-bit hash of the answer without leading and trailing whitespace (equal answers, equal hashes)."""
+    return hashlib.sha256(answer.strip().encode("utf-8", "replace")).hexdigest()[:16]
 
 
 def signals(text: str, finish_reason: str | None, reasoning: str | None = None) -> Signals:

@@ -1,7 +1,8 @@
 """``tokenmill report``: the event log of an output directory as one self-contained HTML page with plots.
 
 ``build_report(out)`` writes ``OUT/report.html`` (figures embedded) and the same figures as PNG files in
-``OUT/report/``; it reads only ``events.jsonl`` and ``summary.json``, never the shards.
+``OUT/report/``. The run's story comes from ``events.jsonl`` and ``summary.json``; the corpus quality section
+reads the shards once (``quality=False`` leaves it out).
 """
 
 from __future__ import annotations
@@ -9,16 +10,24 @@ from __future__ import annotations
 from pathlib import Path
 
 from tokenmill.errors import OutputError
+from tokenmill.quality.corpus import inspect_output
 from tokenmill.report.data import RunData, load
 from tokenmill.report.html import render
 from tokenmill.report.plots import FIGURES
+from tokenmill.report.quality import figures as corpus_figures
+from tokenmill.report.quality import section
 
 __all__ = ["RunData", "build_report", "load"]
 
 
-def build_report(out: Path, dest: Path | None = None, max_points: int = 2000) -> Path:
+def build_report(out: Path, dest: Path | None = None, max_points: int = 2000, quality: bool = True) -> Path:
     """Write the report of ``out`` to ``dest`` (default ``OUT/report.html``); returns its path."""
     data = load(out, max_points=max_points)
+    quality_html, quality_pngs = "", []
+    if quality:
+        corpus = inspect_output(out)
+        quality_pngs = corpus_figures(corpus)
+        quality_html = section(corpus, quality_pngs)
     html_path = dest or out / "report.html"
     png_dir = html_path.parent / (html_path.stem if dest else "report")
     figures: list[tuple[str, str, bytes]] = []
@@ -28,10 +37,10 @@ def build_report(out: Path, dest: Path | None = None, max_points: int = 2000) ->
             figures.append((name, title, png))
     try:
         png_dir.mkdir(parents=True, exist_ok=True)
-        for name, _, png in figures:
+        for name, _, png in [*figures, *quality_pngs]:
             (png_dir / f"{name}.png").write_bytes(png)
         tmp = html_path.with_suffix(".html.tmp")
-        tmp.write_text(render(data, figures), encoding="utf-8")
+        tmp.write_text(render(data, figures, quality_html), encoding="utf-8")
         tmp.replace(html_path)
     except OSError as exc:
         raise OutputError(f"cannot write the report to {html_path}: {exc.strerror or exc}") from exc

@@ -159,8 +159,8 @@ def _servers(data: RunData) -> str:
     )
 
 
-def render(data: RunData, figures: Sequence[tuple[str, str, bytes]]) -> str:
-    """The page; ``figures`` are (name, title, png bytes)."""
+def render(data: RunData, figures: Sequence[tuple[str, str, bytes]], quality: str = "") -> str:
+    """The page; ``figures`` are (name, title, png bytes); ``quality`` the corpus quality section's HTML."""
     parts = [
         "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>",
         f"<title>tokenmill report: {escape(str(data.out))}</title><style>{CSS}</style></head><body>",
@@ -188,5 +188,7 @@ def render(data: RunData, figures: Sequence[tuple[str, str, bytes]]) -> str:
         )
     if not figures:
         parts.append("<p>No snapshots to plot yet.</p>")
+    if quality:
+        parts.append(quality)
     parts.append("</body></html>")
     return "\n".join(parts)

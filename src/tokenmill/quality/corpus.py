@@ -1,0 +1,342 @@
+"""The quality of a whole corpus: its records' signals summed up (``tokenmill inspect``, the report's section,
+``export --drop``).
+
+One pass over the records, memory bounded by the corpus's size in small numbers (a length and an 8-byte hash
+per record, a few examples): counts per signal, output lengths per finish reason, the worst loops with an
+excerpt of where each starts, and answers given to more than one prompt. Records written before the signals
+existed get them computed on the way.
+"""
+
+from __future__ import annotations
+
+import heapq
+import statistics
+from array import array
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tokenmill.errors import ConfigError
+from tokenmill.fmt import UNKNOWN, num
+from tokenmill.output.records_reader import iter_records
+from tokenmill.quality.signals import FLAGS, combined, final_answer, signals
+
+DEGENERATE = ("repetition", "empty", "no_answer")
+"""Signals that make an answer waste to train on (``truncated`` alone may be a long, good answer)."""
+SELECTORS = (*FLAGS, "degenerate", "duplicate")
+"""What ``export --drop`` and ``regenerate --where`` accept."""
+DUPLICATE_MIN_CHARS = 64  # shorter answers ("Yes.", "4") are legitimately the same for different prompts
+EXAMPLES = 5  # worst examples kept per signal
+EXCERPT_CHARS = 240
+DUPLICATE_IDS_SHOWN = 5
+
+
+def record_quality(rec: dict[str, Any]) -> dict[str, Any]:
+    """The record's signals as written, or computed now for a record written without them."""
+    quality = rec.get("quality")
+    if isinstance(quality, dict) and "flags" in quality:
+        return quality
+    turns = rec.get("turns")
+    if turns:
+        return combined([_answer_signals(t) for t in turns])
+    return _answer_signals(rec)
+
+
+def _answer_signals(answer: dict[str, Any]) -> dict[str, Any]:
+    quality = answer.get("quality")
+    if isinstance(quality, dict) and "flags" in quality:
+        return quality
+    text = answer.get("completion") or ""
+    return signals(text, answer.get("finish_reason"), answer.get("reasoning_content")).as_dict()
+
+
+def selected(flags: Iterable[str], duplicate: bool, selectors: Iterable[str]) -> str | None:
+    """The first selector (``export --drop``, ``regenerate --where``) a record with ``flags`` matches."""
+    fired = set(flags)
+    for sel in selectors:
+        if sel == "degenerate" and fired.intersection(DEGENERATE):
+            return sel
+        if sel == "duplicate" and duplicate:
+            return sel
+        if sel in fired:
+            return sel
+    return None
+
+
+def parse_selectors(text: str, option: str) -> tuple[str, ...]:
+    """``"degenerate,truncated"`` -> the selectors; an unknown one is a ConfigError naming the choices."""
+    chosen = tuple(s.strip() for s in text.split(",") if s.strip())
+    unknown = [s for s in chosen if s not in SELECTORS]
+    if unknown or not chosen:
+        raise ConfigError(f"{option} takes a comma-separated list of {', '.join(SELECTORS)}; got {text!r}")
+    return chosen
+
+
+class DuplicateFinder:
+    """Which records repeat an answer an earlier record (in reading order) already gave."""
+
+    def __init__(self) -> None:
+        self._first: dict[int, str] = {}
+
+    def seen(self, rec_id: str, answer_hash: str, answer_chars: int) -> str | None:
+        """The id of the earlier record with the same answer, or None (the first of its kind, or too short)."""
+        if answer_chars < DUPLICATE_MIN_CHARS:
+            return None
+        key = int(answer_hash, 16)
+        first = self._first.setdefault(key, rec_id)
+        return None if first == rec_id else first
+
+
+def answer_chars(rec: dict[str, Any]) -> int:
+    """Characters in the record's final answer (after any thinking block)."""
+    return len(final_answer(rec.get("completion") or "")[0].strip())
+
+
+@dataclass(slots=True)
+class Example:
+    """One record shown as an example: why, how bad, and the part of the answer that shows it."""
+
+    id: str
+    flags: list[str]
+    repetition_score: float
+    finish_reason: str | None
+    completion_tokens: int | None
+    excerpt: str
+    where: str  # "loop from character 1,204 of 2,400", "empty", ...
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "flags": self.flags,
+            "repetition_score": self.repetition_score,
+            "finish_reason": self.finish_reason,
+            "completion_tokens": self.completion_tokens,
+            "where": self.where,
+            "excerpt": self.excerpt,
+        }
+
+
+def loop_start(answer: str) -> int:
+    """Where the loop at the end of ``answer`` begins (roughly): the first place its last words occur."""
+    tail = answer.rstrip()[-48:]
+    if len(tail) < 8:
+        return max(0, len(answer) - EXCERPT_CHARS)
+    return answer.find(tail)
+
+
+def excerpt(rec: dict[str, Any], flags: list[str]) -> tuple[str, str]:
+    """The part of the record's answer that shows its worst signal, and where that is."""
+    text = rec.get("completion") or ""
+    reasoning = rec.get("reasoning_content") or ""
+    if "repetition" in flags:
+        body = text if text.strip() else reasoning or text
+        at = loop_start(body)
+        start = max(0, at - EXCERPT_CHARS // 3)
+        cut = body[start : start + EXCERPT_CHARS]
+        return ("…" if start else "") + cut + ("…" if start + EXCERPT_CHARS < len(body) else ""), (
+            f"loop from character {at:,} of {len(body):,}"
+        )
+    if "no_answer" in flags:
+        body = reasoning or text
+        return "…" + body[-EXCERPT_CHARS:], f"reasoning of {len(body):,} characters, no final answer"
+    if "empty" in flags:
+        return "", "empty answer"
+    return "…" + text[-EXCERPT_CHARS:], f"the end of {len(text):,} characters"
+
+
+@dataclass(slots=True)
+class Lengths:
+    """Output lengths (completion tokens) of the records with one finish reason."""
+
+    tokens: array[int] = field(default_factory=lambda: array("q"))
+
+    def summary(self) -> dict[str, Any]:
+        values = sorted(self.tokens)
+        n = len(values)
+        if not n:
+            return {"count": 0}
+
+        def at(q: float) -> int:
+            return values[min(n - 1, int(q * n))]
+
+        return {
+            "count": n,
+            "mean": round(statistics.fmean(values), 1),
+            "p10": at(0.10),
+            "p50": at(0.50),
+            "p90": at(0.90),
+            "p99": at(0.99),
+            "max": values[-1],
+        }
+
+
+@dataclass(slots=True)
+class CorpusQuality:
+    """Everything ``inspect`` shows about a corpus."""
+
+    records: int = 0
+    failed: int = 0
+    flagged: Counter[str] = field(default_factory=Counter)
+    degenerate: int = 0
+    duplicates: int = 0  # records whose answer an earlier record already gave
+    lengths: dict[str, Lengths] = field(default_factory=dict)
+    worst: dict[str, list[Example]] = field(default_factory=dict)
+    duplicate_groups: dict[str, list[str]] = field(default_factory=dict)  # answer hash -> ids (first few)
+    duplicate_sizes: Counter[str] = field(default_factory=Counter)
+    source: str = ""
+
+    def rate(self, count: int) -> float | None:
+        return count / self.records if self.records else None
+
+    def counts(self) -> list[tuple[str, int]]:
+        """Records per signal, then duplicates and degenerate records."""
+        rows = [(name, self.flagged[name]) for name in FLAGS]
+        return [*rows, ("duplicate", self.duplicates), ("degenerate", self.degenerate)]
+
+    def as_dict(self) -> dict[str, Any]:
+        biggest = self.duplicate_sizes.most_common(EXAMPLES)
+        return {
+            "source": self.source,
+            "records": self.records,
+            "failed": self.failed,
+            "signals": {name: {"count": n, "rate": self.rate(n)} for name, n in self.counts()},
+            "lengths": {reason: ls.summary() for reason, ls in sorted(self.lengths.items())},
+            "worst": {name: [e.as_dict() for e in ex] for name, ex in self.worst.items()},
+            "duplicates": [
+                {"answer_hash": h, "records": n, "ids": self.duplicate_groups[h]} for h, n in biggest if n > 1
+            ],
+        }
+
+    def render(self) -> str:
+        """The terminal table."""
+        lines = [f"{self.source}: {self.records:,} completions, {self.failed:,} failed", ""]
+        lines.append(f"{'signal':<12} {'records':>10} {'rate':>8}")
+        for name, count in self.counts():
+            rate = self.rate(count)
+            lines.append(f"{name:<12} {count:>10,} {UNKNOWN if rate is None else f'{rate * 100:.2f}%':>8}")
+        lines.append("  (degenerate: repetition, empty or no_answer)")
+        lines += ["", f"{'finish':<12} {'count':>9} {'mean':>8} {'p50':>7} {'p90':>7} {'p99':>7} {'max':>7}"]
+        for reason, ls in sorted(self.lengths.items()):
+            s = ls.summary()
+            cells = [num(s.get(k)) for k in ("mean", "p50", "p90", "p99", "max")]
+            lines.append(f"{reason:<12} {s['count']:>9,} " + " ".join(f"{c:>7}" for c in cells))
+        for name, examples in self.worst.items():
+            if not examples:
+                continue
+            lines += ["", f"worst {name}:"]
+            for e in examples:
+                score = f"  score {e.repetition_score:.2f}" if name == "repetition" else ""
+                lines.append(f"  {e.id}{score}  {e.where}")
+                if e.excerpt:
+                    lines.append("    " + " ".join(e.excerpt.split())[:160])
+        groups = [(h, n) for h, n in self.duplicate_sizes.most_common(EXAMPLES) if n > 1]
+        if groups:
+            lines += ["", "answers given to more than one prompt:"]
+            for h, n in groups:
+                ids = ", ".join(self.duplicate_groups[h])
+                lines.append(f"  {n:,} records ({ids}{', …' if n > len(self.duplicate_groups[h]) else ''})")
+        return "\n".join(lines)
+
+
+class Tally:
+    """Adds records up into a :class:`CorpusQuality` (one pass, in reading order)."""
+
+    def __init__(self, source: str = "", examples: int = EXAMPLES) -> None:
+        self.result = CorpusQuality(source=source)
+        self._dups = DuplicateFinder()
+        self._examples = examples
+        self._heaps: dict[str, list[tuple[float, int, Example]]] = {}
+        self._n = 0
+
+    def add(self, rec: dict[str, Any]) -> dict[str, Any]:
+        """Count one completion record; returns its signals."""
+        q = record_quality(rec)
+        r = self.result
+        r.records += 1
+        flags = list(q["flags"])
+        for name in flags:
+            r.flagged[name] += 1
+        if any(name in DEGENERATE for name in flags):
+            r.degenerate += 1
+        tokens = rec.get("completion_tokens")
+        reason = str(rec.get("finish_reason") or "none")
+        if isinstance(tokens, int):
+            r.lengths.setdefault(reason, Lengths()).tokens.append(tokens)
+        self._duplicate(rec, q)
+        for name in flags:
+            if name != "truncated":
+                self._keep(name, float(q.get("repetition_score") or 0.0), rec, flags)
+        return q
+
+    def failure(self) -> None:
+        self.result.failed += 1
+
+    def _duplicate(self, rec: dict[str, Any], q: dict[str, Any]) -> None:
+        h = q.get("answer_hash")
+        if not isinstance(h, str) or "empty" in q["flags"] or "no_answer" in q["flags"]:
+            return
+        first = self._dups.seen(str(rec.get("id")), h, answer_chars(rec))
+        if first is None:
+            return
+        r = self.result
+        r.duplicates += 1
+        if h not in r.duplicate_groups:
+            r.duplicate_groups[h] = [first]
+            r.duplicate_sizes[h] = 1
+        r.duplicate_sizes[h] += 1
+        if len(r.duplicate_groups[h]) < DUPLICATE_IDS_SHOWN:
+            r.duplicate_groups[h].append(str(rec.get("id")))
+
+    def _keep(self, name: str, score: float, rec: dict[str, Any], flags: list[str]) -> None:
+        heap = self._heaps.setdefault(name, [])
+        self._n += 1
+        key = (score, -self._n)  # ties: the earliest record first
+        if len(heap) >= self._examples and key <= heap[0][:2]:
+            return
+        text, where = excerpt(rec, flags)
+        tokens = rec.get("completion_tokens")
+        example = Example(
+            id=str(rec.get("id")),
+            flags=flags,
+            repetition_score=score,
+            finish_reason=rec.get("finish_reason"),
+            completion_tokens=tokens if isinstance(tokens, int) else None,
+            excerpt=text,
+            where=where,
+        )
+        item = (score, -self._n, example)
+        if len(heap) < self._examples:
+            heapq.heappush(heap, item)
+        else:
+            heapq.heapreplace(heap, item)
+
+    def finish(self) -> CorpusQuality:
+        r = self.result
+        r.worst = {
+            name: [e for _, _, e in sorted(self._heaps.get(name, []), key=lambda x: (-x[0], -x[1]))]
+            for name in FLAGS
+            if name != "truncated" and self._heaps.get(name)
+        }
+        return r
+
+
+def inspect_records(
+    records: Iterable[dict[str, Any]], source: str, failed: int = 0, examples: int = EXAMPLES
+) -> CorpusQuality:
+    """The quality of the completion records read from ``source``."""
+    tally = Tally(source, examples)
+    for rec in records:
+        if rec.get("status", "ok") == "ok":
+            tally.add(rec)
+    tally.result.failed = failed
+    return tally.finish()
+
+
+def inspect_output(out: Path, examples: int = EXAMPLES) -> CorpusQuality:
+    """The quality of an output directory's completions (a run in progress too: whole lines only)."""
+    if not out.is_dir():
+        raise ConfigError(f"{out} is not an output directory")
+    failed = sum(1 for _ in iter_records(out, failed=True))
+    return inspect_records(iter_records(out), str(out), failed, examples)
