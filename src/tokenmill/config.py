@@ -473,8 +473,35 @@ class DoctorSpec(_Model):
     confirm_rounds: int = Field(
         default=2, ge=1, description="Scrape rounds a verdict must hold before it is shown or cleared"
     )
-    oneshot_samples: int = Field(default=4, ge=2, description="Scrapes per server in `tokenmill doctor`")
+    min_gain: float = Field(
+        default=0.01,
+        ge=0,
+        description="A change the planner predicts to gain less than this share of a server's throughput is not "
+        "shown (it cannot help); verdicts are ranked by their best change's predicted gain",
+    )
+    prefill_dominates: float = Field(
+        default=0.5,
+        gt=0,
+        le=1,
+        description="Share of a server's GPU time spent prefilling (the planner's picture of it) from which prefill "
+        "is what binds, whatever the prompt/output token ratio",
+    )
+    oneshot_samples: int = Field(
+        default=4, ge=2, description="Least scrapes per server in `tokenmill doctor` (it goes on until rates settle)"
+    )
     oneshot_interval_s: float = Field(default=2.0, gt=0, description="Seconds between those scrapes")
+    oneshot_max_s: float = Field(
+        default=60.0,
+        gt=0,
+        description="`tokenmill doctor` samples until the rates settle, at most this long (then says how noisy "
+        "they are)",
+    )
+    oneshot_settle: float = Field(
+        default=0.10,
+        gt=0,
+        description="Rates have settled when the fleet's decode and prompt rates over the whole sampling differ "
+        "by less than this share from the estimate a third of the time earlier",
+    )
 
 
 class MonitorSpec(_Model):

@@ -87,7 +87,9 @@ def test_a_watched_run_from_start_to_report(fleet: list[SimProcess], tmp_path: P
         assert status.returncode == 0, status.stderr
         assert status.stdout.startswith("running (last update"), status.stdout
         servers = [a for s in fleet for a in ("--servers", s.url)]
-        doctor = run_cli("doctor", *servers, "--output", str(out), "--samples", "3", "--interval", "0.5")
+        doctor = run_cli(
+            "doctor", *servers, "--output", str(out), "--samples", "3", "--interval", "0.5", "--max-seconds", "8"
+        )
         assert doctor.returncode == 0, doctor.stderr
         assert "binding resource: client concurrency (client under-feeding)" in doctor.stdout, doctor.stdout
         assert "--concurrency 80" in doctor.stdout
@@ -143,7 +145,9 @@ def test_doctor_names_the_state_pool_of_a_state_bound_twin(twin: SimProcess, tmp
     proc = start_run(job)
     try:
         wait_for("a queue at the twin", lambda: (out / EVENTS_FILE).exists() and _queued(out) > 50)
-        res = run_cli("doctor", "--servers", twin.url, "--samples", "3", "--interval", "1", "--json")
+        res = run_cli(
+            "doctor", "--servers", twin.url, "--samples", "3", "--interval", "1", "--max-seconds", "8", "--json"
+        )
     finally:
         stop_run(proc)
     assert res.returncode == 0, res.stderr
@@ -177,7 +181,19 @@ def test_doctor_says_the_client_under_feeds_a_twin(twin: SimProcess, tmp_path: P
     proc = start_run(job)
     try:
         wait_for("the run's doctor verdict", lambda: any("client-underfeeding" in v for v in verdict_rules(out)))
-        res = run_cli("doctor", "--servers", twin.url, "--output", str(out), "--samples", "3", "--interval", "0.5")
+        res = run_cli(
+            "doctor",
+            "--servers",
+            twin.url,
+            "--output",
+            str(out),
+            "--samples",
+            "3",
+            "--interval",
+            "0.5",
+            "--max-seconds",
+            "8",
+        )
     finally:
         stop_run(proc)
     assert res.returncode == 0, res.stderr

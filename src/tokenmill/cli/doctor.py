@@ -49,8 +49,15 @@ def _rules_text() -> str:
     type=click.Path(exists=True, file_okay=False),
     help="Output directory of a run in progress: read the client's side (in flight, limits, CPU) from it.",
 )
-@click.option("--samples", type=click.IntRange(min=2), help="Scrapes per server (default 4).")
+@click.option(
+    "--samples", type=click.IntRange(min=2), help="Least scrapes per server (default 4; more until the rates settle)."
+)
 @click.option("--interval", type=click.FloatRange(min=0.1), help="Seconds between scrapes (default 2).")
+@click.option(
+    "--max-seconds",
+    type=click.FloatRange(min=0.1),
+    help="Sample until the rates settle, at most this long (default 60).",
+)
 @click.option("--api-key-env", help="Env var holding the servers' API key (for /server_info).")
 @click.option("--json", "as_json", is_flag=True, help="Print the verdicts as JSON.")
 @click.option("--rules", "list_rules", is_flag=True, help="List the rules and exit.")
@@ -63,15 +70,18 @@ def doctor(
     out: str | None,
     samples: int | None,
     interval: float | None,
+    max_seconds: float | None,
     api_key_env: str | None,
     as_json: bool,
     list_rules: bool,
 ) -> None:
-    """Scrape the servers a few times and say what binds their throughput: the state pool, the KV cache,
-    the client's concurrency, compute, prefill, retractions, a down or flapping server, or the client CPU.
+    """Scrape the servers until their rates settle and say what binds their throughput: the state pool, the KV
+    cache, the running cap, the client's concurrency, compute, prefill, retractions, a down or flapping server,
+    or the client CPU.
 
     Each verdict shows its numbers and the exact flags to change; with the model and GPU known (--model,
-    --gpu, or a twin that says), the planner predicts max running and tok/s before and after.
+    --gpu, or a twin that says), the planner predicts max running and tok/s before and after, and the
+    verdicts are ranked by the predicted gain of their best change (the headline is the highest).
 
     \b
     Examples:
@@ -102,6 +112,7 @@ def doctor(
             "down_after_s": 0.0,  # one look: a server that never answered is down
             "oneshot_samples": samples or spec.oneshot_samples,
             "oneshot_interval_s": interval or spec.oneshot_interval_s,
+            "oneshot_max_s": max_seconds or spec.oneshot_max_s,
         }
     )
     from tokenmill.doctor import PlannerPredictor, diagnose, format_verdicts
@@ -116,11 +127,15 @@ def doctor(
 
         load_model(model)
 
-    obs = asyncio.run(observe(urls, spec, headers=headers, concurrency=concurrency, out=Path(out) if out else None))
+    obs, settling = asyncio.run(
+        observe(urls, spec, headers=headers, concurrency=concurrency, out=Path(out) if out else None)
+    )
     verdicts = diagnose(obs, spec, PlannerPredictor(model, gpu))
     if as_json:
-        click.echo(json.dumps({"verdicts": [v.as_dict() for v in verdicts]}, indent=2))
+        sampling = {"text": settling.text(), "settled": settling.settled(), "spread": settling.spread()}
+        click.echo(json.dumps({"sampling": sampling, "verdicts": [v.as_dict() for v in verdicts]}, indent=2))
         return
     click.echo(_table(list(obs.servers)))
+    click.echo(settling.text())
     click.echo("")
     click.echo(format_verdicts(verdicts, len(urls)))

@@ -130,7 +130,58 @@ def radix_off(obs: ServerObs, client: ClientObs, fill: float) -> Candidate:
         flags_after=tuple(flags),
         est_max_running=n,
         note="for prompts that share no prefixes (single-turn data); keeps the overlap scheduler",
+        fill_memory=True,
     )
+
+
+def fill_cap(obs: ServerObs, client: ClientObs, fill: float) -> Candidate | None:
+    """Radix cache already off: ``--max-running-requests N``, more requests while the KV pool has room for them.
+    The state pool is sized to the cap, so a larger cap takes memory from the KV pool: the planner picks the N
+    where both run out together (and drops the change when today's cap is it). None when the KV pool has no
+    room for more requests of the mean context."""
+    kv, ctx, cap = kv_tokens(obs), avg_context(obs, client), obs.view.max_running
+    if not kv or not ctx or not cap:
+        return None
+    n = min(2 * cap, math.floor(fill * kv / ctx))
+    if n <= cap:
+        return None
+    return Candidate(
+        change=f"--max-running-requests {n}",
+        flags_after=tuple(set_flag(current_flags(obs), "--max-running-requests", str(n))),
+        est_max_running=n,
+        note="with the radix cache off the state pool is sized to the cap: a larger cap takes memory from the KV pool",
+        fill_memory=True,
+    )
+
+
+def fp8_weights(obs: ServerObs) -> Candidate | None:
+    """``--quantization fp8``: online FP8 quantization of a 16-bit checkpoint (half the weight bytes, the FP8
+    tensor peak for prefill and compute-bound steps, more memory for the pools). None when already quantized."""
+    info = obs.view.info
+    if info is not None and info.quantization:
+        return None
+    return Candidate(
+        change="--quantization fp8",
+        flags_after=tuple(set_flag(current_flags(obs), "--quantization", "fp8")),
+        note="online FP8 quantization of the checkpoint's weights: check output quality before a long run",
+    )
+
+
+def pool_hold(obs: ServerObs, client: ClientObs, fill: float) -> tuple[int, str] | None:
+    """How many requests of the mean context the server's pools hold at once (KV at ``fill``, the state slots),
+    within its cap, and what holds them to that; None when the cap is unknown."""
+    cap = obs.view.max_running
+    if not cap:
+        return None
+    limits: list[tuple[int, str]] = [(cap, f"the running cap ({cap})")]
+    kv, ctx = kv_tokens(obs), avg_context(obs, client)
+    if kv and ctx:
+        n = max(1, math.floor(fill * kv / ctx))
+        limits.append((n, f"the KV pool ({n} requests of {ctx:,.0f} tokens in {kv:,})"))
+    scap = state_cap(obs)
+    if scap:
+        limits.append((scap, f"the state pool ({state_slots(obs)} slots // {slots_per_request(obs.view.info)})"))
+    return min(limits, key=lambda x: x[0])
 
 
 def lazy_buffer(obs: ServerObs) -> Candidate:

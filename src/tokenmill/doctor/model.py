@@ -8,6 +8,9 @@ from typing import Any, Literal
 from tokenmill.monitor.fleet import ServerView
 
 Severity = Literal["critical", "warning", "info"]
+# what a change touches: the server's launch flags (what a fleet re-flag applies), the client's settings, or an
+# operator's action (bring a server back)
+ChangeKind = Literal["server", "client", "action"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -21,11 +24,24 @@ class ClientSide:
 
 
 @dataclass(frozen=True, slots=True)
+class PlanPoint:
+    """A predicted operating point of one server."""
+
+    max_running: int
+    tok_s_per_gpu: float | None = None
+    binding: str | None = None
+    bound: str | None = None  # the decode step's roofline side: "memory" or "compute"
+    prefill_share: float | None = None  # share of the GPU's time spent prefilling (planner's dilution)
+
+
+@dataclass(frozen=True, slots=True)
 class ServerObs:
-    """One server: the monitor's view plus the client's side of it."""
+    """One server: the monitor's view, the client's side of it, and the planner's picture of it today (when the
+    model and GPU are known: its flags and the observed workload planned)."""
 
     view: ServerView
     client: ClientSide = field(default_factory=ClientSide)
+    plan: PlanPoint | None = None
 
     @property
     def url(self) -> str:
@@ -53,17 +69,11 @@ class Observation:
 
 
 @dataclass(frozen=True, slots=True)
-class PlanPoint:
-    """A predicted operating point of one server."""
-
-    max_running: int
-    tok_s_per_gpu: float | None = None
-    binding: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
 class Prediction:
-    """What one recommended change is predicted to do, and where the numbers come from."""
+    """What one recommended change is predicted to do, and where the numbers come from.
+
+    ``scope`` says whose throughput the numbers are: one server's (``server``: the change applies to each server
+    the verdict names) or the whole fleet's (``fleet``: bringing a dead server back)."""
 
     change: str  # the flags, as typed
     before: PlanPoint
@@ -71,13 +81,23 @@ class Prediction:
     source: Literal["planner", "observed"]
     what: str = "max running"  # what before/after.max_running counts ("running" for a client-side limit)
     note: str | None = None
+    scope: Literal["server", "fleet"] = "server"
+
+    @property
+    def gain(self) -> float | None:
+        """The predicted throughput gain (0.25 = +25 %); None without throughput on both sides."""
+        b, a = self.before.tok_s_per_gpu, self.after.tok_s_per_gpu
+        if b is None or a is None or b <= 0:
+            return None
+        return a / b - 1
 
     def text(self) -> str:
         b, a = self.before, self.after
         parts = [f"{self.what} {b.max_running} -> {a.max_running}"]
-        if b.tok_s_per_gpu is not None and a.tok_s_per_gpu is not None:
-            gain = (a.tok_s_per_gpu / b.tok_s_per_gpu - 1) * 100 if b.tok_s_per_gpu > 0 else 0.0
-            parts.append(f"{b.tok_s_per_gpu:,.0f} -> {a.tok_s_per_gpu:,.0f} tok/s per GPU ({gain:+.0f}%)")
+        gain = self.gain
+        if gain is not None and b.tok_s_per_gpu is not None and a.tok_s_per_gpu is not None:
+            per = "per GPU" if self.scope == "server" else "per GPU of the fleet"
+            parts.append(f"{b.tok_s_per_gpu:,.0f} -> {a.tok_s_per_gpu:,.0f} tok/s {per} ({gain * 100:+.0f}%)")
         return ", ".join(parts) + f" [{self.source}]" + (f" ({self.note})" if self.note else "")
 
 
@@ -90,6 +110,8 @@ class Candidate:
     est_max_running: int | None = None  # an estimate from the observed numbers alone
     note: str | None = None
     running_before: int | None = None  # the server runs only this many today (a client-side limit)
+    kind: ChangeKind = "server"
+    fill_memory: bool = False  # radix cache off: the planner picks the cap where state and KV run out together
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,7 +127,11 @@ class Finding:
 
 @dataclass(frozen=True, slots=True)
 class Verdict:
-    """A rule's conclusion over the fleet: which servers, the evidence, what to do and what it should give."""
+    """A rule's conclusion over the fleet: which servers, the evidence, what to do and what it should give.
+
+    ``changes`` are best predicted gain first; ``impact`` is the best change's predicted gain of the whole fleet's
+    throughput (a server's gain times the share of the fleet the verdict names), the number verdicts are ranked
+    by. A verdict without an impact (no change predicted to help, or no prediction) is never the headline."""
 
     rule: str
     binds: str  # the resource that limits throughput
@@ -119,6 +145,8 @@ class Verdict:
     changes: tuple[str, ...] = ()
     predictions: tuple[Prediction, ...] = ()
     caveats: tuple[str, ...] = ()  # one per change ("" when none): what to know before applying it
+    kinds: tuple[ChangeKind, ...] = ()  # one per change: server flags, a client setting, or an action
+    impact: float | None = None  # predicted fleet throughput gain of the best change (0.3 = +30 %)
 
     @property
     def key(self) -> tuple[str, tuple[str, ...]]:
@@ -131,13 +159,25 @@ class Verdict:
             return self.servers[0]
         return f"{len(self.servers)}/{self.of_servers} servers"
 
+    def prediction(self, change: str) -> Prediction | None:
+        return next((p for p in self.predictions if p.change == change), None)
+
+    def kind(self, change: str) -> ChangeKind:
+        """What ``change`` touches (server flags unless the rule said otherwise)."""
+        if change in self.changes and len(self.kinds) == len(self.changes):
+            return self.kinds[self.changes.index(change)]
+        return "server"
+
     def line(self) -> str:
         """One line for the dashboard and the log."""
         text = f"{self.title} ({self.where()}): {self.summary}"
         if self.changes:
             text += f" -> {self.changes[0]}"
-            if self.predictions:
-                text += f" ({self.predictions[0].text()})"
+            pred = self.prediction(self.changes[0])
+            if pred is not None:
+                text += f" ({pred.text()})"
+        if self.impact is None:
+            text += " [no change predicted to help]" if self.changes else ""
         return text
 
     def as_dict(self) -> dict[str, Any]:
@@ -153,10 +193,14 @@ class Verdict:
             "advice": self.advice,
             "changes": list(self.changes),
             "caveats": list(self.caveats),
+            "kinds": list(self.kinds),
+            "impact": None if self.impact is None else round(self.impact, 4),
             "predictions": [
                 {
                     "change": p.change,
                     "source": p.source,
+                    "scope": p.scope,
+                    "gain": None if p.gain is None else round(p.gain, 4),
                     "before": {"max_running": p.before.max_running, "tok_s_per_gpu": p.before.tok_s_per_gpu},
                     "after": {"max_running": p.after.max_running, "tok_s_per_gpu": p.after.tok_s_per_gpu},
                     "text": p.text(),

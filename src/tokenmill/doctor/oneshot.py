@@ -1,4 +1,9 @@
-"""One look at a fleet for ``tokenmill doctor``: a few scrapes, plus the client's side when it is known.
+"""One look at a fleet for ``tokenmill doctor``: scrapes until the rates settle, plus the client's side when known.
+
+Counters move in bursts (SGLang counts a prefill batch at once, its decode every 40 steps), so a rate over a few
+seconds can be off by an order of magnitude. The one-shot doctor scrapes at least ``oneshot_samples`` times and
+then until the fleet's decode and prompt rates over the whole sampling settle (:class:`Settling`), at most
+``oneshot_max_s``; the result says how long it sampled and, when the rates had not settled, how far they moved.
 
 The client's side comes from a run in progress (the last snapshot of its event log: in-flight requests and
 limits per server, CPU, mean prompt and output lengths), or from ``--concurrency``; without either, rules
@@ -7,7 +12,9 @@ that need it say the client's limit is unknown.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +22,7 @@ from tokenmill.config import DoctorSpec, MonitorSpec
 from tokenmill.doctor.model import ClientObs, ClientSide, Observation, ServerObs
 from tokenmill.monitor.client import Histogram
 from tokenmill.monitor.events import EVENTS_FILE, last_events
-from tokenmill.monitor.fleet import FleetMonitor
+from tokenmill.monitor.fleet import FleetMonitor, ServerView
 
 
 def client_from_tick(tick: Mapping[str, Any]) -> tuple[dict[str, ClientSide], ClientObs]:
@@ -49,6 +56,71 @@ def client_from_tick(tick: Mapping[str, Any]) -> tuple[dict[str, ClientSide], Cl
     return sides, client
 
 
+@dataclass(slots=True)
+class Settling:
+    """The fleet's decode and prompt rates over the whole sampling, round by round: settled once each differs by
+    less than ``tolerance`` (a share) from its value a third of the sampling time earlier."""
+
+    tolerance: float
+    history: list[tuple[float, float, float]] = field(default_factory=list)  # (elapsed s, decode, prompt tok/s)
+
+    def add(self, elapsed_s: float, views: Sequence[ServerView]) -> None:
+        up = [v for v in views if v.healthy]
+        decode = sum(v.decode_tok_s or 0.0 for v in up)
+        prompt = sum(v.prompt_tok_s or 0.0 for v in up)
+        self.history.append((elapsed_s, decode, prompt))
+
+    def spread(self) -> dict[str, float] | None:
+        """How far each rate moved over the last third of the sampling (a share of its latest value)."""
+        if len(self.history) < 3:
+            return None
+        t, decode, prompt = self.history[-1]
+        earlier = next((h for h in reversed(self.history[:-1]) if h[0] <= t * 2 / 3), self.history[0])
+        return {"decode tok/s": _moved(earlier[1], decode), "prompt tok/s": _moved(earlier[2], prompt)}
+
+    def settled(self) -> bool:
+        spread = self.spread()
+        return spread is not None and max(spread.values()) < self.tolerance
+
+    def text(self) -> str:
+        """One line for the report: how long it sampled, and how steady the rates were."""
+        if not self.history:
+            return "no scrapes"
+        t = self.history[-1][0]
+        head = f"rates over {t:.0f} s ({len(self.history)} scrapes per server)"
+        spread = self.spread()
+        if spread is None:
+            return head
+        if max(spread.values()) < self.tolerance:
+            return f"{head}, settled within {self.tolerance:.0%}"
+        moved = ", ".join(f"{k} by {v:.0%}" for k, v in spread.items() if v >= self.tolerance)
+        return f"{head} had not settled: over the last third {moved}; read them as that uncertain"
+
+
+def _moved(before: float, now: float) -> float:
+    if now <= 0 and before <= 0:
+        return 0.0
+    return abs(now - before) / max(now, before)
+
+
+async def sample_until_settled(fleet: FleetMonitor, spec: DoctorSpec) -> Settling:
+    """Scrape ``fleet`` at least ``oneshot_samples`` times, then until its rates settle or ``oneshot_max_s``."""
+    settling = Settling(spec.oneshot_settle)
+    loop = asyncio.get_running_loop()
+    async with fleet.session() as session:
+        start = loop.time()
+        rounds = 0
+        while True:
+            views = await fleet.poll_once(session)
+            rounds += 1
+            elapsed = loop.time() - start
+            settling.add(elapsed, views)
+            done = rounds >= spec.oneshot_samples and settling.settled()
+            if done or elapsed + spec.oneshot_interval_s > spec.oneshot_max_s:
+                return settling
+            await asyncio.sleep(spec.oneshot_interval_s)
+
+
 async def observe(
     urls: Sequence[str],
     spec: DoctorSpec,
@@ -56,18 +128,19 @@ async def observe(
     headers: Mapping[str, str] | None = None,
     concurrency: int | None = None,
     out: Path | None = None,
-) -> Observation:
-    """Scrape every server ``spec.oneshot_samples`` times and pair the views with the client's side."""
-    span = spec.oneshot_samples * spec.oneshot_interval_s + 1.0
+) -> tuple[Observation, Settling]:
+    """Scrape every server until the rates settle (see :class:`Settling`) and pair the views with the client's
+    side; the rates are over the whole sampling."""
     fleet = FleetMonitor(
         urls,
         interval_s=spec.oneshot_interval_s,
         timeout_s=MonitorSpec().scrape_timeout_s,
-        window_s=span,
+        window_s=spec.oneshot_max_s + 2 * spec.oneshot_interval_s,
         flap_window_s=spec.flap_window_s,
         headers=headers,
     )
-    views = await fleet.sample(spec.oneshot_samples, spec.oneshot_interval_s)
+    settling = await sample_until_settled(fleet, spec)
+    views = fleet.views
     sides: dict[str, ClientSide] = {}
     client = ClientObs()
     if out is not None:
@@ -75,4 +148,4 @@ async def observe(
         if tick is not None:
             sides, client = client_from_tick(tick)
     default = ClientSide(limit=concurrency) if concurrency is not None else ClientSide()
-    return Observation(tuple(ServerObs(v, sides.get(v.url, default)) for v in views), client)
+    return Observation(tuple(ServerObs(v, sides.get(v.url, default)) for v in views), client), settling

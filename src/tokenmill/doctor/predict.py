@@ -3,19 +3,24 @@
 This is the doctor's one seam to the planner. :class:`PlannerPredictor` needs the model (a bundled name
 or a config.json; by default the server's ``model_path``) and the GPU (given, or told by the simulated
 twin). Anything it cannot resolve gives no prediction rather than an error: the verdict still stands on
-the observed numbers.
+the observed numbers. :meth:`PlannerPredictor.today` is the planner's picture of a server as it runs now
+(its cap, rate, the side of the roofline its decode step is on, the share of its time spent prefilling),
+which the rules read to name what binds. :func:`restore_prediction` is the fleet's gain from bringing a dead
+server back, from the live servers' own rates.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Protocol
+from collections.abc import MutableMapping, Sequence
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, Protocol
 
+from tokenmill.config import PlannerConfig
 from tokenmill.doctor import advice
-from tokenmill.doctor.model import Candidate, ClientObs, PlanPoint, Prediction, ServerObs
+from tokenmill.doctor.model import Candidate, ClientObs, Observation, PlanPoint, Prediction, ServerObs
 
 if TYPE_CHECKING:
-    from tokenmill.config import PlannerConfig
     from tokenmill.planner.hardware import GpuSpec
     from tokenmill.planner.models import ModelSpec
     from tokenmill.planner.plan import PlanResult
@@ -30,14 +35,42 @@ DEFAULT_OUTPUT_LEN = 1024.0
 class Predictor(Protocol):
     def __call__(self, obs: ServerObs, client: ClientObs, candidate: Candidate) -> Prediction | None: ...
 
+    def today(self, obs: ServerObs, client: ClientObs) -> PlanPoint | None: ...
+
 
 def _per_request(tokens_s: float | None, requests_s: float | None) -> float | None:
     """Mean tokens per finished request from the server's own counters."""
     return tokens_s / requests_s if tokens_s and requests_s else None
 
 
+CACHE_ENTRIES = 1024  # a long run's workload drifts: the caches start afresh rather than grow
+
+
+def _bound(cache: MutableMapping[tuple[object, ...], Any]) -> None:
+    if len(cache) >= CACHE_ENTRIES:
+        cache.clear()
+
+
 def _two_digits(x: float) -> float:
     return float(f"{x:.2g}")
+
+
+@dataclass(frozen=True, slots=True)
+class _Setting:
+    """What one server is planned with: model, GPU, the observed workload and the SGLang release."""
+
+    model_name: str
+    gpu_name: str
+    model: ModelSpec
+    gpu: GpuSpec
+    inp: float
+    out: float
+    version: str | None
+    config: PlannerConfig
+
+    @property
+    def key(self) -> tuple[object, ...]:
+        return (self.model_name, self.gpu_name, self.inp, self.out, self.version)
 
 
 class PlannerPredictor:
@@ -50,6 +83,7 @@ class PlannerPredictor:
         self._specs: dict[str, ModelSpec | None] = {}
         self._gpus: dict[str, GpuSpec | None] = {}
         self._cache: dict[tuple[object, ...], Prediction | None] = {}
+        self._today: dict[tuple[object, ...], PlanPoint | None] = {}
 
     def _model(self, name: str) -> ModelSpec | None:
         if name not in self._specs:
@@ -73,11 +107,12 @@ class PlannerPredictor:
                 self._gpus[name] = None
         return self._gpus[name]
 
-    def __call__(self, obs: ServerObs, client: ClientObs, candidate: Candidate) -> Prediction | None:
+    def _setting(self, obs: ServerObs, client: ClientObs) -> _Setting | None:
+        """The model, GPU, workload and release to plan ``obs`` with; None when the planner cannot."""
         info = obs.view.info
         model_name = self.model or (info.model_path if info else None)
         gpu_name = self.gpu or (info.gpu if info else None)
-        if not candidate.flags_after or not model_name or not gpu_name:
+        if not model_name or not gpu_name:
             return None
         model, gpu = self._model(model_name), self._gpu(gpu_name)
         if model is None or gpu is None:
@@ -85,17 +120,56 @@ class PlannerPredictor:
         v = obs.view
         inp = _two_digits(client.avg_prompt_tokens or _per_request(v.prompt_tok_s, v.requests_s) or DEFAULT_INPUT_LEN)
         out = _two_digits(client.avg_output_tokens or _per_request(v.decode_tok_s, v.requests_s) or DEFAULT_OUTPUT_LEN)
-        before = advice.current_flags(obs)
         version = info.version if info else None
-        key = (model_name, gpu_name, tuple(before), candidate.flags_after, candidate.running_before, inp, out, version)
+        return _Setting(model_name, gpu_name, model, gpu, inp, out, version, self._config(version))
+
+    def __call__(self, obs: ServerObs, client: ClientObs, candidate: Candidate) -> Prediction | None:
+        setting = self._setting(obs, client)
+        if setting is None or not candidate.flags_after:
+            return None
+        before = advice.current_flags(obs)
+        key = (setting.key, tuple(before), candidate.flags_after, candidate.running_before)
         if key not in self._cache:
-            config = self._config(version)
-            self._cache[key] = self._predict(model, gpu, before, candidate, inp, out, obs.view.max_running, config)
+            _bound(self._cache)
+            self._cache[key] = self._predict(setting, before, candidate, obs.view.max_running)
         return self._cache[key]
+
+    def today(self, obs: ServerObs, client: ClientObs) -> PlanPoint | None:
+        """Today's server as the planner sees it, at the running count observed (when it runs any)."""
+        setting = self._setting(obs, client)
+        if setting is None:
+            return None
+        v = obs.view
+        running = v.running_peak if v.running_peak is not None else v.running
+        observed = max(0, round(running or 0))
+        ctx = v.avg_context or setting.inp + setting.out / 2
+        key = (setting.key, tuple(advice.current_flags(obs)), observed, round(ctx, -1))
+        if key not in self._today:
+            _bound(self._today)
+            self._today[key] = self._picture(setting, advice.current_flags(obs), observed, ctx)
+        return self._today[key]
+
+    def _picture(self, s: _Setting, flags: list[str], running: int, ctx: float) -> PlanPoint | None:
+        try:
+            result = self._plan(s.model, s.gpu, flags, s.inp, s.out, s.config)
+        except Exception as exc:
+            log.info("no plan of today's server: %s", exc)
+            return None
+        cap = result.capacity
+        n = min(running, cap.max_running) if running else result.running
+        st = cap.step(n, round(n * ctx))
+        # the share of the GPU's time prefilling: SGLang prefills each request once, then decodes it in batch
+        prefill = result.prefill_s_per_request * st.tokens_per_s / s.out
+        return PlanPoint(
+            cap.max_running,
+            result.tok_s_per_gpu,
+            result.binding,
+            bound=st.bound,
+            prefill_share=prefill / (1 + prefill),
+        )
 
     def _config(self, version: str | None) -> PlannerConfig:
         """The planner's assumptions for a server of ``version`` (what ``auto`` resolves to, which spellings)."""
-        from tokenmill.config import PlannerConfig
         from tokenmill.planner.flags import sglang_release
 
         config = self.config or PlannerConfig()
@@ -108,8 +182,8 @@ class PlannerPredictor:
     ) -> Candidate:
         """With the radix cache off, the planner's cap that fills memory exactly replaces the observed guess."""
         flags = list(cand.flags_after)
-        if "--disable-radix-cache" not in cand.change or "--max-running-requests" not in flags:
-            return cand  # only the radix-off recommendation sizes its cap; other changes keep today's flags
+        if not cand.fill_memory or "--disable-radix-cache" not in flags or "--max-running-requests" not in flags:
+            return cand  # only a radix-off cap is sized to memory; other changes keep today's flags
         from tokenmill.planner.flags import parse_flags
         from tokenmill.planner.plan import Workload, best_radix_off_running
 
@@ -119,19 +193,12 @@ class PlannerPredictor:
         old = flags[flags.index("--max-running-requests") + 1]
         change = cand.change.replace(f"--max-running-requests {old}", f"--max-running-requests {n}")
         after = advice.set_flag(flags, "--max-running-requests", str(n))
-        return Candidate(change, tuple(after), n, cand.note, cand.running_before)
+        return replace(cand, change=change, flags_after=tuple(after), est_max_running=n)
 
     def _predict(
-        self,
-        model: ModelSpec,
-        gpu: GpuSpec,
-        before: list[str],
-        cand: Candidate,
-        inp: float,
-        out: float,
-        observed_cap: int | None,
-        config: PlannerConfig,
+        self, setting: _Setting, before: list[str], cand: Candidate, observed_cap: int | None
     ) -> Prediction | None:
+        model, gpu, inp, out, config = setting.model, setting.gpu, setting.inp, setting.out, setting.config
         try:
             cand = self._radix_off_cap(model, gpu, cand, inp, out, config)
             if cand.running_before is not None:
@@ -189,3 +256,22 @@ def observed_prediction(obs: ServerObs, candidate: Candidate) -> Prediction | No
     if not v.max_running:
         return None
     return Prediction(candidate.change, PlanPoint(v.max_running), PlanPoint(candidate.est_max_running), "observed")
+
+
+def restore_prediction(obs: Observation, down: Sequence[str]) -> Prediction | None:
+    """The fleet's throughput with the ``down`` servers back, each at the live servers' mean decode rate."""
+    live = [s.view for s in obs.servers if s.url not in down and s.view.healthy and s.view.decode_tok_s]
+    if not live or not down:
+        return None
+    now = sum(v.decode_tok_s or 0.0 for v in live)
+    gpus = sum(s.view.gpus for s in obs.servers)
+    back = now + now / len(live) * len(down)
+    n = len(obs.servers)
+    return Prediction(
+        "bring the server back" if len(down) == 1 else f"bring the {len(down)} servers back",
+        PlanPoint(n - len(down), now / gpus),
+        PlanPoint(n, back / gpus),
+        "observed",
+        what="servers up",
+        scope="fleet",
+    )

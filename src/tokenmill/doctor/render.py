@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from tokenmill.doctor.engine import headline
 from tokenmill.doctor.model import Verdict
 
 _MARK = {"critical": "!!", "warning": "! ", "info": "i "}
@@ -11,25 +12,40 @@ _MARK = {"critical": "!!", "warning": "! ", "info": "i "}
 
 def format_verdict(v: Verdict) -> str:
     """A verdict with its evidence, advice, exact flags and predictions."""
-    lines = [f"{_MARK[v.severity]} {v.title} on {v.where()} (binds: {v.binds})", f"   {v.summary}", "   evidence:"]
+    impact = "" if v.impact is None else f"; best change: {v.impact * 100:+.0f}% fleet throughput (predicted)"
+    lines = [
+        f"{_MARK[v.severity]} {v.title} on {v.where()} (binds: {v.binds}{impact})",
+        f"   {v.summary}",
+        "   evidence:",
+    ]
     width = max((len(k) for k, _ in v.evidence), default=0)
     lines += [f"     {k.ljust(width)}  {val}" for k, val in v.evidence]
     lines.append(f"   what to do: {v.advice}")
     if v.changes:
-        by_change = {p.change: p for p in v.predictions}
         lines.append("   try:")
         cw = max(len(c) for c in v.changes)
         caveats = v.caveats or ("",) * len(v.changes)
         for change, caveat in zip(v.changes, caveats, strict=False):
-            pred = by_change.get(change)
-            lines.append(f"     {change.ljust(cw)}  {pred.text() if pred else ''}".rstrip())
+            pred = v.prediction(change)
+            lines.append(f"     {change.ljust(cw)}  {pred.text() if pred else '(no prediction)'}".rstrip())
             if caveat:
                 lines.append(f"     {' ' * cw}  note: {caveat}")
     return "\n".join(lines)
 
 
 def format_verdicts(verdicts: Sequence[Verdict], servers: int) -> str:
+    """The headline (the verdict of highest predicted impact), then every verdict, ranked."""
     if not verdicts:
         return f"no problem found on {servers} server(s): nothing binds harder than the GPUs themselves"
-    head = f"binding resource: {verdicts[0].binds} ({verdicts[0].title})"
+    top = headline(verdicts)
+    if top is not None:
+        head = f"binding resource: {top.binds} ({top.title})"
+        if top.changes:
+            head += f"; best change: {top.changes[0]}, {(top.impact or 0) * 100:+.0f}% fleet throughput predicted"
+    else:
+        first = verdicts[0]
+        head = (
+            f"binding resource: {first.binds} ({first.title}); no change has a predicted gain "
+            "(the planner's predictions need the model and GPU: --model / --gpu, or a twin that says)"
+        )
     return "\n\n".join([head, *(format_verdict(v) for v in verdicts)])

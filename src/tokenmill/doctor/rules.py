@@ -1,10 +1,11 @@
 """The doctor's rules, one row each: what binds, when it fires, the evidence it shows and what to change.
 
 Read the table at the bottom first (:data:`RULES`); each check above it is a few lines over the observed
-numbers. Server checks see one server (its window means and rates, its ``/server_info`` and the client's
-side of it); client checks see the whole observation. Thresholds come from
-:class:`~tokenmill.config.DoctorSpec`. The table's order is the priority: the first verdict names the
-run's binding resource.
+numbers. Server checks see one server (its window means and rates, its ``/server_info``, the client's
+side of it and, when the planner knows the model and GPU, the planner's picture of it today: which side of
+the roofline its decode step is on, how much of its time goes to prefill); client checks see the whole
+observation. Thresholds come from :class:`~tokenmill.config.DoctorSpec`. Verdicts are ranked by their
+predicted impact (:mod:`tokenmill.doctor.engine`); the table's order only breaks ties.
 """
 
 from __future__ import annotations
@@ -59,7 +60,7 @@ def _state_full(v: ServerView, t: DoctorSpec) -> bool:
     return v.state_usage is not None and v.state_usage >= t.pool_full and not _state_sized_to_cap(v)
 
 
-def _hybrid(v: ServerView) -> bool:
+def hybrid(v: ServerView) -> bool:
     """A recurrent-state pool exists: /server_info says so, else the slot gauges (SGLang exports the state
     gauges at 0 for a pure transformer, so their presence proves nothing)."""
     if v.info is not None and v.info.hybrid is not None:
@@ -172,25 +173,30 @@ def client_underfeeding(o: ServerObs, c: ClientObs, t: DoctorSpec) -> Finding | 
     sent = cl.inflight if cl.inflight is not None else v.running + v.queued
     if cl.limit is not None and sent < min(t.client_at_limit * cl.limit, cl.limit - 1):
         return None  # the client is not holding back (the input may be running out)
-    want = max(cap + 1, math.ceil(cap * t.feed_headroom))
+    hold, held_by = advice.pool_hold(o, c, t.pool_full) or (cap, f"the running cap ({cap})")
+    if v.running >= t.at_cap * hold:
+        return None  # the pools are as full as they get: more in flight would only wait in the queue
+    want = max(math.ceil(v.running) + 1, math.ceil(hold * t.feed_headroom))
     limit = "unknown" if cl.limit is None else f"{num(sent)}/{cl.limit} (at its limit)"
     return Finding(
-        summary=f"queue {num(v.queued)}, running {_running(v)}; client in flight {limit}",
+        summary=f"queue {num(v.queued)}, running {_running(v)}; client in flight {limit}; the pools hold {hold}",
         evidence=(
             ("server queue", num(v.queued)),
             ("running / max running", _running(v)),
             ("client in flight / limit", limit),
+            ("requests the pools hold", f"{hold}: {held_by}"),
             ("server decode tok/s", num(v.decode_tok_s)),
         ),
-        advice=f"The server could run {num(cap - v.running)} more requests but is not sent them: its queue is "
+        advice=f"The server could run {num(hold - v.running)} more requests but is not sent them: its queue is "
         f"empty while the client sits at its in-flight limit. Raise the per-server concurrency to about {want} "
-        f"(`concurrency: {want}` in the job, or --concurrency {want}) so every server keeps a small queue.",
+        f"(`concurrency: {want}` in the job, or --concurrency {want}): what {held_by} holds, plus a small queue.",
         candidates=(
             Candidate(
                 change=f"--concurrency {want}",
                 flags_after=tuple(advice.current_flags(o)),
-                est_max_running=cap,
+                est_max_running=hold,
                 running_before=round(v.running),
+                kind="client",
             ),
         ),
         severity="warning" if cl.limit is not None else "info",
@@ -199,7 +205,7 @@ def client_underfeeding(o: ServerObs, c: ClientObs, t: DoctorSpec) -> Finding | 
 
 def state_pool_bound(o: ServerObs, c: ClientObs, t: DoctorSpec) -> Finding | None:
     v = o.view
-    if not v.healthy or not _hybrid(v) or not _waiting(v, t) or _state_sized_to_cap(v):
+    if not v.healthy or not hybrid(v) or not _waiting(v, t) or _state_sized_to_cap(v):
         return None
     if v.kv_usage is not None and v.kv_usage >= t.pool_full:
         return None
@@ -262,7 +268,7 @@ def kv_bound(o: ServerObs, c: ClientObs, t: DoctorSpec) -> Finding | None:
     more = advice.mem_fraction(o)
     if more is not None:
         cands.append(more)
-    if _hybrid(v) and info is not None:
+    if hybrid(v) and info is not None:
         if info.disable_radix_cache and info.mamba_ssm_dtype not in HALF_DTYPES:
             cands.append(advice.bf16_state(o))
         elif info.radix_cache and (v.state_usage or 0) < t.pool_roomy:
@@ -345,64 +351,118 @@ def scheduler_conservative(o: ServerObs, c: ClientObs, t: DoctorSpec) -> Finding
     )
 
 
-def compute_bound(o: ServerObs, c: ClientObs, t: DoctorSpec) -> Finding | None:
+def _compute(o: ServerObs) -> bool:
+    """The planner's roofline puts the server's decode step on the compute side."""
+    return o.plan is not None and o.plan.bound == "compute"
+
+
+def _roofline(o: ServerObs) -> str:
+    return f"{o.plan.bound} (planner)" if o.plan is not None and o.plan.bound else UNKNOWN
+
+
+def running_cap(o: ServerObs, c: ClientObs, t: DoctorSpec) -> Finding | None:
     v = o.view
-    if not v.healthy or not _waiting(v, t) or not _at_cap(v, t):
+    if not v.healthy or not _waiting(v, t) or not _at_cap(v, t) or _compute(o):
         return None
     if _state_capped(o, t) and not _state_sized_to_cap(v):
         return None  # the state pool's cap: the state rule speaks
-    if (v.kv_usage is not None and v.kv_usage >= t.pool_full) or _state_full(v, t):
-        return None
-    cap = v.max_running or 0
-    roomy = (v.kv_usage or 0) < t.pool_roomy and (_state_sized_to_cap(v) or (v.state_usage or 0) < t.pool_roomy)
-    cands = (advice.max_running(o, cap * 2),) if roomy and v.engine == "sglang" else ()
+    if (v.kv_usage is not None and v.kv_usage >= t.pool_full) or _state_full(v, t) or _kv_reserve_full(o, c):
+        return None  # a full pool: its rule speaks
+    cands: list[Candidate] = []
+    if v.engine == "sglang":
+        if _state_sized_to_cap(v):
+            bigger = advice.fill_cap(o, c, t.pool_full)
+            cands += [bigger] if bigger is not None else []
+            info = v.info
+            if info is not None and info.mamba_ssm_dtype not in HALF_DTYPES:
+                cands.append(advice.bf16_state(o))
+        elif v.max_running:
+            cands.append(advice.max_running(o, v.max_running * 2))
+        fp8 = advice.fp8_weights(o)
+        cands += [fp8] if fp8 is not None else []
     per_req = (v.decode_tok_s or 0) / v.running if v.running else None
     return Finding(
-        summary=f"running {_running(v)} at the cap with {num(v.queued)} queued; KV {pct(v.kv_usage)}, "
+        summary=f"running {_running(v)} at its cap with {num(v.queued)} queued; KV {pct(v.kv_usage)}, "
         f"state {pct(v.state_usage)}",
         evidence=(
             ("running / max running", _running(v)),
             ("queue", num(v.queued)),
             ("KV pool usage", pct(v.kv_usage)),
             ("state pool usage", pct(v.state_usage)),
+            ("decode step (roofline)", _roofline(o)),
             ("decode tok/s", num(v.decode_tok_s)),
             ("tok/s per running request", num(per_req)),
         ),
-        advice="The server runs its full batch with memory to spare: the GPU's step time sets the rate. "
-        + ("A larger batch uses the free memory (the prediction says whether decode still gains); " if cands else "")
-        + "otherwise add servers, or use fp8 weights (--quantization fp8).",
-        candidates=cands,
+        advice="The server runs as many requests as its cap allows and requests wait, while neither pool is what "
+        "stops more: the cap binds. A memory-bound decode step reads the same weights for a larger batch, so "
+        "raise --max-running-requests as far as memory holds (the prediction says how far), or make the weights "
+        "smaller (fp8).",
+        candidates=tuple(cands),
+    )
+
+
+def compute_bound(o: ServerObs, c: ClientObs, t: DoctorSpec) -> Finding | None:
+    v = o.view
+    if not v.healthy or not _compute(o) or not (_waiting(v, t) or _at_cap(v, t)):
+        return None
+    fp8 = advice.fp8_weights(o) if v.engine == "sglang" else None
+    per_req = (v.decode_tok_s or 0) / v.running if v.running else None
+    return Finding(
+        summary=f"running {_running(v)}, decode step compute-bound (roofline); {num(v.decode_tok_s)} decode tok/s",
+        evidence=(
+            ("running / max running", _running(v)),
+            ("queue", num(v.queued)),
+            ("decode step (roofline)", _roofline(o)),
+            ("KV pool usage", pct(v.kv_usage)),
+            ("state pool usage", pct(v.state_usage)),
+            ("decode tok/s", num(v.decode_tok_s)),
+            ("tok/s per running request", num(per_req)),
+        ),
+        advice="The decode step is on the compute side of the roofline: the GPU's tensor throughput sets the rate "
+        "and a larger batch does not help. Use fp8 weights (the FP8 tensor peak, on GPUs that have one) or add "
+        "servers.",
+        candidates=(fp8,) if fp8 is not None else (),
         severity="info",
     )
 
 
 def prefill_heavy(o: ServerObs, c: ClientObs, t: DoctorSpec) -> Finding | None:
     v = o.view
-    if not v.healthy or not v.prompt_tok_s or not v.decode_tok_s:
-        return None
-    ratio = v.prompt_tok_s / v.decode_tok_s
-    if ratio < t.prefill_ratio:
+    if not v.healthy or not (v.decode_tok_s or v.prompt_tok_s):
+        return None  # an idle server prefills nothing
+    ratio = v.prompt_tok_s / v.decode_tok_s if v.prompt_tok_s and v.decode_tok_s else None
+    share = o.plan.prefill_share if o.plan is not None else None
+    dominates = share is not None and share >= t.prefill_dominates
+    if not dominates and (ratio is None or ratio < t.prefill_ratio):
         return None
     chunk = v.info.chunked_prefill_size if v.info is not None else None
     bigger = max(8192, 2 * chunk) if chunk and chunk > 0 else 8192
     hit = v.prefix_hit_rate
+    cands: list[Candidate] = []
+    fp8 = advice.fp8_weights(o) if v.engine == "sglang" else None
+    cands += [fp8] if fp8 is not None else []
+    cands += [
+        Candidate(change="--enable-mixed-chunk", flags_after=()),
+        Candidate(change=f"--chunked-prefill-size {bigger}", flags_after=()),
+    ]
+    ratio_text = f"{ratio:.1f}x" if ratio is not None else UNKNOWN
     return Finding(
-        summary=f"{num(v.prompt_tok_s)} prompt tok/s vs {num(v.decode_tok_s)} decode tok/s ({ratio:.1f}x)",
+        summary=f"{num(v.prompt_tok_s)} prompt tok/s vs {num(v.decode_tok_s)} decode tok/s ({ratio_text}); "
+        f"prefill {pct(share)} of the GPU's time",
         evidence=(
             ("prompt tok/s", num(v.prompt_tok_s)),
             ("decode tok/s", num(v.decode_tok_s)),
-            ("prompt / output", f"{ratio:.1f}x"),
+            ("prompt / output", ratio_text),
+            ("prefill share of GPU time (planner)", pct(share)),
             ("avg prompt tokens (client)", num(c.avg_prompt_tokens)),
             ("avg output tokens (client)", num(c.avg_output_tokens)),
             ("prefix cache hit rate", pct(hit)),
         ),
-        advice="Most of the GPU's time goes to prompts, which pause decoding. Let decode run during prefill "
-        "(--enable-mixed-chunk), prefill in larger chunks, and keep the radix cache if prompts share prefixes.",
-        candidates=(
-            Candidate(change="--enable-mixed-chunk", flags_after=()),
-            Candidate(change=f"--chunked-prefill-size {bigger}", flags_after=()),
-        ),
-        severity="info",
+        advice="Most of the GPU's time goes to prompts, which pause decoding, and prefill is compute-bound: "
+        "faster matrix units (fp8 weights) shorten it; decode can run during prefill (--enable-mixed-chunk), "
+        "prefill in larger chunks, and keep the radix cache if prompts share prefixes.",
+        candidates=tuple(cands),
+        severity="warning" if dominates else "info",
     )
 
 
@@ -441,10 +501,15 @@ RULES: tuple[Rule, ...] = (
     Rule("scheduler-conservative", "conservative admission", "scheduler",
          "a queue that never empties while running is below the cap and both pools below pool_roomy",
          check=scheduler_conservative),
+    Rule("running-cap", "at its running cap", "running cap",
+         "requests queued, running at the cap, neither pool full, the decode step not compute-bound",
+         check=running_cap),
     Rule("compute-bound", "compute bound", "compute",
-         "requests queued, running at the cap, neither pool full", check=compute_bound),
+         "requests queued or running at the cap, and the planner's roofline puts the decode step on the compute "
+         "side", check=compute_bound),
     Rule("prefill-heavy", "prefill heavy", "prefill",
-         "prompt tok/s at least prefill_ratio x decode tok/s", check=prefill_heavy),
+         "prompt tok/s at least prefill_ratio x decode tok/s, or prefill at least prefill_dominates of the GPU's "
+         "time (planner)", check=prefill_heavy),
 )  # fmt: skip
 
 RULE_IDS = tuple(r.id for r in RULES)

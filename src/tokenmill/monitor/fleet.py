@@ -159,6 +159,12 @@ class FleetMonitor:
         if list(known) != list(urls):
             self._tracks = [known.get(u) or _Track(u, self._window_s) for u in urls]
 
+    def refresh_info(self, url: str) -> None:
+        """Read ``url``'s ``/server_info`` again at its next scrape (it was re-flagged)."""
+        for track in self._tracks:
+            if track.url == url:
+                track.want_info = True
+
     def ingest(self, url: str, snap: ServerSnapshot, info: ServerInfo | None = None) -> ServerView:
         """Take a snapshot made elsewhere (a recording, a replay) as if this monitor had scraped it."""
         track = next(t for t in self._tracks if t.url == url)
@@ -249,6 +255,8 @@ class FleetMonitor:
                 track.out.add(now, out)
                 if track.last_out is not None:
                     track.decoded_tokens += out - track.last_out if out >= track.last_out else out
+                    if out < track.last_out:
+                        track.want_info = True  # restarted between two scrapes: perhaps with other flags
                 track.last_out = out
             for window, value in (
                 (track.prompt, _prompt_counter(snap)),
@@ -278,10 +286,12 @@ class FleetMonitor:
             kv_usage=track.kv.mean(),
             state_usage=track.state.mean(),
             max_running=snap.max_running or (track.info.max_running if track.info else None),
-            decode_tok_s=track.out.rate_or_none(),
-            prompt_tok_s=track.prompt.rate_or_none(),
+            # a server that does not answer produces nothing: its rates drop to 0 at once (the window's last
+            # good rate would go on counting in the fleet's totals)
+            decode_tok_s=track.out.rate_or_none() if snap.healthy else 0.0,
+            prompt_tok_s=track.prompt.rate_or_none() if snap.healthy else 0.0,
             prefix_hit_rate=_hit_rate(track.prefill_cached.rate_or_none(), track.prefill_compute.rate_or_none()),
-            requests_s=track.requests.rate_or_none(),
+            requests_s=track.requests.rate_or_none() if snap.healthy else 0.0,
             preemptions_per_min=None if preempt is None else preempt * 60,
             transitions=len(track.flips),
             down_for_s=None if track.down_since is None else now - track.down_since,
