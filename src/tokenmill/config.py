@@ -146,6 +146,13 @@ class UploadSpec(_Model):
         description="Least time between two rewrites of the remote manifest, which lists every uploaded shard "
         "(bounds the manifest traffic of long runs; the end of a run always writes it)",
     )
+    side_interval_s: float = Field(
+        default=60.0,
+        ge=0,
+        description="Least time between two copies of the run's other records under PREFIX/_tokenmill/ (failures, "
+        "skips, the event log, job.json), which let status, report and verify work from the prefix alone and a "
+        "fresh machine take the job over; the end of a run always copies them",
+    )
 
 
 _SECRET_KEY = re.compile(r"secret|token|password|passwd|credential|key|sas|signature|auth", re.IGNORECASE)
@@ -176,6 +183,24 @@ class ControlSpec(_Model):
     throttle_factor: float = Field(default=0.7, gt=0, lt=1, description="Target multiplier after a 429/503")
     grow_factor: float = Field(
         default=1.25, gt=1, description="Growth per round while a server without a known cap is client-limited"
+    )
+
+
+class PartitionSpec(_Model):
+    """How a split run (``run --partition I/N`` or ``--partitions N``) divides the input between its partitions."""
+
+    by: Literal["auto", "files", "ids"] = Field(
+        default="auto",
+        description="files: whole input files go to partitions (file i to partition i mod N, in the input's sorted "
+        "order), so no partition reads another's files; ids: every partition reads every row and keeps those with "
+        "blake2b(id) mod N = its index; auto: files when the input has min_files_per_partition files per "
+        "partition or more (a Hugging Face dataset: ids)",
+    )
+    min_files_per_partition: int = Field(
+        default=4,
+        ge=1,
+        description="With by: auto, the input files per partition from which whole files go to partitions (fewer "
+        "files would leave the partitions' shares uneven)",
     )
 
 
@@ -242,6 +267,9 @@ class JobSpec(_Model):
         "with the previously generated assistant turns, so the whole conversation comes from the model",
     )
     status_interval_s: float = Field(default=10.0, gt=0, description="Status line period off a terminal")
+    partitioning: PartitionSpec = Field(
+        default_factory=PartitionSpec, description="How a split run divides the input between its partitions"
+    )
     monitor: MonitorSpec = Field(
         default_factory=lambda: MonitorSpec(), description="Scrapes, event log, metrics exporter, doctor"
     )
@@ -603,6 +631,25 @@ FleetEngine = Literal["sglang", "vllm", "sim"]
 FlagValue = str | int | float | bool | None
 
 
+class WatchdogSpec(_Model):
+    """When the fleet restarts a server that is alive but hung (a stuck scheduler, a wedged collective)."""
+
+    enabled: bool = Field(default=True, description="Watch every healthy server for a hang")
+    interval_s: float = Field(default=10.0, gt=0, description="Seconds between two looks at a server")
+    probe_timeout_s: float = Field(
+        default=10.0, gt=0, description="A health probe that gets no answer within this counts as timed out"
+    )
+    probe_failures: int = Field(
+        default=3, ge=1, description="Health probes timing out in a row after which the server is restarted"
+    )
+    stall_s: float = Field(
+        default=300.0,
+        ge=0,
+        description="Restart a server whose generated-token counter has not moved for this long while it holds "
+        "running requests (SGLang's live decode counter, else generation_tokens_total); 0: never",
+    )
+
+
 class FleetProfile(_Model):
     """A fleet of inference servers (``tokenmill fleet``): engine, model, flags, GPUs and layout, ports, restarts.
 
@@ -665,6 +712,11 @@ class FleetProfile(_Model):
         default="tokenmill-fleet", description="Directory for the endpoints file, state file and server logs"
     )
     log_tail_lines: int = Field(default=30, ge=1, description="Log lines quoted when a server fails")
+    watchdog: WatchdogSpec = Field(
+        default_factory=WatchdogSpec,
+        description="Restarting a hung server: its health probe times out, or it generates nothing while it has "
+        "running requests; runs retry its requests elsewhere without spending their attempts",
+    )
 
     @field_validator("gpus")
     @classmethod

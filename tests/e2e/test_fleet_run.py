@@ -143,3 +143,36 @@ def test_rolling_reflag_during_a_run_changes_every_server(tmp_path: Path) -> Non
 def test_fleet_commands_without_a_fleet_say_what_to_do(tmp_path: Path) -> None:
     res = run_cli("fleet", "status", "--state-dir", str(tmp_path / "none"))
     assert res.returncode == 2 and "tokenmill fleet up" in res.stderr and "Traceback" not in res.stderr
+
+
+def test_a_frozen_server_is_restarted_by_the_watchdog_and_the_run_loses_nothing(tmp_path: Path) -> None:
+    state_dir = tmp_path / "fleet"
+    watchdog = {"interval_s": 0.3, "probe_timeout_s": 0.5, "probe_failures": 2, "stall_s": 0}
+    flags = {"time-scale": 0.3, "max-running-requests": 16}
+    profile = write_profile(tmp_path / "fleet.yaml", state_dir, flags=flags, watchdog=watchdog)
+    res = run_cli("fleet", "up", str(profile), "--detach", timeout=60)
+    assert res.returncode == 0, res.stderr
+    try:
+        n = 300
+        # one attempt per prompt: a request that spent an attempt on the frozen server would be a failure
+        job, out = fleet_job(tmp_path, state_dir, n, concurrency=8, sampling={"max_tokens": 32})
+        spec = yaml.safe_load(job.read_text())
+        spec["retry"].update(max_attempts=1, read_timeout_s=300)
+        job.write_text(yaml.safe_dump(spec))
+        run = subprocess.Popen([*TOKENMILL, "run", str(job), "--no-live"], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)  # fmt: skip
+        wait_lines(run, out, 40)
+        victim = read_json(state_dir / "state.json")["servers"][0]  # type: ignore[index]
+        os.kill(victim["pid"], signal.SIGSTOP)  # alive, answering nothing, generating nothing
+        _, err = run.communicate(timeout=120)
+        assert run.returncode == 0, err[-3000:]
+        done, failed = read_records(out)
+        assert failed == [] and len(done) == n
+        after = read_json(state_dir / "state.json")["servers"][0]  # type: ignore[index]
+        assert after["restarts"] == 1 and after["pid"] != victim["pid"] and after["state"] == "up"
+        assert not pid_alive(victim["pid"])
+        assert "is hung: its health probe got no answer 2 times in a row" in (state_dir / "supervisor.log").read_text()
+        assert run_cli("verify", str(out), "--input", str(job)).returncode == 0
+    finally:
+        down = run_cli("fleet", "down", str(profile), timeout=60)
+    assert down.returncode == 0, down.stderr

@@ -59,9 +59,14 @@ def test_a_run_uploads_every_shard_and_verify_remote_proves_it(fleet: list[SimPr
     assert res.returncode == 0, res.stderr
     assert "upload: all 5 shards are at s3://" in res.stderr
     assert remote_shards(s3) == local_shards(out)
-    assert set(s3.objects(PREFIX)) == {PREFIX + n for n in [*local_shards(out), "_tokenmill_manifest.json", "_SUCCESS"]}
+    objects = set(s3.objects(PREFIX))
+    books = {k for k in objects if k.startswith(PREFIX + "_tokenmill/")}
+    assert objects - books == {PREFIX + n for n in [*local_shards(out), "_tokenmill_manifest.json", "_SUCCESS"]}
+    side = {PREFIX + "_tokenmill/" + n for n in ("job.json", "events.jsonl", "summary.json")}
+    assert side <= books and all(k.startswith(PREFIX + "_tokenmill/ids/") for k in books - side)
     assert orjson.loads(s3.get(PREFIX + "_SUCCESS"))["completions"] == 230
     assert "testing" not in (out / "job.json").read_text()  # no credential ends up in the output
+    assert "testing" not in s3.get(PREFIX + "_tokenmill/job.json").decode()  # nor in its remote copy
     ok = run("verify", str(out), "--remote")
     assert ok.returncode == 0, ok.stdout + ok.stderr
     assert "5 of 5 sealed shards match (230 completions" in ok.stdout

@@ -161,7 +161,9 @@ def test_transient_store_errors_are_retried_until_they_pass(s3: S3, tmp_path: Pa
     status = run_upload(s3, tmp_path, (0, 30), hook=flaky)
     assert status.complete and status.marker
     assert status.retries == 6
-    assert set(s3.objects(PREFIX)) == {PREFIX + n for n in [*local_shards(tmp_path), MANIFEST, MARKER]}
+    kept = {k for k in s3.objects(PREFIX) if not k.startswith(PREFIX + "_tokenmill/")}
+    assert kept == {PREFIX + n for n in [*local_shards(tmp_path), MANIFEST, MARKER]}
+    assert len(remote_manifest(s3)["index"]) >= 1  # the shards' ids are indexed too
 
 
 def test_foreign_objects_refuse_the_prefix_unless_allowed(s3: S3, tmp_path: Path) -> None:
@@ -348,6 +350,6 @@ def test_a_local_path_prefix_works_the_same(tmp_path: Path) -> None:
     up.finish(True)
     up.join(30)
     assert up.status().complete and up.status().marker
-    assert {p.name for p in remote.iterdir()} == {*local_shards(tmp_path), MANIFEST, MARKER}
+    assert {p.name for p in remote.iterdir()} == {*local_shards(tmp_path), MANIFEST, MARKER, "_tokenmill"}
     for name, data in local_shards(tmp_path).items():
         assert (remote / name).read_bytes() == data

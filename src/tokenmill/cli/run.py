@@ -67,14 +67,29 @@ def job_options(fn: Any) -> Any:
 
 
 def execute(
-    job: JobSpec, allow_changed_job: bool, live: bool | None, log_level: str, allow_existing_prefix: bool = False
+    job: JobSpec,
+    allow_changed_job: bool,
+    live: bool | None,
+    log_level: str,
+    allow_existing_prefix: bool = False,
+    partition: tuple[int, int] | None = None,
+    repair_remote: bool = False,
 ) -> None:
-    """Run a job and print its summary; exit 0 when finished (and uploaded), 3 when there is more to do."""
+    """Run a job (or one partition of it) and print its summary; exit 0 when finished (and uploaded), 3 when there
+    is more to do."""
     from tokenmill.run.runner import run_job, run_sync
 
-    setup_logging(log_level, Path(job.output.dir) / "tokenmill.log")
+    log_name = "tokenmill.log" if partition is None else f"tokenmill.p{partition[0]:03d}.log"
+    setup_logging(log_level, Path(job.output.dir) / log_name)
     result = run_sync(
-        run_job(job, allow_changed_job=allow_changed_job, allow_existing_prefix=allow_existing_prefix, live=live)
+        run_job(
+            job,
+            allow_changed_job=allow_changed_job,
+            allow_existing_prefix=allow_existing_prefix,
+            live=live,
+            partition=partition,
+            repair_remote=repair_remote,
+        )
     )
     click.echo(result.summary.markdown())
     if not result.finished:
@@ -96,7 +111,13 @@ def execute_partitions(job: JobSpec, count: int, ray_address: str, allow_changed
             f"partition {r.index}/{count}: {state}; {r.completed:,} completed, {r.failed:,} failed, "
             f"{r.retries:,} retries in {r.elapsed_s:.1f} s"
         )
-    report = verify(Path(job.output.dir))
+    if job.output.remote:  # the partitions' directories are on their nodes: the whole job is at the prefix
+        from tokenmill.storage.audit import audit_prefix
+        from tokenmill.storage.store import Store
+
+        report = audit_prefix(Store(job.output.remote, job.output.storage_options))
+    else:
+        report = verify(Path(job.output.dir))
     click.echo(report.render())
     if not all(r.finished for r in results) or not report.ok:
         click.echo("stopped before the end: rerun the same command to resume.", err=True)
@@ -107,31 +128,58 @@ def execute_partitions(job: JobSpec, count: int, ray_address: str, allow_changed
 @click.argument("job_file", type=click.Path(dir_okay=False))
 @job_options
 @fleet_run_options
+@click.option(
+    "--partition",
+    "partition_text",
+    metavar="I/N",
+    help="Run partition I of N of the input here (0-based), e.g. one task of a Slurm array or a Kubernetes "
+    "indexed job: slurm/N or slurm takes I (and N) from SLURM_ARRAY_TASK_ID (and SLURM_ARRAY_TASK_COUNT), k8s/N "
+    "takes I from JOB_COMPLETION_INDEX. Each partition may write to its own local directory; with output.remote "
+    "they share the prefix.",
+)
+@click.option(
+    "--repair-remote",
+    is_flag=True,
+    help="When output.remote disagrees with itself (a listed shard missing or changed, an id in two shards), make "
+    "its manifests match the objects (objects that disagree are moved to _tokenmill/aside/, never deleted) and "
+    "carry on; the prompts concerned are generated again. Only while no other run writes to the prefix.",
+)
 def run(
     job_file: str,
     allow_changed_job: bool,
     allow_existing_prefix: bool,
     live: bool | None,
     log_level: str,
+    partition_text: str | None,
+    repair_remote: bool,
     **fields: Any,
 ) -> None:
     """Generate a completion for every prompt of JOB_FILE, exactly once.
 
     Rerun the same command after any interruption: the output directory is the record of what is done,
-    and the run carries on from there.
+    and the run carries on from there. With output.remote, the remote prefix is the durable record: a fresh
+    machine (or one that lost its disk) takes what is done over from it.
 
     \b
     Example:
         tokenmill run job.yaml --limit 100 -o trial/
         tokenmill run job.yaml --fleet fleet.yaml     # start the servers, run, stop them
+        tokenmill run job.yaml --partition slurm/16   # one task of a 16-task Slurm array
     """
+    import os
+
+    from tokenmill.errors import ConfigError
     from tokenmill.fleet.session import FleetLaunch
+    from tokenmill.sources.partition import parse_partition
 
     launch = FleetLaunch.pop_options(fields)
+    partition = parse_partition(partition_text, os.environ) if partition_text else None
+    if partition is not None and launch.partitions > 1:
+        raise ConfigError("give --partition I/N (one partition here) or --partitions N (all of them on Ray), not both")
     job = load_job(job_file, {**_overrides(**fields), **launch.job_overrides()})
     launch.run(
         job,
-        lambda job: execute(job, allow_changed_job, live, log_level, allow_existing_prefix),
+        lambda job: execute(job, allow_changed_job, live, log_level, allow_existing_prefix, partition, repair_remote),
         lambda job, count, address: execute_partitions(job, count, address, allow_changed_job),
     )
 

@@ -8,6 +8,8 @@ signal is tied to that thread, which lives as long as the keeper). Its rules:
 - a server that was healthy and then exits is a *crash*: restarted on the same port after
   ``restart_backoff_s`` doubling up to ``restart_backoff_max_s``, at most ``max_restarts`` times in a row
   (a server that stays up ``restart_reset_s`` starts the count again);
+- a server that was healthy and then hangs (:mod:`tokenmill.fleet.watchdog`) is killed (SIGKILL to its process
+  group: a hung or frozen process does not act on SIGTERM) and restarted like a crashed one;
 - :meth:`restart` stops the server and starts it with another profile's command (a re-flag).
 """
 
@@ -26,6 +28,7 @@ from tokenmill.errors import ServerError
 from tokenmill.fleet import health
 from tokenmill.fleet.process import ServerProcess, tail
 from tokenmill.fleet.template import Slot, redact, render
+from tokenmill.fleet.watchdog import Watchdog
 
 log = logging.getLogger("tokenmill.fleet")
 
@@ -223,6 +226,8 @@ class ServerKeeper:
         self._set(state="up", generation=gen, error=None)
         self._report(gen, None)
         log.info("server %d is up at %s (pid %s)", self.index, self.url, proc.pid)
+        watch = profile.watchdog
+        dog = Watchdog(watch, self.url, profile.health_path, clock=self._clock) if watch.enabled else None
         while True:
             code = proc.poll()
             if code is not None:
@@ -230,6 +235,12 @@ class ServerKeeper:
             if self._interrupt.wait(health.POLL_S):
                 self._halt(proc, profile)
                 return None, None
+            hung = dog.check() if dog is not None else None
+            if hung is not None:
+                log.error("server %d (%s, pid %s) is hung: %s; killing it", self.index, self.url, proc.pid, hung)
+                self._set(state="down")
+                proc.kill()
+                return f"was hung ({hung}) and was killed", self._clock() - up_at
 
     def _halt(self, proc: ServerProcess, profile: FleetProfile) -> None:
         self._set(state="stopping")

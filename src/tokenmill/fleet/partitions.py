@@ -1,13 +1,19 @@
 """``run --partitions N``: N clients as Ray tasks, each owning a disjoint, deterministic part of the input.
 
-A prompt belongs to partition ``blake2b(id) mod N``: stable across runs and machines, so a resume finds
-each id where it expects it, whatever N was before (every writer reads what all partitions recorded).
-Partition P writes its own files into the one output directory (``completions_pPPP_*.jsonl``,
-``manifest.pPPP.jsonl``, ... see :mod:`tokenmill.output.layout`); ``tokenmill verify`` checks them all
-together. Skipped input rows are recorded by partition 0 only.
+A prompt belongs to one partition (by whole input files, or ``blake2b(id) mod N``; see
+:mod:`tokenmill.sources.partition`): stable across runs and machines, so a resume finds each id where it expects
+it, whatever N was before (every writer's done set holds what all partitions recorded). Partition P writes its
+own files (``completions_pPPP_*.jsonl``, ``manifest.pPPP.jsonl``, ... see :mod:`tokenmill.output.layout`).
 
-The clients need the output directory and the servers file on storage every node sees (a shared
-filesystem), and the API key variable (``api_key_env``) set on every node.
+- With ``output.remote``, each client writes to ``output.dir`` on the node it runs on (its own local directory;
+  clients on one node share it) and uploads to the shared prefix; they share the job's claim, the last one to
+  finish writes ``_SUCCESS``, and the driver checks the whole job at the prefix
+  (:mod:`tokenmill.storage.audit`). No shared filesystem is needed.
+- Without it, the output directory must be on storage every node sees; ``tokenmill verify`` checks every
+  partition's files together.
+
+The servers file must be readable on every node (or the servers listed in the job), and the API key variable
+(``api_key_env``) set on every node.
 """
 
 from __future__ import annotations
@@ -18,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from tokenmill.config import JobSpec
-from tokenmill.errors import ConfigError, TokenmillError
+from tokenmill.errors import TokenmillError
 
 log = logging.getLogger("tokenmill.fleet")
 
@@ -60,8 +66,8 @@ def _prepare(job: JobSpec, count: int, allow_changed_job: bool) -> None:
     from tokenmill.output.identity import check_job_identity
     from tokenmill.output.layout import list_dir
 
-    if getattr(job.output, "remote", None):
-        raise ConfigError("--partitions does not upload to output.remote yet: run the upload without --partitions")
+    if job.output.remote:
+        return  # each client takes its share over at its own node, from the prefix (see the module docstring)
     out = Path(job.output.dir)
     out.mkdir(parents=True, exist_ok=True)
     check_job_identity(out, job, allow_changed_job)

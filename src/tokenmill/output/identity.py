@@ -37,36 +37,77 @@ def _identity(job: JobSpec) -> dict[str, Any]:
     return data
 
 
+def fingerprint(job: JobSpec) -> str:
+    """The sha256 of what makes ``job``'s completions what they are (see :data:`FINGERPRINT_FIELDS`)."""
+    return hashlib.sha256(orjson.dumps(_identity(job), option=orjson.OPT_SORT_KEYS)).hexdigest()
+
+
+def new_record(job: JobSpec) -> dict[str, Any]:
+    """The ``job.json`` record of a new job (a fresh job id); also what the remote prefix's claim holds."""
+    return {
+        "job_id": uuid.uuid4().hex,
+        "fingerprint": fingerprint(job),
+        "identity": _identity(job),
+        "spec": job.model_dump(mode="json"),
+        "created_at": time.time(),
+    }
+
+
+def read_record(out: Path) -> dict[str, Any] | None:
+    """``OUT/job.json``, or None when there is none; an unreadable one is an :class:`OutputError`."""
+    path = out / JOB_FILE
+    try:
+        data = orjson.loads(path.read_bytes())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        raise OutputError(f"{path} is unreadable ({exc}); restore it or use a new output directory") from exc
+    if not isinstance(data, dict):
+        raise OutputError(f"{path} is not a job record; restore it or use a new output directory")
+    return data
+
+
+def write_record(out: Path, record: dict[str, Any]) -> None:
+    """Write ``OUT/job.json`` (fsynced: after a machine crash the job id must still be there, it owns the
+    output.remote prefix)."""
+    atomic_write(out / JOB_FILE, orjson.dumps(record, option=orjson.OPT_INDENT_2))
+
+
+def changed_fields(record: dict[str, Any], job: JobSpec) -> list[str] | None:
+    """The fingerprint fields in which ``job`` differs from ``record``; None when it is the same job."""
+    if record.get("fingerprint") == fingerprint(job):
+        return None
+    ident = _identity(job)
+    before = record.get("identity", {})
+    return sorted(k for k in ident if not isinstance(before, dict) or before.get(k) != ident[k])
+
+
 def check_job_identity(out: Path, job: JobSpec, allow_changed: bool) -> str:
     """Record the job in ``OUT/job.json`` on the first run; refuse a different job later. Returns the job id."""
-    path = out / JOB_FILE
-    ident = _identity(job)
-    digest = hashlib.sha256(orjson.dumps(ident, option=orjson.OPT_SORT_KEYS)).hexdigest()
-    if path.exists():
-        try:
-            old = orjson.loads(path.read_bytes())
-        except (OSError, ValueError) as exc:
-            raise OutputError(f"{path} is unreadable ({exc}); restore it or use a new output directory") from exc
-        if old.get("fingerprint") != digest and not allow_changed:
-            before = old.get("identity", {})
-            changed = sorted(k for k in ident if before.get(k) != ident[k])
+    old = read_record(out)
+    if old is not None:
+        changed = changed_fields(old, job)
+        if changed is not None and not allow_changed:
             raise ConfigError(
                 f"{out} holds output of a different job (changed: {', '.join(changed) or 'unknown'}). "
                 "Mixing them would make one corpus from two setups: use a new output.dir, or pass "
                 "--allow-changed-job if this is intended."
             )
         return str(old.get("job_id", ""))
-    job_id = uuid.uuid4().hex
-    record = {
-        "job_id": job_id,
-        "fingerprint": digest,
-        "identity": ident,
-        "spec": job.model_dump(mode="json"),
-        "created_at": time.time(),
-    }
-    # fsynced: after a machine crash the job id must still be there (it owns the output.remote prefix)
-    atomic_write(path, orjson.dumps(record, option=orjson.OPT_INDENT_2))
-    return job_id
+    record = new_record(job)
+    write_record(out, record)
+    return str(record["job_id"])
+
+
+def recorded_ids(record: dict[str, Any]) -> tuple[bool, str | None]:
+    """(True, the id column or None for row indices) as a job record holds them; (False, None) when it does not."""
+    recorded = record.get("spec", {}).get("input", {}) if isinstance(record, dict) else {}
+    if not isinstance(recorded, dict) or "id_field" not in recorded:
+        return False, None
+    value = recorded["id_field"]
+    if value == AUTO_ID_FIELD or not (value is None or isinstance(value, str)):
+        return False, None
+    return True, value
 
 
 def recorded_id_field(out: Path) -> tuple[bool, str | None]:
@@ -77,21 +118,16 @@ def recorded_id_field(out: Path) -> tuple[bool, str | None]:
         data = orjson.loads((out / JOB_FILE).read_bytes())
     except (OSError, orjson.JSONDecodeError):
         return False, None
-    recorded = data.get("spec", {}).get("input", {}) if isinstance(data, dict) else {}
-    if not isinstance(recorded, dict) or "id_field" not in recorded:
-        return False, None
-    value = recorded["id_field"]
-    if value == AUTO_ID_FIELD or not (value is None or isinstance(value, str)):
-        return False, None
-    return True, value
+    return recorded_ids(data)
 
 
-def job_with_ids(job: JobSpec, out: Path | None = None) -> JobSpec:
+def job_with_ids(job: JobSpec, out: Path | None = None, record: dict[str, Any] | None = None) -> JobSpec:
     """``job`` with the source of its prompt ids decided (``input.id_field: auto``): the choice recorded in
-    ``OUT/job.json`` when there is one (a resumed run keeps its ids), else the input's first row decides."""
+    ``record`` (a job record from elsewhere, e.g. the remote prefix's claim) or in ``OUT/job.json`` when there is
+    one (a resumed run keeps its ids), else the input's first row decides."""
     if job.input.id_field != AUTO_ID_FIELD:
         return job
-    found, field = recorded_id_field(out or Path(job.output.dir))
+    found, field = recorded_ids(record) if record is not None else recorded_id_field(out or Path(job.output.dir))
     if not found:
         field = resolve_id_field(job.input)
     log.info("%s", describe(field))

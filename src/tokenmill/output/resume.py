@@ -72,7 +72,7 @@ def recover(root: Path, partition: int | None = None) -> Recovered:
     state = ResumeState()
     _remove_leftovers(root, listing, state)
     open_index = _single_open_shard(root, listing)
-    offloaded = offload.read(root) if partition is None else set()
+    offloaded = offload.of_writer(offload.read(root), partition)
     _load_sealed(root, listing, state, offloaded, names)
     open_shard = _load_open(root, open_index, state, names)
     failed_ids = _load_failed(root, state, names)

@@ -8,6 +8,7 @@ record is *bad*: that is not crash damage, and the callers report it instead of 
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -55,27 +56,35 @@ class Scan:
 def scan(path: Path, kind: Kind) -> Scan:
     """Read ``path`` once, checking every line is a ``kind`` record."""
     result = Scan(path=path, kind=kind)
-    lineno = 0
     try:
         with path.open("rb") as fh:
-            for line in fh:
-                lineno += 1
-                if not line.endswith(b"\n"):
-                    result.tail = len(line)
-                    tail_sha = result.prefix_sha.copy()
-                    tail_sha.update(line)
-                    result.file_sha256 = tail_sha.hexdigest()
-                    break
-                result.prefix_sha.update(line)
-                result.good_bytes += len(line)
-                _take(result, lineno, line)
+            _scan_lines(result, fh)
     except FileNotFoundError:
         return result
     except OSError as exc:
         raise output_error(exc, "reading", path) from exc
-    if not result.tail:
-        result.file_sha256 = result.prefix_sha.hexdigest()
     return result
+
+
+def scan_bytes(data: bytes, kind: Kind, name: str) -> Scan:
+    """The same pass over the content of a file held in memory (a remote object); ``name`` says where it is."""
+    result = Scan(path=Path(name), kind=kind)
+    _scan_lines(result, data.splitlines(keepends=True))
+    return result
+
+
+def _scan_lines(result: Scan, lines: Iterable[bytes]) -> None:
+    for lineno, line in enumerate(lines, start=1):
+        if not line.endswith(b"\n"):
+            result.tail = len(line)
+            tail_sha = result.prefix_sha.copy()
+            tail_sha.update(line)
+            result.file_sha256 = tail_sha.hexdigest()
+            return
+        result.prefix_sha.update(line)
+        result.good_bytes += len(line)
+        _take(result, lineno, line)
+    result.file_sha256 = result.prefix_sha.hexdigest()
 
 
 def require_clean(result: Scan, what: str) -> None:

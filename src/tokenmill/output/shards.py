@@ -18,6 +18,7 @@ left consistent and every later call raises the same error; rerunning the job re
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import hashlib
 import logging
@@ -55,6 +56,7 @@ class SealedShard:
     count: int
     bytes: int
     sha256: str
+    line: builtins.bytes = b""  # its manifest line (ids included), which the remote index copies
 
 
 class _Shard:
@@ -113,15 +115,24 @@ class OutputDir:
             raise OutputError(f"{self.root} is not open: call open() first")
         return self._state
 
-    def open(self) -> ResumeState:
-        """Create the directory if needed, take the writer lock, repair crash damage, load what is done."""
-        if self._state is not None:
-            return self._state
+    def lock(self) -> None:
+        """Create the directory if needed and take the writer lock (what :meth:`open` does first; call it alone
+        to change the directory before it is opened, e.g. to take records over from the remote copy)."""
         self._make_dir()
         self._lock.acquire()
         try:
             if self._shared_lock is not None:
                 self._shared_lock.acquire()
+        except BaseException:
+            self._release()
+            raise
+
+    def open(self) -> ResumeState:
+        """Create the directory if needed, take the writer lock, repair crash damage, load what is done."""
+        if self._state is not None:
+            return self._state
+        self.lock()
+        try:
             rec = recover(self.root, self.names.partition)
             self._state = rec.state
             self._failed_ids = rec.failed_ids
@@ -186,8 +197,12 @@ class OutputDir:
                     log_file.sync()
 
     def close(self, seal: bool) -> None:
-        """Flush and fsync everything; with ``seal`` also seal a non-empty open shard. Idempotent."""
-        if self._state is None or self._closed:
+        """Flush and fsync everything; with ``seal`` also seal a non-empty open shard. Idempotent. A directory
+        only locked (never opened) is released."""
+        if self._state is None:
+            self._release()
+            return
+        if self._closed:
             return
         try:
             if self._broken is None:
@@ -302,13 +317,14 @@ class OutputDir:
             completion_tokens=shard.completion_tokens,
             sealed_at=time.time(),
         )
-        self._manifest.append(entry.encode())
+        line = entry.encode()
+        self._manifest.append(line)
         self._manifest.sync()
         state = self.state
         state.shards += 1
         state.open_count = 0
         if self.on_seal is not None:
-            self.on_seal(SealedShard(path=path, name=name, count=entry.count, bytes=entry.bytes, sha256=entry.sha256))
+            self.on_seal(SealedShard(path, name, entry.count, entry.bytes, entry.sha256, line))
 
     def _finish(self, seal: bool) -> None:
         shard = self._shard

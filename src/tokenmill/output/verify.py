@@ -188,7 +188,7 @@ class _Checker:
         if read.tail:
             self.report.add("torn", where, f"torn last line ({read.tail} bytes)")
         on_disk = {name for name, _ in listing.sealed.values()}
-        offloaded = (offload.read(self.out) if self.names.partition is None else set()) - on_disk
+        offloaded = offload.of_writer(offload.read(self.out), self.names.partition) - on_disk
         for name in sorted(offloaded & set(read.entries)):
             self.counts["offloaded_shards"] = self.counts.get("offloaded_shards", 0) + 1
             self._record(read.entries[name].ids, name)
@@ -274,29 +274,35 @@ class _Checker:
 
     def match_input(self, items: Iterable[str | Skip]) -> None:
         """Tick off each input id; what is left over afterwards was not in the input."""
-        self.report.checked_input = True
-        counts = self.counts
-        counts.update(input_ids=0, input_skipped=0, missing=0, unexpected=0, input_repeats=0)
-        matched: set[str] = set()
-        skipped_now: set[str] = set()
-        for item in items:
-            if isinstance(item, Skip):
-                counts["input_skipped"] += 1
-                if item.id is not None:
-                    skipped_now.add(item.id)
-                continue
-            counts["input_ids"] += 1
-            if item in self.recorded:
-                self.recorded.discard(item)
-                matched.add(item)
-            elif item in matched:
-                counts["input_repeats"] += 1
-            elif item not in self.skipped_ids:
-                counts["missing"] += 1
-                self.report.add("missing", "input", f"id {item!r}")
-        for rid in sorted(self.recorded):
-            counts["unexpected"] += 1
-            why = " (the input now skips that row)" if rid in skipped_now else ""
-            self.report.add("unexpected", "output", f"id {rid!r}{why}")
-        if counts["input_repeats"]:
-            self.report.notes.append(f"the input repeats {counts['input_repeats']:,} id(s); each is generated once")
+        match_input(self.report, self.recorded, self.skipped_ids, items)
+
+
+def match_input(report: VerifyReport, recorded: set[str], skipped_ids: set[str], items: Iterable[str | Skip]) -> None:
+    """Tick each input id off ``recorded`` (the completed and failed ids; consumed) or ``skipped_ids``; report what
+    is missing, and what is left over afterwards (not in the input)."""
+    report.checked_input = True
+    counts = report.counts
+    counts.update(input_ids=0, input_skipped=0, missing=0, unexpected=0, input_repeats=0)
+    matched: set[str] = set()
+    skipped_now: set[str] = set()
+    for item in items:
+        if isinstance(item, Skip):
+            counts["input_skipped"] += 1
+            if item.id is not None:
+                skipped_now.add(item.id)
+            continue
+        counts["input_ids"] += 1
+        if item in recorded:
+            recorded.discard(item)
+            matched.add(item)
+        elif item in matched:
+            counts["input_repeats"] += 1
+        elif item not in skipped_ids:
+            counts["missing"] += 1
+            report.add("missing", "input", f"id {item!r}")
+    for rid in sorted(recorded):
+        counts["unexpected"] += 1
+        why = " (the input now skips that row)" if rid in skipped_now else ""
+        report.add("unexpected", "output", f"id {rid!r}{why}")
+    if counts["input_repeats"]:
+        report.notes.append(f"the input repeats {counts['input_repeats']:,} id(s); each is generated once")

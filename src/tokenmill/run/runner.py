@@ -6,22 +6,30 @@ point unwinds exactly what was started, newest first:
 1. **requests**: where the prompt ids come from (``input.id_field``; as recorded in ``OUT/job.json`` when the
    output holds a job), the servers, the API key and the request shapes; with ``save_token_ids``, one server is
    asked for a one-token completion to see that it returns token ids. Nothing is written before this is done.
-2. **output**: ``OUT`` is opened (the writer lock taken, crash damage repaired, the done set rebuilt from the
-   shards) and the job's identity checked against ``job.json``. Cleanup: close it, sealing the open shard
-   only when the run finished.
-3. **remote**: with ``output.remote`` the prefix is claimed and the uploader started before anything is
+2. **lock**: the writer lock on ``OUT`` is taken (the directory created). Cleanup: close the output, sealing the
+   open shard only when the run finished (or only give the lock up, when it was never opened).
+3. **remote**: with ``output.remote``, whose prefix it is and what is done there
+   (:mod:`tokenmill.storage.restore`): the claim is read or made; a directory holding none of this writer's
+   records (a fresh machine, or one whose disk was lost) takes them over from the remote copy; the other
+   writers' records join the done set. A prefix of another job, or one that disagrees with itself, stops the run
+   here, before anything is generated.
+4. **output**: ``OUT`` is opened (crash damage repaired, the done set rebuilt from the shards and manifests) and
+   the job's identity checked against ``job.json``.
+5. **upload**: with ``output.remote`` the uploader starts (it claims its writer's manifest) before anything is
    generated. Cleanup on an error: stop the uploader (a normal end drains it after the stack, below).
-4. **feed**: the input streams in a thread, minus the ids already done. Cleanup: stop the thread.
-5. **watch**: the monitor (scrapes, doctor, event log, exporter) and the display. Cleanup: the display's final
+6. **feed**: the input streams in a thread (a partition's share only), minus the ids already done. Cleanup:
+   stop the thread.
+7. **watch**: the monitor (scrapes, doctor, event log, exporter) and the display. Cleanup: the display's final
    snapshot, then the monitor's last tick and ``end`` record with it.
-6. **housekeeping** every 0.5 s (flush the output, follow the concurrency controller, count the input, tick the
+8. **housekeeping** every 0.5 s (flush the output, follow the concurrency controller, count the input, tick the
    display and the monitor) and the servers-file follower. Cleanup: cancel both.
-7. **signals**: the first SIGINT/SIGTERM stops taking prompts and lets requests in flight finish; the second
+9. **signals**: the first SIGINT/SIGTERM stops taking prompts and lets requests in flight finish; the second
    cancels the dispatch. Cleanup: the handlers are removed.
 
 Then the dispatcher runs until every prompt is recorded or a stop; the stack unwinds in the reverse order
-(signals, housekeeping, display, monitor, feed, remote, output), after which the summary is written and the
-uploads drained (bounded by ``output.upload.drain_timeout_s``).
+(signals, housekeeping, display, monitor, feed, upload, output), after which the summary is written and the
+uploads drained (bounded by ``output.upload.drain_timeout_s``), the other records copied and the job marked
+complete at the prefix when it is.
 """
 
 from __future__ import annotations
@@ -41,9 +49,10 @@ from tokenmill.backends import Backend, BackendOptions, make_backend, probe_toke
 from tokenmill.backends.http import open_session
 from tokenmill.config import JobSpec
 from tokenmill.errors import InputError, OutputError
+from tokenmill.monitor.events import events_file
 from tokenmill.monitor.snapshot import Snapshot
-from tokenmill.output import OutputDir, ResumeState
-from tokenmill.output.identity import check_job_identity, job_with_ids
+from tokenmill.output import OutputDir, ResumeState, layout
+from tokenmill.output.identity import JOB_FILE, check_job_identity, job_with_ids
 from tokenmill.records import Prompt, Skip
 from tokenmill.run.control import ConcurrencyController
 from tokenmill.run.dispatch import Dispatcher
@@ -55,7 +64,8 @@ from tokenmill.run.summary import Summary, write_summary
 from tokenmill.run.watch import RunMonitor
 from tokenmill.run.work import RecordMaker
 from tokenmill.sources import count_rows, iter_prompts
-from tokenmill.sources.partition import only_partition
+from tokenmill.sources.partition import Split, choose_split
+from tokenmill.storage.restore import RemoteStart, prepare_remote
 from tokenmill.storage.upload import Uploader, UploadStatus
 
 log = logging.getLogger("tokenmill.run")
@@ -95,6 +105,7 @@ class _Run:
     job: JobSpec
     clock: Callable[[], float]
     partition: tuple[int, int] | None
+    split: Split | None = None  # the partition's share of the input
     job_id: str = ""
     before: tuple[int, int] = (0, 0)  # completed and failed records the output held at the start
     finished: bool = False
@@ -112,16 +123,23 @@ async def run_job(
     clock: Callable[[], float] = time.monotonic,
     on_tick: Callable[[Snapshot], None] | None = None,
     partition: tuple[int, int] | None = None,
+    repair_remote: bool = False,
 ) -> RunResult:
     """Run ``job`` until every prompt is recorded or a stop is requested; safe to rerun after any crash.
 
-    ``partition`` = (index, count): this client's share of the input in a split run."""
+    ``partition`` = (index, count): this client's share of the input in a split run. ``repair_remote``: make a
+    remote prefix that disagrees with itself match its objects (see :mod:`tokenmill.storage.readback`)."""
+    original = job
     job = job_with_ids(job)
     run = _Run(job, clock, partition)
+    if partition is not None:
+        run.split = choose_split(job.input, job.partitioning, *partition)
     backend, servers = await _requests(job)
     async with contextlib.AsyncExitStack() as stack:
-        out, state = _open_output(stack, run, allow_changed_job)
-        uploader = await _claim_remote(stack, run, out, allow_existing_prefix)
+        out = _lock_output(stack, run)
+        remote = await _take_remote(run, out, original, allow_changed_job, allow_existing_prefix, repair_remote)
+        state = _open_output(run, out, remote, allow_changed_job)
+        uploader = await _start_upload(stack, run, out, remote, allow_existing_prefix)
         feed = _start_feed(stack, run, out, state)
         dispatcher = _make_dispatcher(run, backend, servers, out)
         monitor, tracker, display = await _start_watch(stack, run, dispatcher, live)
@@ -175,31 +193,75 @@ async def _requests(job: JobSpec) -> tuple[Backend, list[str]]:
     return backend, servers
 
 
-def _open_output(stack: contextlib.AsyncExitStack, run: _Run, allow_changed_job: bool) -> tuple[OutputDir, ResumeState]:
+def _lock_output(stack: contextlib.AsyncExitStack, run: _Run) -> OutputDir:
     job = run.job
     out = OutputDir(
         Path(job.output.dir),
         shard_size=job.output.shard_size,
         partition=run.partition[0] if run.partition else None,
     )
-    state = out.open()
     stack.callback(lambda: out.close(seal=run.finished))
+    out.lock()
+    return out
+
+
+async def _take_remote(
+    run: _Run, out: OutputDir, original: JobSpec, allow_changed: bool, allow_existing: bool, repair: bool
+) -> RemoteStart | None:
+    """Whose prefix it is and what is done there (a worker thread: the store is blocking)."""
+    if not run.job.output.remote:
+        return None
+    remote = await asyncio.to_thread(
+        prepare_remote,
+        out.root,
+        run.job,
+        original,
+        out.names.partition,
+        allow_changed=allow_changed,
+        allow_existing=allow_existing,
+        repair_remote=repair,
+    )
+    run.job = remote.job
+    return remote
+
+
+def _open_output(run: _Run, out: OutputDir, remote: RemoteStart | None, allow_changed_job: bool) -> ResumeState:
+    state = out.open()
     for msg in state.repaired:
         log.warning("output repaired: %s", msg)
-    run.job_id = check_job_identity(out.root, job, allow_changed_job)
+    run.job_id = check_job_identity(out.root, run.job, allow_changed_job)
+    if remote is not None and remote.others:
+        new = remote.others - state.done
+        state.done.update(new)
+        state.completed += remote.others_completed
+        state.failed += remote.others_failed
+        log.info("the remote holds %d id(s) other writers of this job recorded; they are done", len(new))
     run.before = (state.completed, state.failed)
     if state.completed or state.failed:
         log.info("resuming %s: %d completed, %d failed already recorded", out.root, state.completed, state.failed)
-    return out, state
+    return state
 
 
-async def _claim_remote(
-    stack: contextlib.AsyncExitStack, run: _Run, out: OutputDir, allow_existing_prefix: bool
+async def _start_upload(
+    stack: contextlib.AsyncExitStack,
+    run: _Run,
+    out: OutputDir,
+    remote: RemoteStart | None,
+    allow_existing_prefix: bool,
 ) -> Uploader | None:
     """Start the uploader; a refused remote prefix stops the run before anything is generated."""
-    if not run.job.output.remote:
+    if remote is None:
         return None
-    uploader = Uploader(out.root, run.job.output, allow_existing_prefix=allow_existing_prefix)
+    names = layout.Names(out.names.partition)
+    sides = (names.failed, names.skipped, events_file(out.names.partition), JOB_FILE)
+    uploader = Uploader(
+        out.root,
+        run.job.output,
+        allow_existing_prefix=allow_existing_prefix,
+        store=remote.store,
+        partition=run.partition,
+        sides=sides if run.partition is not None else (*sides, "summary.json"),
+    )
     out.on_seal = uploader.enqueue
 
     def abort_on_error(exc_type: type[BaseException] | None, *_: object) -> None:
@@ -213,7 +275,9 @@ async def _claim_remote(
 
 
 def _start_feed(stack: contextlib.AsyncExitStack, run: _Run, out: OutputDir, state: ResumeState) -> PromptFeed:
-    feed = PromptFeed(_input_rows(run.job, run.partition), state.done, out.skip)
+    if run.split is not None:
+        log.info("%s", run.split.describe())
+    feed = PromptFeed(_input_rows(run.job, run.split), state.done, out.skip)
     stack.callback(feed.close)
     return feed
 
@@ -287,7 +351,7 @@ class _Housekeeping:
 
     async def loop(self) -> None:
         job = self.run.job
-        total = asyncio.ensure_future(asyncio.to_thread(_count_rows, job))
+        total = asyncio.ensure_future(asyncio.to_thread(_count_rows, job, self.run.split))
         next_tick = 0.0
         try:
             while True:
@@ -359,15 +423,13 @@ def _install_signals(stack: contextlib.AsyncExitStack, run: _Run, dispatcher: Di
 # ---- helpers ------------------------------------------------------------------------------------------------
 
 
-def _input_rows(job: JobSpec, partition: tuple[int, int] | None = None) -> Callable[[], Iterator[Prompt | Skip]]:
-    if partition is None:
-        return lambda: iter_prompts(job.input)
-    return lambda: only_partition(iter_prompts(job.input), *partition)
+def _input_rows(job: JobSpec, split: Split | None = None) -> Callable[[], Iterator[Prompt | Skip]]:
+    return lambda: iter_prompts(job.input, split)
 
 
-def _count_rows(job: JobSpec) -> int | None:
+def _count_rows(job: JobSpec, split: Split | None = None) -> int | None:
     try:
-        return count_rows(job.input)
+        return count_rows(job.input, split)
     except Exception:  # an estimate only; the run itself reports real input errors
         return None
 

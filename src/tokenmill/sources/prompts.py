@@ -15,11 +15,15 @@ One row's way through:
 
 Errors that are not about one row (a missing file, a Parquet schema without the prompt column, a file that
 cannot be read on) raise InputError under either policy. An empty input yields nothing.
+
+A partition of a split run (:mod:`tokenmill.sources.partition`) gets only its rows: by ids, every row is read
+and the others' dropped; by files, the others' files are never decoded (only counted, to keep the row indexes,
+when the ids are row indexes or a window is set).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from tokenmill.config import AUTO_ID_COLUMN, AUTO_ID_FIELD, InputSpec
 from tokenmill.errors import BadRowError
@@ -28,18 +32,26 @@ from tokenmill.sources.files import resolve_files
 from tokenmill.sources.hf import read_hf
 from tokenmill.sources.idset import IdSet
 from tokenmill.sources.mapping import RowMapper, RowProblem, json_type, row_id
-from tokenmill.sources.readers import open_rows
+from tokenmill.sources.partition import Split, only_partition
+from tokenmill.sources.readers import open_rows, row_count
 from tokenmill.sources.rows import RawRow
 
 
-def iter_prompts(spec: InputSpec) -> Iterator[Prompt | Skip]:
-    """Stream the prompts ``spec`` describes, in input order; see the module docstring for the rules."""
+def iter_prompts(spec: InputSpec, split: Split | None = None) -> Iterator[Prompt | Skip]:
+    """Stream the prompts ``spec`` describes (only ``split``'s when given), in input order; see the module
+    docstring for the rules."""
     if spec.id_field == AUTO_ID_FIELD:
         spec = spec.model_copy(update={"id_field": resolve_id_field(spec)})
+    if split is not None and split.by == "ids":
+        return only_partition(_prompts(spec, None), split.index, split.count)
+    return _prompts(spec, split.owns_file if split is not None else None)
+
+
+def _prompts(spec: InputSpec, owns: Callable[[int], bool] | None) -> Iterator[Prompt | Skip]:
     mapper = RowMapper(spec)
     id_field = spec.id_field
     seen = IdSet()  # used only with an id_field; index ids are unique by construction
-    for index, raw in _rows(spec):
+    for index, raw in _rows(spec, owns):
         pid = str(index) if id_field is None else None  # the id a Skip can report, once known
         item: Prompt | Skip
         try:
@@ -88,15 +100,27 @@ def _object(raw: RawRow) -> dict[str, object]:
     return raw.value
 
 
-def _rows(spec: InputSpec) -> Iterator[tuple[int, RawRow]]:
-    """(global row index, row) for every row in the ``offset``/``limit`` window."""
+def _rows(spec: InputSpec, owns: Callable[[int], bool] | None = None) -> Iterator[tuple[int, RawRow]]:
+    """(global row index, row) for every row in the ``offset``/``limit`` window (of the files ``owns``)."""
     if spec.hf is not None:
         yield from read_hf(spec.hf, spec.offset, spec.limit)
         return
     assert spec.path is not None  # InputSpec guarantees exactly one of path and hf
     left = spec.limit
     base = 0  # global index of the current file's first row
-    for file in resolve_files(spec.path, spec.format):
+    counted = spec.id_field is None or spec.offset > 0 or spec.limit is not None  # global indexes matter
+    for position, file in enumerate(resolve_files(spec.path, spec.format)):
+        if owns is not None and not owns(position):
+            if not counted:
+                continue  # another partition's file, and nothing here depends on its size: never opened
+            rows = row_count(file, spec)
+            end = spec.offset + spec.limit if spec.limit is not None else base + rows
+            if left is not None:
+                left -= max(0, min(base + rows, end) - max(base, spec.offset))
+                if left <= 0:
+                    return
+            base += rows
+            continue
         reader = open_rows(file, max(0, spec.offset - base), spec)
         try:
             while left is None or left > 0:

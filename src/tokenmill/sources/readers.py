@@ -32,6 +32,17 @@ def open_rows(file: InputFile, start: int, spec: InputSpec) -> RowReader:
     return read_jsonl(file.path, start)  # .json files may also hold JSON lines
 
 
+def row_count(file: InputFile, spec: InputSpec) -> int:
+    """How many rows ``file`` holds, without decoding them (JSON lines are counted, Parquet from its metadata; a
+    JSON array is parsed)."""
+    reader = open_rows(file, 1 << 62, spec)  # starts past its end: yields nothing, returns the count
+    while True:
+        try:
+            next(reader)
+        except StopIteration as end:
+            return int(end.value)
+
+
 def read_jsonl(path: Path, start: int) -> RowReader:
     """Rows of a JSON-lines file, one per non-blank line; lines count from 1 in row sources."""
     name = str(path)

@@ -1,19 +1,32 @@
 """What a job keeps under its remote prefix, and who owns the prefix.
 
-PREFIX/completions_000000.jsonl    sealed shards, byte-identical to the local ones, written once, never replaced
-PREFIX/_tokenmill_manifest.json    the remote manifest: the owning job's id and every uploaded shard (count,
-                                   bytes, sha256); written before the first shard, rewritten after shards
-PREFIX/_SUCCESS                    the final marker, written last, only when the run finished and every
-                                   shard is uploaded; withdrawn when a later run (retry-failed) adds shards
+PREFIX/completions_000000.jsonl        sealed shards, byte-identical to the local ones, written once, never
+PREFIX/completions_p002_000000.jsonl   replaced (a partition's shards carry its number, as locally)
+PREFIX/_tokenmill_manifest.json        the claim: the owning job (its job.json record) and the manifest of the
+                                       default writer's shards (count, bytes, sha256); created before any shard
+PREFIX/_tokenmill/manifest.p002.json   partition 2's manifest (the same format; one per partition, so
+                                       partitions never rewrite each other's objects)
+PREFIX/_tokenmill/ids/*.jsonl          index segments: the local manifest lines (ids included) of the shards a
+                                       manifest lists, written once under a name made of their sha256
+PREFIX/_tokenmill/failed.jsonl, ...    the local failed/skipped records, event logs, job.json and summary,
+                                       copied as they grow (``failed.p002.jsonl`` for partition 2)
+PREFIX/_tokenmill/done.p002.json       partition 2 finished with every shard uploaded (its counts)
+PREFIX/_SUCCESS                        the final marker, written once, last, when the whole job is complete
+                                       and every shard is uploaded; withdrawn when a later run adds shards
 
-The two bookkeeping objects start with ``_`` so that readers which skip such names (Spark, Hadoop, most
-dataset loaders) see only the shards. A prefix is claimed by creating the manifest with a put-if-absent:
-of two jobs that start on one prefix at the same moment, one wins and the other is refused.
+Everything but the shards starts with ``_`` so that readers which skip such names (Spark, Hadoop, most dataset
+loaders) see only the shards. A prefix is claimed by creating the claim with a put-if-absent: of two jobs that
+start on one prefix at the same moment, one wins and the other is refused; the partitions of one job share it.
+A manifest is the fast way to what is done, never a second truth: :mod:`tokenmill.storage.readback` checks it
+against the objects.
 """
 
 from __future__ import annotations
 
+import hashlib
+import re
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,9 +37,73 @@ from tokenmill.storage.store import Store
 
 MANIFEST = "_tokenmill_manifest.json"
 MARKER = "_SUCCESS"
-FORMAT = "tokenmill.storage.prefix-manifest/1"
+DIR = "_tokenmill"
+INDEX_DIR = f"{DIR}/ids"
+FORMAT = "tokenmill.storage.prefix-manifest/1"  # later fields (index, job, foreign) are optional: readers of
+# the first version read the shards of a newer manifest and ignore the rest
 OWN_NAMES = frozenset({MANIFEST, MARKER})
+SHARD = re.compile(r"completions_(?:p(\d{3,})_)?(\d{6,})\.jsonl")
+_WRITER_MANIFEST = re.compile(rf"{DIR}/manifest\.p(\d{{3,}})\.json")
+_DONE = re.compile(rf"{DIR}/done\.p(\d{{3,}})\.json")
 _SHOWN = 5  # foreign names quoted in a refusal
+
+Writer = int | None  # None: the default writer; N: partition N of a split run
+
+
+def writer_manifest(writer: Writer) -> str:
+    """The name of ``writer``'s manifest: the claim itself for the default writer."""
+    return MANIFEST if writer is None else f"{DIR}/manifest.p{writer:03d}.json"
+
+
+def manifest_writers(names: Iterable[str]) -> set[Writer]:
+    """The writers whose manifests are among ``names`` (None: the claim, the default writer's)."""
+    out: set[Writer] = set()
+    for name in names:
+        if name == MANIFEST:
+            out.add(None)
+        elif m := _WRITER_MANIFEST.fullmatch(name):
+            out.add(int(m.group(1)))
+    return out
+
+
+def shard_of(name: str) -> tuple[Writer, int] | None:
+    """(writer, index) of the shard object ``name``, or None when ``name`` is no shard name."""
+    m = SHARD.fullmatch(name)
+    if m is None:
+        return None
+    return (None if m.group(1) is None else int(m.group(1))), int(m.group(2))
+
+
+def side_name(local: str) -> str:
+    """Where the local file ``local`` (failed.jsonl, events.p001.jsonl, job.json, ...) is copied."""
+    return f"{DIR}/{local}"
+
+
+def done_marker(partition: int) -> str:
+    """The object saying partition ``partition`` finished with every shard uploaded."""
+    return f"{DIR}/done.p{partition:03d}.json"
+
+
+def done_partition(name: str) -> int | None:
+    """The partition a done marker ``name`` is for, or None when it is no done marker."""
+    m = _DONE.fullmatch(name)
+    return int(m.group(1)) if m else None
+
+
+def index_name(writer: Writer, data: bytes) -> str:
+    """The name of an index segment holding ``data``: written once, never replaced (its name is its content)."""
+    tag = "w" if writer is None else f"p{writer:03d}"
+    return f"{INDEX_DIR}/{tag}-{hashlib.sha256(data).hexdigest()[:32]}.jsonl"
+
+
+def aside_name(name: str) -> str:
+    """Where a repair moves an object that disagrees with the manifests (kept, never deleted)."""
+    return f"{DIR}/aside/{name}"
+
+
+def is_own(name: str) -> bool:
+    """Whether ``name`` is one of the job's bookkeeping objects (not a shard, not someone else's)."""
+    return name in OWN_NAMES or name.startswith(DIR + "/")
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,27 +117,35 @@ class RemoteShard:
 
 @dataclass(slots=True)
 class RemoteManifest:
-    """The remote manifest: the owning job and the shards uploaded so far."""
+    """A writer's remote manifest: the owning job, the shards uploaded so far and the index segments that hold their
+    ids. The claim (the default writer's) also holds the job's record and the shard-named objects that were there
+    before it."""
 
     job_id: str
     shards: dict[str, RemoteShard] = field(default_factory=dict)
     created_at: float = field(default_factory=time.time)
+    index: list[str] = field(default_factory=list)  # index segments, oldest first
+    job: dict[str, Any] | None = None  # the claim only: OUT/job.json as the first run wrote it
+    foreign: list[str] = field(default_factory=list)  # the claim only: shard-named objects there before it
 
     def encode(self) -> bytes:
         """The JSON document (shards in name order)."""
-        return orjson.dumps(
-            {
-                "format": FORMAT,
-                "job_id": self.job_id,
-                "created_at": self.created_at,
-                "updated_at": time.time(),
-                "shards": {
-                    name: {"count": s.count, "bytes": s.bytes, "sha256": s.sha256}
-                    for name, s in sorted(self.shards.items())
-                },
+        doc: dict[str, Any] = {
+            "format": FORMAT,
+            "job_id": self.job_id,
+            "created_at": self.created_at,
+            "updated_at": time.time(),
+            "shards": {
+                name: {"count": s.count, "bytes": s.bytes, "sha256": s.sha256}
+                for name, s in sorted(self.shards.items())
             },
-            option=orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE,
-        )
+            "index": self.index,
+        }
+        if self.job is not None:
+            doc["job"] = self.job
+        if self.foreign:
+            doc["foreign"] = self.foreign
+        return orjson.dumps(doc, option=orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE)
 
     @classmethod
     def decode(cls, data: bytes, where: str) -> RemoteManifest:
@@ -73,8 +158,16 @@ class RemoteManifest:
                 str(name): RemoteShard(int(s["count"]), int(s["bytes"]), str(s["sha256"]))
                 for name, s in dict(obj.get("shards") or {}).items()
             }
-            return cls(job_id=obj["job_id"], shards=shards, created_at=float(obj.get("created_at") or 0.0))
-        except (ValueError, TypeError, KeyError) as exc:
+            job = obj.get("job")
+            return cls(
+                job_id=obj["job_id"],
+                shards=shards,
+                created_at=float(obj.get("created_at") or 0.0),
+                index=[str(n) for n in obj.get("index") or []],
+                job=job if isinstance(job, dict) else None,
+                foreign=[str(n) for n in obj.get("foreign") or []],
+            )
+        except (ValueError, TypeError, KeyError, AttributeError) as exc:
             raise StoreConflict(
                 f"{where} is not a manifest this program wrote ({exc}): the prefix holds someone else's data. "
                 "Use another output.remote prefix."
@@ -114,9 +207,18 @@ class Claimed:
     foreign: int  # objects beside ours that this job did not write (only with allow_existing)
 
 
-def claim(store: Store, job_id: str, allow_existing: bool) -> Claimed:
-    """Make sure the prefix belongs to ``job_id``: read its manifest, or create one on a prefix that is
-    empty (or, with ``allow_existing``, holds only foreign objects). Refusals are :class:`StoreConflict`."""
+def read_claim(store: Store) -> tuple[RemoteManifest, str | None] | None:
+    """The claim and its replace tag, or None when the prefix is not claimed."""
+    found = store.read(MANIFEST)
+    if found is None:
+        return None
+    return RemoteManifest.decode(found.data, store.where(MANIFEST)), found.tag
+
+
+def claim(store: Store, job_id: str, allow_existing: bool, record: dict[str, Any] | None = None) -> Claimed:
+    """Make sure the prefix belongs to ``job_id``: read its claim, or create one (holding the job's ``record``,
+    its job.json) on a prefix that is empty (or, with ``allow_existing``, holds only foreign objects).
+    Refusals are :class:`StoreConflict`."""
     for _ in range(3):  # a lost creation race is re-read once; a third round means something is wrong
         found = store.read(MANIFEST)
         if found is not None:
@@ -128,10 +230,10 @@ def claim(store: Store, job_id: str, allow_existing: bool) -> Claimed:
                     "the output directory that job wrote."
                 )
             listing = store.list()
-            foreign = sum(1 for n in listing if n not in OWN_NAMES and n not in manifest.shards)
+            foreign = sum(1 for n in listing if not is_own(n) and (n in manifest.foreign or shard_of(n) is None))
             return Claimed(manifest, found.tag, created=False, foreign=foreign)
         listing = store.list()
-        others = sorted(n for n in listing if n not in OWN_NAMES)
+        others = sorted(n for n in listing if not is_own(n))
         if others and not allow_existing:
             shown = ", ".join(others[:_SHOWN]) + (f" and {len(others) - _SHOWN} more" if len(others) > _SHOWN else "")
             raise StoreConflict(
@@ -141,7 +243,7 @@ def claim(store: Store, job_id: str, allow_existing: bool) -> Claimed:
             )
         if MARKER in listing:
             others.append(MARKER)
-        manifest = RemoteManifest(job_id=job_id)
+        manifest = RemoteManifest(job_id=job_id, job=record, foreign=[n for n in others if shard_of(n) is not None])
         if store.put_bytes_if_absent(MANIFEST, manifest.encode()):
             got = store.read(MANIFEST)
             return Claimed(manifest, got.tag if got else None, created=True, foreign=len(others))

@@ -2,19 +2,25 @@
 
 One worker thread does every blocking store call, so the event loop never waits on the store; the writer
 hands it shards through :meth:`Uploader.enqueue` (the ``on_seal`` callback), which only appends to a queue.
+It uploads one writer's files: the default writer's, or one partition's (see :mod:`tokenmill.storage.prefix`).
 
 The worker's life, in order:
 1. claim the prefix (:func:`tokenmill.storage.prefix.claim`): refuse another job's prefix, or foreign objects
-   unless ``--allow-existing-prefix``; create the remote manifest before any shard;
+   unless ``--allow-existing-prefix``; create the writer's remote manifest before any shard;
 2. reconcile: every shard in the local manifest that the remote manifest does not list with the same
    sha256 (or whose object is gone) is queued, so a resumed run uploads exactly what is missing;
 3. upload queued shards oldest first with put-if-absent; when an object is already there, its content is
-   compared (sha256) and it is adopted when equal, reported and left alone when not;
+   compared (sha256) and it is adopted when equal, reported and left alone when not (a shard that lives at
+   the remote only, taken over or offloaded, is adopted the same way);
 4. rewrite the remote manifest after shards, at most every ``manifest_interval_s`` (long runs would
    otherwise rewrite an ever larger manifest after every shard), so it never lists a shard that is not
-   there and lags the uploads by at most that interval;
-5. at the end (:meth:`Uploader.finish`): drain the queue for up to ``drain_timeout_s``, write the manifest,
-   and, when the run finished and every shard is up, write ``_SUCCESS`` last.
+   there and lags the uploads by at most that interval; the manifest lines of the new shards (their ids) go
+   first into an index segment (:mod:`tokenmill.storage.index`) that the manifest then lists;
+5. copy the other records (``sides``: failures, skips, the event log, job.json) under ``_tokenmill/`` as they
+   grow, at most every ``side_interval_s``;
+6. at the end (:meth:`Uploader.finish`): drain the queue for up to ``drain_timeout_s``, write the manifest and
+   the other records, and, when the run finished and every shard is up, mark it complete
+   (:mod:`tokenmill.storage.complete`): ``_SUCCESS`` last, or a partition's done marker.
 
 A store error is retried with exponential backoff for as long as the run goes on (a store can be down for
 hours during a run of days); only the end of the run puts a deadline on it. Nothing here can stop the run:
@@ -24,6 +30,7 @@ the local output stays the source of truth, and rerunning the same command uploa
 from __future__ import annotations
 
 import asyncio
+import builtins
 import logging
 import threading
 import time
@@ -35,7 +42,17 @@ from typing import TypeVar
 from tokenmill.config import OutputSpec, backoff
 from tokenmill.errors import StoreConflict, StoreError, StoreUnavailable
 from tokenmill.output import SealedShard, layout, manifest, offload
-from tokenmill.storage.prefix import MANIFEST, MARKER, RemoteManifest, RemoteShard, claim, marker_body, marker_job
+from tokenmill.storage import complete, index
+from tokenmill.storage.prefix import (
+    MARKER,
+    RemoteManifest,
+    RemoteShard,
+    claim,
+    done_marker,
+    index_name,
+    side_name,
+    writer_manifest,
+)
 from tokenmill.storage.store import Store
 
 log = logging.getLogger("tokenmill.storage.upload")
@@ -56,6 +73,7 @@ class LocalShard:
     count: int
     bytes: int
     sha256: str
+    line: builtins.bytes = b""  # its local manifest line (ids included), for the remote index
 
 
 @dataclass(slots=True)
@@ -74,7 +92,8 @@ class UploadStatus:
     deleted: int = 0  # local shards deleted after a verified upload
     last_error: str | None = None
     fatal: str | None = None  # the uploader gave up (prefix refused, or an unexpected failure)
-    marker: bool = False  # _SUCCESS is written
+    marker: bool = False  # _SUCCESS is written (by this run, or by another partition before)
+    done_marker: bool = False  # a partition: its done marker is written
     ready: bool = False  # the prefix was claimed and reconciled
 
     @property
@@ -92,7 +111,7 @@ class UploadStatus:
         where = self.remote
         moved = f"{self.uploaded} uploaded now, {self.bytes / 1e6:,.1f} MB at {self.rate_mb_s:,.1f} MB/s"
         if self.complete:
-            tail = ", _SUCCESS written" if self.marker else ""
+            tail = ", _SUCCESS written" if self.marker else ", this partition marked done" if self.done_marker else ""
             if self.deleted:
                 tail += f"; {self.deleted} local shard(s) deleted after a verified upload"
             return (
@@ -130,13 +149,25 @@ class Uploader:
         *,
         allow_existing_prefix: bool = False,
         store: Store | None = None,
+        partition: tuple[int, int] | None = None,
+        sides: tuple[str, ...] = (),
     ) -> None:
+        """``partition`` = (index, count): upload that partition's files; ``sides``: names of local files to copy
+        under ``_tokenmill/`` as they grow (failures, skips, the event log, job.json, ...)."""
         if not spec.remote and store is None:
             raise StoreError("output.remote is not set")
         self.out_dir = Path(out_dir)
         self.spec = spec
         self.allow_existing = allow_existing_prefix
         self.store = store or Store(str(spec.remote), spec.storage_options)
+        self.partition = partition
+        self.writer = partition[0] if partition is not None else None
+        self.names = layout.Names(self.writer)
+        self.head_name = writer_manifest(self.writer)
+        self.sides = sides
+        self._side_stamps: dict[str, tuple[int, int]] = {}
+        self._last_sides = float("-inf")
+        self._unindexed: dict[str, bytes] = {}  # manifest lines of shards the remote index does not hold yet
         self._cond = threading.Condition()
         self._queue: list[LocalShard] = []
         self._known: set[str] = set()
@@ -161,7 +192,7 @@ class Uploader:
 
     def enqueue(self, shard: SealedShard) -> None:
         """Queue a just-sealed shard (never blocks; the ``on_seal`` callback)."""
-        item = LocalShard(shard.name, shard.path, shard.count, shard.bytes, shard.sha256)
+        item = LocalShard(shard.name, shard.path, shard.count, shard.bytes, shard.sha256, shard.line)
         with self._cond:
             self._add(item)
             self._cond.notify_all()
@@ -275,16 +306,20 @@ class Uploader:
             log.info("%s holds %d object(s) of someone else; they are left alone", self.store.shown, claimed.foreign)
         listing = self._retry("list", self.store.list)
         self._retry("clean", self.store.remove_partials)
-        remote = claimed.manifest
-        self._manifest, self._tag = remote, claimed.tag
-        self._marker_seen = MARKER in listing
-        local = manifest.read(self.out_dir / layout.MANIFEST).entries
+        remote, self._tag = (claimed.manifest, claimed.tag) if self.writer is None else self._retry("read", self._head)
+        self._manifest = remote
+        self._marker_seen = MARKER in listing or (self.writer is not None and done_marker(self.writer) in listing)
+        local = manifest.read(self.out_dir / self.names.manifest).entries
+        if remote.shards and not remote.index:  # a manifest an earlier version wrote: index what it lists
+            self._unindexed = {n: e.encode() for n, e in local.items() if n in remote.shards}
+            self._dirty = bool(self._unindexed)
         with self._cond:
             ahead = self._queue  # shards sealed before the prefix was ready
             self._queue, self._known = [], set()
             self._status.local_shards = 0
             for entry in sorted(local.values(), key=lambda e: e.shard):
-                item = LocalShard(entry.shard, self.out_dir / entry.shard, entry.count, entry.bytes, entry.sha256)
+                path = self.out_dir / entry.shard
+                item = LocalShard(entry.shard, path, entry.count, entry.bytes, entry.sha256, entry.encode())
                 there = remote.shards.get(entry.shard)
                 if there is not None and there.sha256 == entry.sha256 and listing.get(entry.shard) == entry.bytes:
                     self._known.add(entry.shard)
@@ -303,6 +338,22 @@ class Uploader:
         self._settled.set()
         if queued:
             log.info("%d shard(s) to upload to %s", queued, self.store.shown)
+
+    def _head(self) -> tuple[RemoteManifest, str | None]:
+        """This partition's manifest, created (empty) when it has none yet."""
+        found = self.store.read(self.head_name)
+        if found is None:
+            self.store.put_bytes_if_absent(self.head_name, RemoteManifest(job_id=self._job_id).encode())
+            found = self.store.read(self.head_name)
+            if found is None:
+                raise StoreUnavailable(f"{self.store.where(self.head_name)} is not there right after it was written")
+        head = RemoteManifest.decode(found.data, self.store.where(self.head_name))
+        if head.job_id != self._job_id:
+            raise StoreConflict(
+                f"{self.store.where(self.head_name)} belongs to another job (job id {head.job_id}); this is job "
+                f"{self._job_id}: use another output.remote prefix"
+            )
+        return head, found.tag
 
     def _loop(self) -> None:
         while True:
@@ -324,6 +375,8 @@ class Uploader:
             due = self._manifest_due()
             if due is not None and due <= 0:
                 self._write_manifest()
+            if time.monotonic() - self._last_sides >= self.spec.upload.side_interval_s:
+                self._sync_sides()
 
     def _manifest_due(self) -> float | None:
         """Seconds until the remote manifest should be rewritten (<= 0: now), None when it is current."""
@@ -334,30 +387,66 @@ class Uploader:
     def _final(self) -> None:
         if self._dirty:
             self._write_manifest()
+        self._sync_sides()
         status = self.status()
         if not (self._finished_run and status.complete):
             return
-        manifest_now = self._manifest
-        assert manifest_now is not None
-        body = marker_body(self._job_id, manifest_now, self._counts)
-        found = self._retry("read", lambda: self.store.read(MARKER))
-        if found is None:
-            self._retry("write", lambda: self.store.put_bytes_if_absent(MARKER, body))
-        elif marker_job(found.data) == self._job_id:
-            self._retry("write", lambda: self.store.replace_bytes(MARKER, body, found.tag))
-        else:
-            raise StoreConflict(
-                f"{self.store.where(MARKER)} was not written by this job and is not replaced; every shard and the "
-                "manifest are uploaded, but the prefix has no marker of this job"
-            )
+        if self.partition is None:
+            if not self._retry("write", lambda: complete.write_success(self.store, self._job_id)):
+                raise StoreConflict(
+                    f"{self.store.where(MARKER)} was not written by this job and is not replaced; every shard and "
+                    "the manifest are uploaded, but the prefix has no marker of this job"
+                )
+            with self._cond:
+                self._status.marker = True
+            log.info("wrote %s", self.store.where(MARKER))
+            return
+        index_, count = self.partition
+        whole = self._retry(
+            "write", lambda: complete.mark_done(self.store, self._job_id, index_, count, dict(self._counts))
+        )
         with self._cond:
-            self._status.marker = True
-        log.info("wrote %s", self.store.where(MARKER))
+            self._status.done_marker = True
+            self._status.marker = whole
+        log.info(
+            "partition %d of %d is done at %s%s",
+            index_,
+            count,
+            self.store.shown,
+            f"; every partition is: wrote {self.store.where(MARKER)}" if whole else "",
+        )
+
+    def _sync_sides(self) -> None:
+        """Copy each side file that changed since its last copy (our own objects: replaced unconditionally)."""
+        self._last_sides = time.monotonic()
+        for local in self.sides:
+            path = self.out_dir / local
+            try:
+                st = path.stat()
+            except FileNotFoundError:
+                continue
+            stamp = (st.st_size, st.st_mtime_ns)
+            if self._side_stamps.get(local) == stamp:
+                continue
+            try:
+                data = path.read_bytes()
+            except OSError as exc:
+                log.warning("cannot read %s to copy it to %s: %s", path, self.store.shown, exc)
+                continue
+            self._put_side(side_name(local), data)
+            self._side_stamps[local] = stamp
+
+    def _put_side(self, name: str, data: bytes) -> None:
+        self._retry("write", lambda: self.store.replace_bytes(name, data, None))
 
     def _upload(self, item: LocalShard) -> None:
         if not item.path.exists():
-            with self._cond:
-                self._conflict(item.name, f"the local file {item.path} is gone")
+            there = self._retry("read", lambda: self.store.sha256(item.name))
+            if there != item.sha256:
+                with self._cond:
+                    self._conflict(item.name, f"the local file {item.path} is gone and the remote holds no copy of it")
+                return
+            self._listed(item, wrote=False, took=0.0)  # it lives at the remote only (taken over): adopted
             return
         self._withdraw_marker()
         started = time.monotonic()
@@ -371,6 +460,10 @@ class Uploader:
                 return
         if self.spec.delete_after_upload and not self._verified(item, None if wrote else item.sha256):
             return
+        self._listed(item, wrote, took)
+
+    def _listed(self, item: LocalShard, wrote: bool, took: float) -> None:
+        """``item`` is at the prefix: count it and list it in the next manifest (and index segment)."""
         with self._cond:
             if wrote:
                 self._status.uploaded += 1
@@ -380,22 +473,46 @@ class Uploader:
                 self._status.already += 1
         assert self._manifest is not None
         self._manifest.shards[item.name] = RemoteShard(item.count, item.bytes, item.sha256)
+        self._unindexed[item.name] = item.line or self._line_of(item.name)
         self._dirty = True
         log.debug("uploaded %s (%d bytes, %.2f s)", item.name, item.bytes, took)
+
+    def _line_of(self, shard: str) -> bytes:
+        entry = manifest.read(self.out_dir / self.names.manifest).entries.get(shard)
+        return entry.encode() if entry is not None else b""
 
     def _write_manifest(self) -> None:
         current = self._manifest
         assert current is not None
+        self._write_index(current)
 
         def put() -> None:
-            self.store.replace_bytes(MANIFEST, current.encode(), self._tag)
-            found = self.store.read(MANIFEST)
+            self.store.replace_bytes(self.head_name, current.encode(), self._tag)
+            found = self.store.read(self.head_name)
             self._tag = found.tag if found else None
 
         self._retry("write", put)
         self._dirty = False
         self._last_manifest = time.monotonic()
         self._delete_local()
+
+    def _write_index(self, current: RemoteManifest) -> None:
+        """Put the manifest lines of the shards listed since the last segment into a new index segment (folding
+        every segment into one when the manifest lists :data:`~tokenmill.storage.index.FOLD_AT` of them)."""
+        lines = [line for _, line in sorted(self._unindexed.items()) if line]
+        if not lines:
+            self._unindexed = {}
+            return
+        if len(current.index) + 1 >= index.FOLD_AT:
+            entries = manifest.read(self.out_dir / self.names.manifest).entries
+            lines = [entries[n].encode() for n in sorted(current.shards) if n in entries]
+            current.index = []
+        data = index.encode(lines)
+        name = index_name(self.writer, data)
+        self._retry("write", lambda: self.store.put_bytes_if_absent(name, data))
+        if name not in current.index:
+            current.index.append(name)
+        self._unindexed = {}
 
     def _verified(self, item: LocalShard, known_sha: str | None) -> bool:
         """Read the remote copy back; queue the local shard for deletion when it is the same."""
@@ -419,13 +536,13 @@ class Uploader:
         self._deletable = []
 
     def _withdraw_marker(self) -> None:
-        """A finished corpus gets more shards (retry-failed): take this job's ``_SUCCESS`` down first."""
+        """A finished corpus gets more shards (retry-failed, a partition run again): take this job's ``_SUCCESS``
+        and the partition's done marker down first."""
         if not self._marker_seen:
             return
-        found = self._retry("read", lambda: self.store.read(MARKER))
-        if found is not None and marker_job(found.data) == self._job_id:
-            self._retry("delete", lambda: self.store.remove(MARKER))
-            log.info("withdrew %s until the new shards are uploaded", self.store.where(MARKER))
+        gone = self._retry("delete", lambda: complete.withdraw(self.store, self._job_id, self.writer))
+        for name in gone:
+            log.info("withdrew %s until the new shards are uploaded", self.store.where(name))
         self._marker_seen = False
 
     # -- helpers (call with the lock held where noted) ---------------------------------------------------
@@ -459,6 +576,7 @@ class Uploader:
             last_error=s.last_error,
             fatal=s.fatal,
             marker=s.marker,
+            done_marker=s.done_marker,
             ready=s.ready,
         )
 

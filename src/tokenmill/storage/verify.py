@@ -1,15 +1,16 @@
-"""``verify --remote``: prove that the remote prefix holds exactly the local sealed shards.
+"""``verify OUT --remote``: prove that the remote prefix holds exactly the local sealed shards.
 
-Every sealed shard in the local manifest must be at the prefix with the same size and the same sha256
-(each remote object is read back in full and hashed), and the remote manifest must list it with the same
-count, size and sha256. Shard objects the local output does not know of, a manifest of another job, and a
-``_SUCCESS`` that disagrees with the local counts are reported too. Problems go into the same
+Every sealed shard in the local manifests (the default writer's and each partition's in OUT) must be at the
+prefix with the same size and the same sha256 (each remote object is read back in full and hashed), and its
+writer's remote manifest must list it with the same count, size and sha256. Shard objects of these writers that
+the local output does not know of, a manifest of another job, and a ``_SUCCESS`` that disagrees with the
+manifests' totals are reported too. Shards of writers OUT does not hold (partitions that ran elsewhere) are the
+business of ``verify PREFIX`` (:mod:`tokenmill.storage.audit`). Problems go into the same
 :class:`~tokenmill.output.VerifyReport` as the local checks.
 """
 
 from __future__ import annotations
 
-import re
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -19,12 +20,20 @@ import orjson
 from tokenmill.errors import OutputError, StoreConflict, StoreError
 from tokenmill.output import VerifyReport, layout, manifest
 from tokenmill.output.manifest import ManifestEntry
-from tokenmill.storage.prefix import MANIFEST, MARKER, RemoteManifest
+from tokenmill.storage.prefix import (
+    MANIFEST,
+    MARKER,
+    RemoteManifest,
+    RemoteShard,
+    Writer,
+    manifest_writers,
+    shard_of,
+    writer_manifest,
+)
 from tokenmill.storage.store import Store
 
 JOB_FILE = "job.json"
 HASH_WORKERS = 4  # remote objects read back at once
-_SHARD = re.compile(r"completions_\d{6,}\.jsonl")
 
 
 def remote_target(out: Path, url: str | None = None) -> tuple[str, dict[str, Any], str | None]:
@@ -52,20 +61,35 @@ def remote_target(out: Path, url: str | None = None) -> tuple[str, dict[str, Any
 
 def verify_remote(report: VerifyReport, out: Path, store: Store, job_id: str | None) -> None:
     """Compare the local sealed shards of ``out`` with the prefix of ``store``; add what differs to ``report``."""
-    local = manifest.read(Path(out) / layout.MANIFEST).entries
+    out = Path(out)
+    writers: list[Writer] = [None, *sorted(layout.list_dir(out).partitions)]
+    local: dict[str, ManifestEntry] = {}
+    for writer in writers:
+        local.update(manifest.read(out / layout.Names(writer).manifest).entries)
     listing = store.list()
-    remote = _remote_manifest(report, store, job_id)
+    claim = _remote_manifest(report, store, job_id, MANIFEST)
+    remote = RemoteManifest(job_id=claim.job_id if claim else "")
+    for writer in sorted(w for w in manifest_writers(listing) if w is not None):
+        head = _remote_manifest(report, store, job_id, writer_manifest(writer))
+        if head is not None:
+            remote.shards.update(head.shards)
+    if claim is not None:
+        remote.shards.update(claim.shards)
     present = sorted(name for name in local if name in listing and listing[name] == local[name].bytes)
     with ThreadPoolExecutor(HASH_WORKERS) as pool:
         hashes = dict(zip(present, pool.map(store.sha256, present), strict=True))
     for name, entry in sorted(local.items()):
-        _check_shard(report, store, entry, listing.get(name), hashes.get(name), remote)
-    for name in sorted(n for n in listing if _SHARD.fullmatch(n) and n not in local):
-        report.add("remote-extra", store.where(name), "a shard object the local manifest does not list")
-    if remote is not None:
-        for name in sorted(n for n in remote.shards if n not in local and n not in listing):
+        _check_shard(report, store, entry, listing.get(name), hashes.get(name), remote if claim else None)
+    foreign = set(claim.foreign) if claim is not None else set()
+    ours = set(writers)
+    for name in sorted(listing):
+        shard = shard_of(name)
+        if shard is not None and shard[0] in ours and name not in local and name not in foreign:
+            report.add("remote-extra", store.where(name), "a shard object the local manifest does not list")
+    for name in sorted(n for n, _ in remote.shards.items() if n not in local and n not in listing):
+        if (s := shard_of(name)) is not None and s[0] in ours:
             report.add("remote-manifest", store.where(MANIFEST), f"lists {name}, which is neither local nor remote")
-    _check_marker(report, store, listing, local)
+    _check_marker(report, store, listing, remote.shards)
     matched = [local[n] for n in present if hashes.get(n) == local[n].sha256]
     report.counts.update(
         remote_shards=len(matched),
@@ -79,9 +103,9 @@ def verify_remote(report: VerifyReport, out: Path, store: Store, job_id: str | N
     )
 
 
-def _remote_manifest(report: VerifyReport, store: Store, job_id: str | None) -> RemoteManifest | None:
-    where = store.where(MANIFEST)
-    found = store.read(MANIFEST)
+def _remote_manifest(report: VerifyReport, store: Store, job_id: str | None, name: str) -> RemoteManifest | None:
+    where = store.where(name)
+    found = store.read(name)
     if found is None:
         report.add("remote-manifest", where, "missing: nothing was uploaded yet, or this is not the job's prefix")
         return None
@@ -120,7 +144,7 @@ def _check_shard(
         report.add("remote-manifest", store.where(MANIFEST), f"its line for {entry.shard} differs from the local one")
 
 
-def _check_marker(report: VerifyReport, store: Store, listing: dict[str, int], local: dict[str, ManifestEntry]) -> None:
+def _check_marker(report: VerifyReport, store: Store, listing: dict[str, int], listed: dict[str, RemoteShard]) -> None:
     if MARKER not in listing:
         report.notes.append(f"no {MARKER} at {store.shown}: the run has not finished, or its upload is incomplete")
         return
@@ -129,13 +153,13 @@ def _check_marker(report: VerifyReport, store: Store, listing: dict[str, int], l
         body = orjson.loads(found.data) if found is not None else {}
     except ValueError:
         body = {}
-    expected = (len(local), sum(e.count for e in local.values()))
+    expected = (len(listed), sum(e.count for e in listed.values()))
     got = (body.get("shards"), body.get("completions")) if isinstance(body, dict) else (None, None)
     if got != expected:
         report.add(
             "remote-marker",
             store.where(MARKER),
-            f"says {got[0]} shards / {got[1]} completions; the local output has {expected[0]} / {expected[1]}",
+            f"says {got[0]} shards / {got[1]} completions; the job's manifests list {expected[0]} / {expected[1]}",
         )
 
 
