@@ -31,6 +31,7 @@ import orjson
 
 from tokenmill.errors import ConfigError, OutputError
 from tokenmill.output.records_reader import iter_records
+from tokenmill.output.rounds import iter_live
 from tokenmill.quality.corpus import DuplicateFinder, answer_chars, record_quality, selected
 from tokenmill.records import Message
 
@@ -156,7 +157,7 @@ def to_row(rec: dict[str, Any], opts: ExportOptions) -> dict[str, Any]:
 
 def _kept(out: Path, opts: ExportOptions, counts: ExportCounts) -> Iterator[dict[str, Any]]:
     duplicates = DuplicateFinder()
-    for rec in iter_records(out):
+    for rec in iter_live(out):
         reason = drop_reason(rec, opts, duplicates)
         if reason is not None:
             counts.dropped[reason] += 1

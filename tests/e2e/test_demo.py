@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import time
@@ -21,6 +22,13 @@ def test_demo_completes_and_names_the_binding_resource(tmp_path: Path) -> None:
     assert summary["finished"] and summary["completed_total"] == 300
     assert "doctor" in res.stdout or "binding resource" in res.stdout  # the summary carries the diagnosis
     assert run_cli("verify", str(out)).returncode == 0
+    # the quality loop: the twins spoil a few answers, the demo finds them and answers them again
+    assert "answering the degenerate ones again" in res.stderr
+    moved = re.search(r"degenerate answers: (\d+) \(.*\) before round-001, (\d+) \(", res.stdout)
+    assert moved is not None, res.stdout
+    before, after = int(moved.group(1)), int(moved.group(2))
+    assert before > 0 and after < before / 3
+    assert (out / "regenerate" / "round-001.json").exists()
     # a second demo starts over instead of finding everything done
     again = run_cli("demo", "--servers", "1", "--limit", "20", "-o", str(out), "--no-live", timeout=240)
     assert again.returncode == 0, again.stderr

@@ -55,10 +55,11 @@ def run(tmp_path: Path, out: Path, sampling: dict[str, Any] = SAMPLING) -> None:
 def spoiled(rec: dict[str, Any]) -> str | None:
     """What the simulated server chose for this record's request (its own deterministic draw)."""
     seed = rec["sampling"].get("seed")
-    penalized = any(rec["sampling"].get(k, 0) > 0 for k in ("frequency_penalty", "presence_penalty"))
+    extra = rec["sampling"].get("extra_body") or {}
+    penalized = any((extra.get(k) or 0) > 0 for k in ("frequency_penalty", "presence_penalty"))
     prompt = rec["prompt"]
     messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else prompt  # as openai-chat sends it
-    key = content_key(SIM.seed, render_chat(messages), seed)
+    key = content_key(SIM.seed, render_chat(messages), seed, penalized)
     return degeneration(key, degeneration_rates(SIM, penalized))
 
 

@@ -108,6 +108,8 @@ def test_a_loop_longer_than_the_window_of_its_answer_is_found_at_the_end_only() 
         ("<think>Let me think.</think>\n\n", "stop", None, ["no_answer"]),
         ("<think>Let me think. And think more", "length", None, ["truncated", "no_answer"]),
         ("<think>Let me think.</think>The answer is 4.", "stop", None, []),
+        ("Let me think.</think>The answer is 4.", "stop", None, []),  # the template opened the block
+        ("Let me think.</think>\n", "stop", None, ["no_answer"]),
         ("The answer is 4.", "stop", "Two and two.", []),
     ],
 )

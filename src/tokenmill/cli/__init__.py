@@ -25,6 +25,7 @@ _COMMANDS = {
     "fleet": "fleet",
     "export": "export:export_cmd",
     "inspect": "inspect:inspect_cmd",
+    "regenerate": "regenerate",
 }
 
 

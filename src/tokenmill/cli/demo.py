@@ -14,6 +14,8 @@ from tokenmill.output.identity import JOB_FILE
 
 # written first into a directory the demo creates: a demo stopped before its first record still owns it
 DEMO_MARKER = ".tokenmill-demo"
+DEMO_DEGENERATE = {"loop_rate": 0.03, "empty_rate": 0.01, "unclosed_think_rate": 0.01}
+DEMO_RESAMPLING = {"frequency_penalty": 0.5}
 
 
 def _claim(out: Path, fresh: bool) -> None:
@@ -40,14 +42,19 @@ def demo(n_servers: int, output: str, limit: int | None, fresh: bool, live: bool
     About a minute on two cores. The output directory then holds the shards, the manifest and a summary;
     try `tokenmill verify tokenmill-demo` afterwards.
     """
+    from tokenmill.cli.regenerate import regenerate_round
     from tokenmill.fleet.simprocs import sim_fleet
+    from tokenmill.quality.corpus import inspect_output
     from tokenmill.sources import sample_dataset_path
 
     out = Path(output)
     _claim(out, fresh)
     # Twins of a 27B GDN hybrid on RTX PRO 6000 with SGLang's default flags, where the recurrent-state pool (not
-    # the KV cache) caps concurrency: the doctor's verdict shows what to change. Ten times real speed.
+    # the KV cache) caps concurrency: the doctor's verdict shows what to change. Ten times real speed. Like a
+    # sampling model, they spoil a few answers (loops, empty answers, thinking that never ends), which the demo
+    # then finds and answers again.
     sim_args = ["--model", "qwen3.6-27b", "--gpu", "rtx-pro-6000", "--time-scale", "0.1", "--output-len-mean", "200"]
+    sim_args += [f"--{name.replace('_', '-')}={rate}" for name, rate in DEMO_DEGENERATE.items()]
     click.echo(f"starting {n_servers} simulated SGLang servers ...", err=True)
     with sim_fleet(n_servers, sim_args, log_dir=out) as sims:
         job = JobSpec.model_validate(
@@ -65,4 +72,11 @@ def demo(n_servers: int, output: str, limit: int | None, fresh: bool, live: bool
             }
         )
         execute(job, allow_changed_job=False, live=live, log_level="INFO")
-    click.echo(f"done: shards, manifest and summary are in {out}/ — check them with `tokenmill verify {out}`", err=True)
+        click.echo(inspect_output(out).render(), err=True)
+        click.echo("\nanswering the degenerate ones again, with a frequency penalty:", err=True)
+        regenerate_round(job, ("degenerate",), DEMO_RESAMPLING, live=live)
+    click.echo(
+        f"done: shards, manifest and summary are in {out}/ — check them with `tokenmill verify {out}`, "
+        f"see what is in them with `tokenmill inspect {out}`",
+        err=True,
+    )

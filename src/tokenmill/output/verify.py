@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from tokenmill.errors import OutputError
-from tokenmill.output import layout, manifest, offload
+from tokenmill.output import layout, manifest, offload, rounds
 from tokenmill.output.manifest import ManifestRead
 from tokenmill.output.scan import Scan, scan
 from tokenmill.records import Skip
@@ -42,6 +42,9 @@ HINTS: dict[str, str] = {
     "remote-extra": "a shard object at the prefix that this output does not hold: check output.remote",
     "remote-manifest": "the remote manifest is missing, of another job, or disagrees with the local one",
     "remote-marker": "_SUCCESS disagrees with the local output: rerun the same command to rewrite it",
+    "round": "a regeneration round's own files are damaged (see the problem): `tokenmill verify` the round's "
+    "directory and follow its advice, or move the round aside to keep the earlier answers",
+    "round-foreign": "a regeneration round answered an id this output never completed: move the round aside",
 }
 
 
@@ -132,9 +135,37 @@ def verify(out: Path, input_ids: Iterable[str | Skip] | None = None) -> VerifyRe
     report = VerifyReport(out=out)
     checker = _Checker(out, report)
     checker.run()
+    _check_rounds(out, report, checker.recorded - checker.failed_ids)
     if input_ids is not None:
         checker.match_input(input_ids)
     return report
+
+
+def _check_rounds(out: Path, report: VerifyReport, completed: set[str]) -> None:
+    """Each regeneration round is a sound output of its own, and answers only ids ``out`` completed (its answers
+    are the live ones; the records they replace stay in ``out``, set aside)."""
+    found = rounds.rounds(out)
+    if not found:
+        return
+    for rnd in found:
+        if rnd.out.is_dir():
+            inner = verify(rnd.out)
+            for problem in inner.problems:
+                report.add("round", f"{rnd.name}/{problem.where}", f"{problem.kind}: {problem.detail}")
+        answered, total = rnd.progress()
+        if answered < total:
+            report.notes.append(
+                f"{rnd.name} is unfinished: {answered:,} of {total:,} prompts answered again (the rest keep their "
+                "earlier answers); rerun `tokenmill regenerate JOB` to finish it"
+            )
+    latest = rounds.superseding(out, found)
+    for rid in sorted(set(latest) - completed):
+        report.add("round-foreign", f"{rounds.DIR}/round-{latest[rid]:03d}", f"id {rid!r}")
+    report.counts["regenerated"] = len(latest)
+    report.notes.append(
+        f"{len(latest):,} prompts have a newer answer from {len(found)} regeneration round(s) in {rounds.DIR}/; "
+        "the records they replace stay in the shards, set aside"
+    )
 
 
 class _Checker:
@@ -142,6 +173,7 @@ class _Checker:
         self.out = out
         self.report = report
         self.recorded: set[str] = set()  # completed and failed ids
+        self.failed_ids: set[str] = set()
         self.skipped_ids: set[str] = set()
         self.skip_sources: set[str] = set()  # over every writer's skipped file
         self.names = layout.Names()
@@ -243,6 +275,7 @@ class _Checker:
         result = scan(self.out / self.names.failed, "failed")
         self._damage(result, self.names.failed)
         self.counts["failed"] += result.records
+        self.failed_ids.update(result.ids)
         self._record(result.ids, self.names.failed)
 
     def _check_skipped(self) -> None:

@@ -1,2 +1,3 @@
-"""Quality of what was generated: cheap signals per completion (written with the record), and the corpus view
-of them (``tokenmill inspect``). ``signals`` computes them; ``corpus`` reads an output back and sums them up."""
+"""Quality of what was generated: cheap signals per completion (``signals``, written with the record), the corpus
+view of them (``corpus``: ``tokenmill inspect``, the report's section, ``export --drop``), and choosing prompts
+to answer again (``regenerate``)."""

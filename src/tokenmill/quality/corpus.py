@@ -21,6 +21,7 @@ from typing import Any
 from tokenmill.errors import ConfigError
 from tokenmill.fmt import UNKNOWN, num
 from tokenmill.output.records_reader import iter_records
+from tokenmill.output.rounds import iter_live
 from tokenmill.quality.signals import FLAGS, combined, final_answer, signals
 
 DEGENERATE = ("repetition", "empty", "no_answer")
@@ -335,8 +336,8 @@ def inspect_records(
 
 
 def inspect_output(out: Path, examples: int = EXAMPLES) -> CorpusQuality:
-    """The quality of an output directory's completions (a run in progress too: whole lines only)."""
+    """The quality of an output directory's live completions (a run in progress too: whole lines only)."""
     if not out.is_dir():
         raise ConfigError(f"{out} is not an output directory")
     failed = sum(1 for _ in iter_records(out, failed=True))
-    return inspect_records(iter_records(out), str(out), failed, examples)
+    return inspect_records(iter_live(out), str(out), failed, examples)

@@ -4,10 +4,10 @@
 - ``empty``: the answer is blank (whitespace only).
 - ``no_answer``: the model reasoned (``reasoning_content``, or a ``<think>`` block) but gave no final answer,
   including a thinking block that never closes.
-- ``repetition``: a loop at the end of the answer. Two views of the answer's tail, each strong where the other
-  is blind: the share of word 4-grams that repeat an earlier one (a loop of sentences repeats nearly all of
-  them; prose and code stay well below), and how well the tail compresses (a loop of characters without spaces
-  compresses to almost nothing). Calibrated on prose and code that must not trip it (tests/unit/test_quality_*).
+- ``repetition``: a loop at the end of the answer. Three views of the answer's end: how long it repeats exactly
+  (a model's loop usually does), the share of word 4-grams that repeat an earlier one (a loop that varies a
+  little), how well the tail compresses (a loop of characters without spaces). Calibrated on prose and code
+  that must not trip it (tests/unit/test_quality_signals.py); docs/quality.md has the numbers.
 - ``answer_hash``: a hash of the answer (leading and trailing whitespace aside), to find the same answer given
   to different prompts across the corpus.
 """
@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from typing import Any
 
 PROBE = 32  # characters at the answer's end that a loop repeats a period earlier
+PERIODIC_MIN_CHARS = 300  # an exact repeat at the end at least this long (about 75 tokens) scores LOOP_SCORE
+MIN_PERIODS = 3  # ... made of at least this many periods
 TAILS = (600, 3000)  # characters of the answer's end looked at; a loop that fills either window is found
 NGRAM = 4
 MIN_NGRAMS = 40  # fewer words than this: too short to call a loop by repeated n-grams
@@ -56,14 +58,15 @@ class Signals:
 
 
 def final_answer(text: str) -> tuple[str, bool]:
-    """The answer after any thinking block, and whether a thinking block was left open."""
-    start = text.find(THINK_OPEN)
-    if start < 0:
-        return text, False
-    end = text.find(THINK_CLOSE, start)
-    if end < 0:
+    """The answer after any thinking block, and whether a thinking block was left open. A closing tag without
+    an opening one is a thinking block whose opening tag was part of the prompt (chat templates that start the
+    assistant turn with it)."""
+    close = text.rfind(THINK_CLOSE)
+    if close >= 0:
+        return text[close + len(THINK_CLOSE) :], False
+    if THINK_OPEN in text:
         return "", True
-    return text[end + len(THINK_CLOSE) :], False
+    return text, False
 
 
 def ngram_share(words: list[str]) -> float:
@@ -83,21 +86,39 @@ def compress_ratio(tail: str) -> float | None:
     return len(zlib.compress(raw, 1)) / len(raw)
 
 
-def loop_score(answer: str) -> tuple[bool, float]:
-    """Whether the answer ends in a loop, and the score (see the module docstring): the share of repeated
-    4-grams, or for text not spelled in words (few spaces: a run of symbols, a script written without spaces)
-    the compression ratio mapped onto the same scale (``LOOP_COMPRESS_RATIO`` scores ``LOOP_SCORE``).
+def periodic_run(end: str, period: int) -> tuple[int, int]:
+    """How many characters at the end of ``end`` repeat exactly with ``period`` (counted in whole periods, up to
+    what scores 1), and how many periods that is."""
+    n, repeats = len(end), 0
+    enough = PERIODIC_MIN_CHARS / LOOP_SCORE
+    while (repeats + 2) * period <= n and (repeats + 1) * period < enough:
+        a = n - (repeats + 1) * period
+        if end[a : a + period] != end[a - period : a]:
+            break
+        repeats += 1
+    return ((repeats + 1) * period if repeats else 0), repeats + 1
 
-    First a probe that costs a microsecond: a loop's last characters occur once more a period earlier, so an
-    answer whose last :data:`PROBE` characters appear nowhere else in the window does not end in a loop (score
-    0), and most answers stop there."""
+
+def loop_score(answer: str) -> tuple[bool, float]:
+    """Whether the answer ends in a loop, and the score (see the module docstring).
+
+    First a probe that costs a microsecond: a loop's last :data:`PROBE` characters occur once more a period
+    earlier; an answer whose end appears nowhere else in the window does not end in a loop (score 0), and most
+    answers stop there. Then the exact view: how much of the end repeats with that period (a model's loop is
+    usually exact). Then, for loops that are not exact, the share of repeated word 4-grams, or for text not
+    spelled in words (few spaces: a run of symbols, a script written without spaces) the compression ratio,
+    each mapped onto one scale where :data:`LOOP_SCORE` is a loop."""
     end = answer.rstrip()
     window = end[-TAILS[-1] :]
     probe = window[-PROBE:]
-    if len(window) < 2 * PROBE or window.find(probe) >= len(window) - PROBE:
+    earlier = window.rfind(probe, 0, len(window) - 1) if len(window) >= 2 * PROBE else -1
+    if earlier < 0:
         return False, 0.0
-    score = 0.0
+    run, periods = periodic_run(end, len(window) - PROBE - earlier)
+    score = min(1.0, LOOP_SCORE * run / PERIODIC_MIN_CHARS) if periods >= MIN_PERIODS else 0.0
     for size in TAILS:
+        if score >= LOOP_SCORE:
+            break
         tail = end[-size:]
         words = tail.split()
         score = max(score, ngram_share(words))
@@ -105,7 +126,7 @@ def loop_score(answer: str) -> tuple[bool, float]:
             ratio = compress_ratio(tail)
             if ratio is not None:
                 score = max(score, 1.0 - (1.0 - LOOP_SCORE) * ratio / LOOP_COMPRESS_RATIO)
-        if score >= LOOP_SCORE or len(end) <= size:
+        if len(end) <= size:
             break
     return score >= LOOP_SCORE, round(score, 3)
 
@@ -119,7 +140,7 @@ def signals(text: str, finish_reason: str | None, reasoning: str | None = None) 
     """The signals of one generated answer (``text`` as returned, ``reasoning`` when the server split it off)."""
     answer, unclosed = final_answer(text)
     blank = not answer.strip()
-    reasoned = unclosed or bool(reasoning and reasoning.strip()) or THINK_OPEN in text
+    reasoned = unclosed or bool(reasoning and reasoning.strip()) or len(answer) < len(text)
     looping, score = loop_score(answer if answer.strip() else text)
     return Signals(
         truncated=finish_reason == "length",

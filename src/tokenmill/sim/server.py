@@ -226,7 +226,7 @@ class SimServer:
                     "tokens). Use a shorter input or enable --allow-auto-truncate."
                 )
             max_new = self.twin.max_new_tokens(spec.prompt_tokens, max_new)
-        key = content_key(cfg.seed, spec.prompt, spec.seed)
+        key = content_key(cfg.seed, spec.prompt, spec.seed, spec.penalized)
         draft = plan_output(
             key,
             max_new,

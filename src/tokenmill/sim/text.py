@@ -91,10 +91,13 @@ def decode(token_ids: Iterable[int]) -> str:
     return " ".join(_word(i) for i in token_ids)
 
 
-def content_key(seed: int, prompt: str | Sequence[int], request_seed: int | None = None) -> int:
-    """A 64-bit key from the simulator seed, the prompt (text or ids) and an optional per-request seed."""
+def content_key(
+    seed: int, prompt: str | Sequence[int], request_seed: int | None = None, penalized: bool = False
+) -> int:
+    """A 64-bit key from the simulator seed, the prompt (text or ids), an optional per-request seed, and whether
+    the request penalizes repeats (a penalty changes what is sampled, so it draws another answer)."""
     h = hashlib.blake2b(digest_size=8)
-    h.update(f"{seed}:{request_seed}:".encode())
+    h.update(f"{seed}:{request_seed}:{'penalized:' if penalized else ''}".encode())
     if isinstance(prompt, str):
         h.update(prompt.encode("utf-8", "surrogatepass"))
     else:
