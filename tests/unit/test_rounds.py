@@ -121,3 +121,19 @@ def test_the_round_job_reads_the_round_and_writes_beside_the_output(out: Path) -
     assert rj.output.dir == str(out / "regenerate" / "round-001")
     assert rj.output.remote == "s3://b/p/_tokenmill/regenerate/round-001/"
     assert rj.sampling.seed == 3
+
+
+def test_reading_a_run_in_progress_follows_a_shard_sealed_since_the_listing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tokenmill.output import records_reader
+
+    root = tmp_path / "o"
+    od = OutputDir(root, shard_size=10)
+    od.open()
+    for i in range(3):
+        od.write(rec(f"r{i}", "fine"))
+    od.close(seal=True)  # the writer sealed it between a listing that saw it open and the read
+    assert (root / "completions_000000.jsonl").exists()
+    monkeypatch.setattr(records_reader, "shard_paths", lambda _root: [root / "completions_000000.jsonl.open"])
+    assert [r["id"] for r in records_reader.iter_records(root)] == ["r0", "r1", "r2"]

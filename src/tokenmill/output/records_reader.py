@@ -44,7 +44,11 @@ def iter_records(root: Path, failed: bool = False) -> Iterator[dict[str, Any]]:
     paths = [root / FAILED, *(root / Names(p).failed for p in parts)] if failed else shard_paths(root)
     for path in paths:
         if not path.exists():
-            continue
+            sealed = path.with_name(path.name.removesuffix(".open"))
+            if path.name.endswith(".open") and sealed.exists():  # sealed since the listing (a run in progress)
+                path = sealed
+            else:
+                continue
         for lineno, line in _lines(path):
             try:
                 obj = orjson.loads(line)
