@@ -61,6 +61,8 @@ def final_answer(text: str) -> tuple[str, bool]:
     """The answer after any thinking block, and whether a thinking block was left open. A closing tag without
     an opening one is a thinking block whose opening tag was part of the prompt (chat templates that start the
     assistant turn with it)."""
+    if "<" not in text:  # no tag at all: one memchr, the common case
+        return text, False
     close = text.rfind(THINK_CLOSE)
     if close >= 0:
         return text[close + len(THINK_CLOSE) :], False
