@@ -119,6 +119,17 @@ def test_three_partitions_with_their_own_directories_make_one_job_at_the_prefix(
     for out in outs:  # and each directory against its own part of the prefix
         ok = run_cli("verify", str(out), "--remote", timeout=120, env=TEST_ENV)
         assert ok.returncode == 0, ok.stdout
+    # status and report of the whole job from the prefix alone (credentials and endpoint from the environment)
+    env = {**TEST_ENV, "AWS_ENDPOINT_URL": s3.endpoint}
+    st = run_cli("status", s3.url(PREFIX), "--json", timeout=120, env=env)
+    assert st.returncode == 0, st.stderr
+    status = orjson.loads(st.stdout)
+    assert status["state"] == "finished" and status["completed_total"] == len(ids)
+    assert status["completed_this_run"] == len(ids)  # the three partitions' runs, as one job
+    page = tmp_path / "whole-job.html"
+    rep = run_cli("report", s3.url(PREFIX), "-o", str(page), timeout=180, env=env)
+    assert rep.returncode == 0, rep.stderr
+    assert page.stat().st_size > 10_000 and (tmp_path / "whole-job" / "throughput.png").exists()
 
 
 @pytest.mark.parametrize("fleet", [(2, ["--max-running-requests", "8"])], indirect=True)

@@ -168,3 +168,41 @@ def test_run_cli_with_a_ray_fleet_and_two_partitions(cluster: None, tmp_path: Pa
     state = json.loads((state_dir / "state.json").read_text())
     assert state["kind"] == "ray" and state["status"] == "stopped"
     wait_for(lambda: ray.available_resources().get("GPU", 0) == 4)
+
+
+def test_partitions_with_a_remote_need_no_shared_directory(cluster: None, tmp_path: Path) -> None:
+    from tests.s3server import moto_server
+    from tokenmill.storage.audit import audit_prefix
+    from tokenmill.storage.store import Store
+
+    profile = FleetProfile(
+        engine="sim",
+        model="tokenmill-sim",
+        gpus=2,
+        base_port=0,
+        flags={"time-scale": 0.05, "max-running-requests": 32},
+        state_dir=str(tmp_path / "fleet"),
+    )
+    data = write_input(tmp_path / "in.jsonl", 300)
+    with moto_server() as s3, ray_fleet(profile, "unused") as fleet:
+        options = {**s3.options(), "key": "testing", "secret": "testing"}  # the Ray workers' environment is older
+        spec: dict[str, Any] = {
+            "input": {"path": str(data), "id_field": "id", "limit": 180},
+            "servers_file": str(fleet.endpoints_path),
+            "model": "tokenmill-sim",
+            "sampling": {"max_tokens": 16},
+            "concurrency": 16,
+            "output": {"dir": str(tmp_path / "cluster-a"), "shard_size": 40, "remote": s3.url("ray/"),
+                       "storage_options": options, "upload": {"manifest_interval_s": 0.5, "side_interval_s": 0.5}},
+        }  # fmt: skip
+        first = run_partitions(JobSpec.model_validate(spec), 2, "unused")
+        assert [r.finished for r in first] == [True, True] and sum(r.completed for r in first) == 180
+        shutil.rmtree(tmp_path / "cluster-a")  # the nodes and their disks are gone; the prefix is what is left
+        spec["input"].pop("limit")
+        spec["output"]["dir"] = str(tmp_path / "cluster-b")
+        second = run_partitions(JobSpec.model_validate(spec), 3, "unused")
+        assert [r.finished for r in second] == [True, True, True] and sum(r.completed for r in second) == 120
+        store = Store(s3.url("ray/"), options)
+        report = audit_prefix(store, (f"p{i:05d}" for i in range(300)))
+        assert report.ok, report.render()
+        assert report.counts["sealed_records"] == 300 and store.read("_SUCCESS") is not None

@@ -120,6 +120,8 @@ def test_local_store_is_atomic_and_cleans_partials(tmp_path: Path) -> None:
     assert not store.put_file_if_absent(write_file(tmp_path / "t", b"other\n"), "completions_000000.jsonl")
     assert (root / "completions_000000.jsonl").read_bytes() == b"line\n"
     write_file(root / ".tokenmill-part-completions_000001.jsonl.abc", b"half")  # what a SIGKILL leaves
+    assert store.list() == {"completions_000000.jsonl": 5}  # a put in progress is no object (yet)
+    assert len(store.list(partials=True)) == 2
     assert store.remove_partials() == 1
     assert store.list() == {"completions_000000.jsonl": 5}
     store.replace_bytes("_m.json", b"a", None)

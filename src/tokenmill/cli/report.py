@@ -8,9 +8,13 @@ import click
 
 
 @click.command()
-@click.argument("out", type=click.Path(exists=True, file_okay=False))
+@click.argument("out", metavar="OUT | PREFIX")
 @click.option(
-    "--output", "-o", "dest", type=click.Path(dir_okay=False), help="HTML file to write (default: OUT/report.html)."
+    "--output",
+    "-o",
+    "dest",
+    type=click.Path(dir_okay=False),
+    help="HTML file to write (default: OUT/report.html; for a PREFIX, report.html here).",
 )
 @click.option("--max-points", default=2000, show_default=True, help="Most snapshots plotted (long runs are thinned).")
 @click.option("--no-quality", is_flag=True, help="Leave out the corpus quality section (it reads every shard once).")
@@ -23,11 +27,30 @@ def report(out: str, dest: str | None, max_points: int, no_quality: bool) -> Non
     per finish reason, the worst examples, duplicates). The figures are also written as PNG files next to
     the page.
 
+    Given the job's remote PREFIX (s3://..., credentials in the environment as for the run), the report covers the
+    whole job (every partition) from the prefix alone, from any machine; the quality section needs the shards and
+    is left out.
+
     \b
     Example:
         tokenmill report tokenmill-demo && xdg-open tokenmill-demo/report.html
+        tokenmill report s3://bucket/corpora/run-1/ -o run-1.html
     """
     from tokenmill.report import build_report
 
+    if "://" in out:
+        import tempfile
+
+        from tokenmill.storage.store import Store
+        from tokenmill.storage.view import fetch_view
+
+        with tempfile.TemporaryDirectory(prefix="tokenmill-report-") as tmp:
+            view = fetch_view(Store(out), Path(tmp))
+            target = Path(dest or "report.html").absolute()
+            path = build_report(view.root, target, max_points=max_points, quality=False)
+        click.echo(f"report written to {path} (figures as PNG in {path.parent / path.stem})")
+        return
+    if not Path(out).is_dir():
+        raise click.BadParameter(f"{out} is not a directory (give OUT, or a remote prefix URL)")
     path = build_report(Path(out), Path(dest) if dest else None, max_points=max_points, quality=not no_quality)
     click.echo(f"report written to {path} (figures as PNG in {path.parent / (path.stem if dest else 'report')})")

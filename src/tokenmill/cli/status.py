@@ -4,23 +4,43 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import tempfile
 from pathlib import Path
 
 import click
 
 
 @click.command()
-@click.argument("out", type=click.Path(exists=True, file_okay=False))
+@click.argument("target", metavar="OUT | PREFIX")
 @click.option("--json", "as_json", is_flag=True, help="Print the numbers as JSON.")
-def status(out: str, as_json: bool) -> None:
+def status(target: str, as_json: bool) -> None:
     """Show the summary table of the run in OUT: prompts, servers, decode tok/s (aggregate and per GPU),
-    client completions/s and effective tok/s, ETA or elapsed, failures and the binding resource.
+    client completions/s and effective tok/s, ETA or elapsed, failures and the binding resource. A split run's
+    partitions are shown as one job.
 
-    Reads the output directory and its event log only; safe while `tokenmill run` is writing to OUT.
+    Reads the output directory and its event log only; safe while `tokenmill run` is writing to OUT. Given the
+    job's remote PREFIX (s3://..., with credentials in the environment as for the run), it shows the whole job
+    from the prefix alone, from any machine (as of the copies the clients make every upload.side_interval_s).
+
+    \b
+    Example:
+        tokenmill status out/
+        tokenmill status s3://bucket/corpora/run-1/
     """
     from tokenmill.report.status import read_status, status_text
 
-    st = read_status(Path(out))
+    if "://" in target:
+        from tokenmill.storage.store import Store
+        from tokenmill.storage.view import fetch_view
+
+        with tempfile.TemporaryDirectory(prefix="tokenmill-status-") as tmp:
+            view = fetch_view(Store(target), Path(tmp))
+            st = read_status(view.root, recorded=view.recorded)
+            st.summary.output_dir = view.shown
+    else:
+        if not Path(target).is_dir():
+            raise click.BadParameter(f"{target} is not a directory (give OUT, or a remote prefix URL)")
+        st = read_status(Path(target))
     if as_json:
         data = {"state": st.state, "age_s": round(st.age_s, 1), **dataclasses.asdict(st.summary)}
         click.echo(json.dumps(data, indent=2))

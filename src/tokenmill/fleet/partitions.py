@@ -57,7 +57,8 @@ def run_partition(job: JobSpec, index: int, count: int, allow_changed_job: bool 
     except TokenmillError as exc:
         return PartitionResult(index, False, 0, 0, 0, 0.0, error=str(exc))
     s = result.summary
-    return PartitionResult(index, result.finished, s.completed_this_run, s.failed_this_run, s.retries, s.elapsed_s)
+    finished = result.finished and (result.upload is None or result.upload.complete)  # done and, with a remote, up
+    return PartitionResult(index, finished, s.completed_this_run, s.failed_this_run, s.retries, s.elapsed_s)
 
 
 def _prepare(job: JobSpec, count: int, allow_changed_job: bool) -> None:

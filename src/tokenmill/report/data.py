@@ -18,7 +18,8 @@ from typing import Any
 import orjson
 
 from tokenmill.errors import OutputError
-from tokenmill.monitor.events import EVENTS_FILE, read_events, run_format
+from tokenmill.monitor.combine import combined_events, event_logs
+from tokenmill.monitor.events import EVENTS_FILE, run_format
 from tokenmill.monitor.snapshot import Snapshot, upgrade_tick
 
 NAN = float("nan")
@@ -67,9 +68,11 @@ def _value(x: Any) -> float:
 
 
 def load(out: Path, max_points: int = 2000) -> RunData:
-    """Read ``OUT/events.jsonl`` (and ``OUT/summary.json`` when present)."""
+    """Read ``OUT/events.jsonl`` (and ``OUT/summary.json`` when present); a split run's partitions' logs
+    (``events.pNNN.jsonl``) are read as one job's (:func:`~tokenmill.monitor.combine.combined_events`)."""
     path = out / EVENTS_FILE
-    if not path.exists():
+    logs = event_logs(out)
+    if not logs:
         raise OutputError(
             f"{path} does not exist: run `tokenmill run` with this output directory first "
             "(the event log is written while a run goes on)"
@@ -78,7 +81,7 @@ def load(out: Path, max_points: int = 2000) -> RunData:
     ticks: list[dict[str, Any]] = []
     verdict_records: list[tuple[float, list[dict[str, Any]]]] = []
     fmt = 1
-    for rec in read_events(path):
+    for rec in combined_events(logs):
         t = float(rec.get("t") or 0.0)
         if not data.t0:
             data.t0 = t

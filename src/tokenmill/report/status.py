@@ -1,9 +1,11 @@
 """``tokenmill status OUT``: where a run stands, read from its output directory without disturbing it.
 
-Counts come from the output itself (manifest, open shard, failed.jsonl); rates, servers and the doctor's
-verdicts from the last ``tick`` of the event log, decoded to the snapshot the run showed and summed up by the
-builder that ends a run (:meth:`~tokenmill.run.summary.Summary.from_snapshot`). Nothing is locked or written,
-so it works from another terminal while the run goes on.
+Counts come from the output itself (manifests, open shards, failures; every writer's); rates, servers and the
+doctor's verdicts from the last ``tick`` of the event log, decoded to the snapshot the run showed and summed up
+by the builder that ends a run (:meth:`~tokenmill.run.summary.Summary.from_snapshot`). A split run's partitions
+(their logs ``events.pNNN.jsonl``) are shown as one job: their last ticks merged
+(:func:`~tokenmill.monitor.combine.merge_ticks`), running while any of them runs. Nothing is locked or written,
+so it works from another terminal while the run goes on (and on a copy of a remote prefix's records).
 """
 
 from __future__ import annotations
@@ -17,8 +19,9 @@ import orjson
 
 from tokenmill.errors import OutputError
 from tokenmill.fmt import duration
+from tokenmill.monitor.combine import event_logs, merge_ticks
 from tokenmill.monitor.events import EVENTS_FILE, last_events, run_format
-from tokenmill.monitor.snapshot import Snapshot
+from tokenmill.monitor.snapshot import Snapshot, upgrade_tick
 from tokenmill.output import layout, manifest
 from tokenmill.run.summary import Summary
 
@@ -35,11 +38,15 @@ def _lines(path: Path) -> int:
 
 
 def recorded_counts(out: Path) -> tuple[int, int]:
-    """(completed, failed) recorded in ``out`` now: sealed shards per the manifest, the open shard, failures."""
-    sealed = sum(e.count for e in manifest.read(out / layout.MANIFEST).entries.values())
-    listing = layout.list_dir(out)
-    open_lines = sum(_lines(out / name) for name in listing.open.values())
-    return sealed + open_lines, _lines(out / layout.FAILED)
+    """(completed, failed) recorded in ``out`` now, by every writer: sealed shards per the manifests, the open
+    shards, failures."""
+    completed = failed = 0
+    for part in [None, *sorted(layout.list_dir(out).partitions)]:
+        names = layout.Names(part)
+        completed += sum(e.count for e in manifest.read(out / names.manifest).entries.values())
+        completed += sum(_lines(out / name) for name in layout.list_dir(out, part).open.values())
+        failed += _lines(out / names.failed)
+    return completed, failed
 
 
 @dataclass(slots=True)
@@ -57,38 +64,54 @@ def _job(out: Path) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
-def read_status(out: Path, now: float | None = None) -> Status:
-    """The current :class:`Status` of the run(s) in ``out``."""
-    if not (out / "job.json").exists() and not (out / EVENTS_FILE).exists():
+def read_status(out: Path, now: float | None = None, recorded: tuple[int, int] | None = None) -> Status:
+    """The current :class:`Status` of the run(s) in ``out``; ``recorded`` (completed, failed) when the counts come
+    from elsewhere (a remote prefix)."""
+    logs = event_logs(out)
+    if not (out / "job.json").exists() and not logs:
         raise OutputError(f"{out} is not a tokenmill output directory (no job.json): check the path")
     now = time.time() if now is None else now
-    last = last_events(out / EVENTS_FILE)
-    start, tick, end = last.get("start"), last.get("tick"), last.get("end")
-    if start is None or tick is None:
+    writers = [(w["start"], w["tick"], w.get("end")) for w in map(last_events, logs) if "start" in w and "tick" in w]
+    if not writers:
         raise OutputError(
             f"{out} has no event log yet ({EVENTS_FILE}); it is written by `tokenmill run` from this version on"
         )
-    age = now - float(tick.get("t") or 0.0)
-    if end is not None and end.get("run") == start.get("run"):
-        state = "finished" if end.get("finished") else "stopped"
-        age = now - float(end.get("t") or 0.0)
-    elif age > STALE_AFTER_S:
-        state = "interrupted"
-    else:
-        state = "running"
+    states: list[tuple[str, float]] = []
+    ticks = []
+    for start, tick, end in writers:
+        states.append(_state(start, tick, end, now))
+        # a tick of an earlier run than the last start (a rerun's first seconds): read it as format 1, which also
+        # reads any later format unchanged
+        ticks.append(upgrade_tick(tick, run_format(start) if tick.get("run") == start.get("run") else 1))
+    state, age = _job_state(states)
+    start = writers[0][0]
     spec = _job(out).get("spec", {})
-    # a tick of an earlier run than the last start (a rerun's first seconds): read it as format 1, which also
-    # reads any later format unchanged
-    fmt = run_format(start) if tick.get("run") == start.get("run") else 1
     summary = Summary.from_snapshot(
-        Snapshot.from_event(tick, fmt),
+        Snapshot.from_event(merge_ticks(ticks)),
         output_dir=str(start.get("output") or spec.get("output", {}).get("dir", "")),
         model=str(start.get("model") or spec.get("model", "?")),
         api=str(start.get("api") or spec.get("api", "?")),
-        recorded=recorded_counts(out),
+        recorded=recorded if recorded is not None else recorded_counts(out),
         state=state,
     )
     return Status(summary=summary, state=state, age_s=age)
+
+
+def _state(start: dict[str, Any], tick: dict[str, Any], end: dict[str, Any] | None, now: float) -> tuple[str, float]:
+    """One client's state and the seconds since its last word."""
+    if end is not None and end.get("run") == start.get("run"):
+        return ("finished" if end.get("finished") else "stopped"), now - float(end.get("t") or 0.0)
+    age = now - float(tick.get("t") or 0.0)
+    return ("interrupted" if age > STALE_AFTER_S else "running"), age
+
+
+def _job_state(states: list[tuple[str, float]]) -> tuple[str, float]:
+    """The job's state: running while any client runs, finished once all have, else stopped or interrupted."""
+    for state in ("running", "interrupted", "stopped", "finished"):
+        ages = [age for s, age in states if s == state]
+        if ages:
+            return state, min(ages)
+    raise AssertionError("no state")
 
 
 def status_text(st: Status) -> str:

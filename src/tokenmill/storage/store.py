@@ -122,8 +122,9 @@ class Store:
 
     # -- reading -----------------------------------------------------------------------------------------
 
-    def list(self) -> dict[str, int]:
-        """Every object under the prefix (recursively): relative name -> size in bytes."""
+    def list(self, partials: bool = False) -> dict[str, int]:
+        """Every object under the prefix (recursively): relative name -> size in bytes. The temporary files of
+        local puts in progress are left out unless ``partials``."""
 
         def run() -> dict[str, int]:
             self._fs.invalidate_cache()
@@ -134,7 +135,9 @@ class Store:
             out: dict[str, int] = {}
             for path, info in found.items():
                 rel = str(path)[len(self._root) :].lstrip("/")
-                if rel and info.get("type", "file") != "directory":
+                if not rel or info.get("type", "file") == "directory":
+                    continue
+                if partials or not rel.rsplit("/", 1)[-1].startswith(_LOCAL_TMP):
                     out[rel] = int(info.get("size") or 0)
             return out
 
@@ -239,7 +242,7 @@ class Store:
         if not self._local:
             return 0
         removed = 0
-        for rel in self.list():
+        for rel in self.list(partials=True):
             if rel.rsplit("/", 1)[-1].startswith(_LOCAL_TMP):
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(f"{self._root}/{rel}")
