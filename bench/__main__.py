@@ -9,6 +9,9 @@ Sections (each comparison is measured side by side within one run):
   64, client-effective vs server decode tok/s, the tail (bench/fleet.py);
 * ``resume``   — restart cost of a 1M-prompt job with 900K done: open + resume filter, time and peak RSS
   (bench/bench_resume.py);
+* ``remote``   — a fresh machine takes a 1M-prompt job with 900K done over from its remote prefix alone (moto's
+  S3 server on loopback): the done set rebuilt from the remote manifest and its index, and with 20 unlisted
+  uploads read and hashed (bench/bench_remote.py);
 * ``sim``      — what one simulated server costs (bench/bench_sim.py);
 * ``memory``   — peak RSS of a 1M-prompt ``tokenmill run`` against instant simulated servers (bench/memory.py;
   a few minutes).
@@ -33,7 +36,7 @@ from rich.table import Table
 from bench.common import CLIENT_CORES, HERE, SERVER_CORES
 
 console = Console(width=None if sys.stdout.isatty() else 150)
-SECTIONS = ("overhead", "fleet", "resume", "sim", "memory")
+SECTIONS = ("overhead", "fleet", "resume", "remote", "sim", "memory")
 
 
 def _f(x: float | None, nd: int = 0) -> str:
@@ -154,6 +157,21 @@ def resume(quick: bool) -> dict[str, Any]:
     return res
 
 
+def remote(quick: bool) -> dict[str, Any]:
+    from bench import bench_remote as mod
+
+    n, done = (200_000, 180_000) if quick else (1_000_000, 900_000)
+    res: dict[str, Any] = mod.run(n, done)
+    t = Table(title=f"Remote take-over: a {n:,}-prompt job with {done:,} done, from its prefix alone (moto, loopback)")
+    for col in ("mode", "shards read", "remote s", "open s", "rebuild s", "done set", "peak RSS MB"):
+        t.add_column(col, justify="left" if col == "mode" else "right")
+    for mode, m in res["modes"].items():
+        t.add_row(mode, str(m["unlisted"]), _f(m["remote_s"], 2), _f(m["open_s"], 2), _f(m["rebuild_s"], 2),
+                  _f(m["done"]), _f(m["peak_rss_mb"]))  # fmt: skip
+    console.print(t)
+    return res
+
+
 def sim(quick: bool) -> dict[str, Any]:
     from bench import bench_sim as mod
 
@@ -255,6 +273,11 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
         m = rs["modes"]["filter"]
         add("resume: restart (process, open + filter) s", m["process_wall_s_max"], "< 3 s", lambda v: v < 3, "{:.2f} s")
         add("resume: peak RSS", m["peak_rss_mb_max"], "< 300 MB", lambda v: v < 300, "{:.0f} MB")
+    rm = results.get("remote")
+    if rm:
+        worst = max(m["rebuild_s"] for m in rm["modes"].values())
+        add(f"remote: done set of {rm['prompts']:,} prompts ({rm['done']:,} done) rebuilt from the prefix", worst,
+            "< 10 s", lambda v: v < 10, "{:.1f} s")  # fmt: skip
     mem = results.get("memory")
     if mem:
         add(
@@ -290,6 +313,7 @@ def main() -> None:
         "overhead": overhead,
         "fleet": fleet,
         "resume": resume,
+        "remote": remote,
         "sim": sim,
         "memory": memory,
     }
