@@ -83,8 +83,9 @@ def pid_alive(pid: int | None) -> bool:
     return True
 
 
-def request_apply(state_dir: Path, profile: FleetProfile) -> str:
-    """Ask the supervisor using ``state_dir`` to re-flag its servers with ``profile``; returns the request id."""
+def request_apply(state_dir: Path, profile: FleetProfile, servers: list[int] | None = None, batch: int = 1) -> str:
+    """Ask the supervisor using ``state_dir`` to re-flag its servers (or only ``servers``, ``batch`` at a time) with
+    ``profile``; returns the request id."""
     state = read_state(state_dir)
     if not pid_alive(state.get("supervisor_pid")) or state.get("status") in ("stopped", "failed"):
         raise ServerError(
@@ -94,7 +95,13 @@ def request_apply(state_dir: Path, profile: FleetProfile) -> str:
     request_id = uuid.uuid4().hex[:12]
     write_json(
         state_dir / APPLY_REQUEST,
-        {"id": request_id, "profile": profile.model_dump(mode="json"), "requested_at": time.time()},
+        {
+            "id": request_id,
+            "profile": profile.model_dump(mode="json"),
+            "servers": servers,
+            "batch": batch,
+            "requested_at": time.time(),
+        },
     )
     return request_id
 

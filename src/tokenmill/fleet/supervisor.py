@@ -14,6 +14,10 @@ written by ``tokenmill fleet apply``) restarts the servers one at a time:
 
 A server that does not come up with the new flags is started again with the old ones and the re-flag stops
 there, with the server's log tail in the error.
+
+A re-flag may name some servers only (``servers=``: an autotune canary, or a roll-back): each server remembers
+the profile it runs, and the fleet's own profile becomes the new one once every server runs it. ``batch``
+servers are drained and restarted at once (1: one at a time).
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -90,6 +94,7 @@ class Fleet:
         self._apply: dict[str, Any] | None = None
         self._apply_thread: threading.Thread | None = None
         self._handled_request: str | None = None
+        self._runs: dict[int, FleetProfile] = {}  # the profile each server runs, when not the fleet's
         self._started_at = time.time()
 
     # ---- lifecycle ----------------------------------------------------------------------------------------
@@ -164,33 +169,80 @@ class Fleet:
 
     # ---- re-flag ------------------------------------------------------------------------------------------
 
-    def apply(self, new: FleetProfile, progress: Callable[[str], None] | None = None) -> None:
-        """Restart the servers one at a time with ``new``'s command (see the module docstring)."""
-        say = progress or (lambda msg: log.info("%s", msg))
-        changed = check_reflag(self.profile, new)
-        if not changed:
-            say("nothing to apply: the profile runs the same command")
-            return
-        old = self.profile
-        say(f"re-flag: {', '.join(changed)} changed; restarting {len(self.handles)} servers one at a time")
-        for i, handle in enumerate(self.handles):
-            url = handle.status().url
-            waited, idle = self._drain(i, url, new)
-            say(f"server {i} ({url}): drained in {waited:.1f} s" + ("" if idle else " (requests still in flight)"))
-            problem = handle.restart(new, timeout=new.start_timeout_s + 2 * new.stop_timeout_s + 30)
-            if problem is not None:
-                say(f"server {i} did not start with the new flags; starting it with the old ones")
-                back = handle.restart(old, timeout=old.start_timeout_s + 2 * old.stop_timeout_s + 30)
-                self._undrain(i)
-                where = "it runs the old flags again" if back is None else f"the old flags failed too: {back}"
-                raise ServerError(
-                    f"re-flag stopped at server {i}: {problem}\n{where}; servers before it run the new flags, "
-                    "the ones after it the old ones. Fix the profile and apply it again."
-                )
-            self._undrain(i)
-            say(f"server {i} ({handle.status().url}): up with the new flags")
+    def runs(self, index: int) -> FleetProfile:
+        """The profile server ``index`` runs (the fleet's, unless a partial re-flag gave it another)."""
         with self._lock:
-            self.profile = new
+            return self._runs.get(index, self.profile)
+
+    def apply(
+        self,
+        new: FleetProfile,
+        progress: Callable[[str], None] | None = None,
+        servers: Sequence[int] | None = None,
+        batch: int = 1,
+    ) -> None:
+        """Restart ``servers`` (default: all), ``batch`` at a time, with ``new``'s command (see the module
+        docstring); the fleet's profile becomes ``new`` once every server runs it."""
+        say = progress or (lambda msg: log.info("%s", msg))
+        check_reflag(self.profile, new)
+        chosen = list(range(len(self.handles))) if servers is None else list(servers)
+        todo = [i for i in chosen if check_reflag(self.runs(i), new)]
+        if not todo:
+            say("nothing to apply: the profile runs the same command")
+            self._commit(new)
+            return
+        changed = sorted({f for i in todo for f in check_reflag(self.runs(i), new)}, key=RUN_FIELDS.index)
+        say(f"re-flag: {', '.join(changed)} changed; restarting {len(todo)} server(s), {batch} at a time")
+        for start in range(0, len(todo), max(1, batch)):
+            group = todo[start : start + max(1, batch)]
+            problems: dict[int, str | None] = {}
+
+            def reflag(i: int, problems: dict[int, str | None] = problems) -> None:
+                problems[i] = self._reflag_one(i, new, say)
+
+            threads = [threading.Thread(target=reflag, args=(i,), daemon=True) for i in group]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            failed = {i: p for i, p in problems.items() if p is not None}
+            if failed:
+                raise ServerError(
+                    "re-flag stopped at server "
+                    + ", ".join(map(str, sorted(failed)))
+                    + ": "
+                    + "\n".join(p for p in failed.values() if p)
+                    + "\nservers before them run the new flags, the ones after them the old ones. "
+                    "Fix the profile and apply it again."
+                )
+        self._commit(new)
+
+    def _reflag_one(self, i: int, new: FleetProfile, say: Callable[[str], None]) -> str | None:
+        """Drain server ``i``, restart it with ``new``; None when it is up with it, else what went wrong (it then
+        runs its old profile again)."""
+        handle, old = self.handles[i], self.runs(i)
+        url = handle.status().url
+        waited, idle = self._drain(i, url, new)
+        say(f"server {i} ({url}): drained in {waited:.1f} s" + ("" if idle else " (requests still in flight)"))
+        problem = handle.restart(new, timeout=new.start_timeout_s + 2 * new.stop_timeout_s + 30)
+        if problem is not None:
+            say(f"server {i} did not start with the new flags; starting it with the old ones")
+            back = handle.restart(old, timeout=old.start_timeout_s + 2 * old.stop_timeout_s + 30)
+            self._undrain(i)
+            where = "it runs the old flags again" if back is None else f"the old flags failed too: {back}"
+            return f"{problem}\n{where}"
+        with self._lock:
+            self._runs[i] = new
+        self._undrain(i)
+        say(f"server {i} ({handle.status().url}): up with the new flags")
+        return None
+
+    def _commit(self, new: FleetProfile) -> None:
+        """Once every server runs ``new`` it is the fleet's profile."""
+        with self._lock:
+            if all(self._runs.get(i, self.profile) == new for i in range(len(self.handles))):
+                self.profile = new
+                self._runs.clear()
         self.publish()
 
     def _drain(self, index: int, url: str, profile: FleetProfile) -> tuple[float, bool]:
@@ -243,6 +295,7 @@ class Fleet:
                 "endpoints_file": str(self.endpoints_path),
                 "profile": self.profile.model_dump(mode="json"),
                 "servers": [s.to_dict() for s in statuses],
+                "reflagged": {str(i): p.flags for i, p in self._runs.items()},
                 "apply": self._apply,
             }
             if state != self._last_state:
@@ -266,12 +319,20 @@ class Fleet:
         request_id = str(request.get("id"))
         self._handled_request = request_id
         (self.state_dir / APPLY_REQUEST).unlink(missing_ok=True)
+        servers, batch = request.get("servers"), request.get("batch")
         self._apply_thread = threading.Thread(
-            target=self._apply_requested, args=(request_id, request.get("profile")), daemon=True
+            target=self._apply_requested,
+            args=(
+                request_id,
+                request.get("profile"),
+                servers if isinstance(servers, list) else None,
+                batch if isinstance(batch, int) and batch > 0 else 1,
+            ),
+            daemon=True,
         )
         self._apply_thread.start()
 
-    def _apply_requested(self, request_id: str, data: Any) -> None:
+    def _apply_requested(self, request_id: str, data: Any, servers: list[int] | None = None, batch: int = 1) -> None:
         progress: list[str] = []
 
         def say(msg: str) -> None:
@@ -282,7 +343,7 @@ class Fleet:
         self._set_apply(request_id, "running", progress)
         try:
             new = FleetProfile.model_validate(data)
-            self.apply(new, say)
+            self.apply(new, say, servers=servers, batch=batch)
         except Exception as exc:  # reported to `fleet apply` through state.json
             log.error("re-flag %s failed: %s", request_id, exc)
             progress.append(f"error: {exc}")
