@@ -395,6 +395,13 @@ class SimConfig(_Model):
     eta_bw: float | None = Field(
         default=None, gt=0, le=1, description="Bandwidth efficiency of the twin's roofline (none: the planner's)"
     )
+    flag_slowdown: str | None = Field(
+        default=None,
+        description="Fault injection for the twin, 'FLAG=FACTOR' (e.g. 'disable-radix-cache=3'): while its SGLang "
+        "flags include FLAG, its decode steps take FACTOR times what the planner predicts, as a build whose "
+        "kernels respond to that flag otherwise would; for testing that a change predicted to help is measured "
+        "and rolled back",
+    )
 
 
 class PlannerConfig(_Model):
@@ -552,12 +559,105 @@ class MonitorSpec(_Model):
     gpu: str | None = Field(
         default=None, description="GPU of the servers (e.g. h100), for the doctor's predicted gains"
     )
+    gpu_file: str | None = Field(
+        default=None,
+        description="YAML file of GPUs beyond the bundled ones (as `tokenmill plan --gpu-file`), for a gpu it names",
+    )
     planner_model: str | None = Field(
         default=None,
         description="Model for the doctor's predictions (bundled name or config.json; default: the servers' "
         "model_path when the planner knows it)",
     )
     doctor: DoctorSpec = Field(default_factory=DoctorSpec)
+
+
+# Launch flags --autotune may change unless a profile says otherwise: how SGLang schedules and splits its memory,
+# none of which changes what the model computes or risks running out of memory under load.
+TUNABLE_FLAGS = (
+    "disable-radix-cache",
+    "max-running-requests",
+    "mamba-radix-cache-strategy",
+    "mamba-scheduler-strategy",
+    "disable-overlap-schedule",
+    "mamba-full-memory-ratio",
+    "schedule-conservativeness",
+    "chunked-prefill-size",
+    "enable-mixed-chunk",
+    "cuda-graph-max-bs-decode",
+    "cuda-graph-max-bs",
+)
+
+
+class AutotuneSpec(_Model):
+    """What ``--autotune`` (``run --fleet F --autotune``, ``fleet tune F``) may change on a live fleet, and how it
+    decides to keep a change: the doctor's confirmed headline, applied to one server (a canary), measured against
+    the canary's own rate before and the other servers' meanwhile, then rolled to the rest or rolled back."""
+
+    allow: list[str] = Field(
+        default_factory=lambda: list(TUNABLE_FLAGS),
+        description="Launch flags the tuner may set (names without the leading dashes). The default holds "
+        "scheduling and memory-split flags only: flags that change what the model computes (mamba-ssm-dtype, "
+        "kv-cache-dtype, quantization) or that can run a server out of memory under load (mem-fraction-static) "
+        "are applied only when the profile names them here",
+    )
+    min_predicted_gain: float = Field(
+        default=0.10,
+        ge=0,
+        description="Try a change only when the planner predicts it to raise a server's throughput by at least "
+        "this share (a kept change goes to every server)",
+    )
+    keep_gain: float = Field(
+        default=0.03,
+        description="Keep a change only when its measured gain, less its uncertainty (confidence_z standard "
+        "errors), is at least this share; a change measured below it is rolled back",
+    )
+    confidence_z: float = Field(
+        default=2.0, gt=0, description="Standard errors a measured gain must clear to count as significant"
+    )
+    window_s: float = Field(
+        default=300.0,
+        gt=0,
+        description="Seconds of decode rate measured before the change (the canary and the others) and after it",
+    )
+    max_window_s: float = Field(
+        default=900.0,
+        gt=0,
+        description="A result not significant after window_s is measured longer, up to this; then rolled back",
+    )
+    sub_windows: int = Field(
+        default=6, ge=3, description="Parts each window is cut into to estimate the rate's noise (batch means)"
+    )
+    warmup_s: float = Field(
+        default=120.0,
+        ge=0,
+        description="After the canary is up with the change, seconds before measuring (its batch refills)",
+    )
+    warmup_lifetimes: float = Field(
+        default=1.0,
+        ge=0,
+        description="...and at least this many request lifetimes (running / requests finished per second, "
+        "measured on the canary before the change): a batch that started together is not yet a steady one",
+    )
+    min_verdict_share: float = Field(
+        default=0.5,
+        gt=0,
+        le=1,
+        description="Share of the live servers the verdict must name (the change goes to every server of the fleet; "
+        "a server without a queue for a moment drops out of a verdict)",
+    )
+    max_changes: int = Field(default=3, ge=1, description="Changes tried per run (kept or rolled back)")
+    cooldown_s: float = Field(
+        default=300.0, ge=0, description="Seconds after a change is rolled out or back before the next is considered"
+    )
+    min_remaining_s: float = Field(
+        default=900.0,
+        ge=0,
+        description="No change is started when the run's ETA is shorter than this (it could not pay back)",
+    )
+    rollout_batch: int = Field(
+        default=1, ge=1, description="Servers re-flagged at once when a kept change is rolled to the rest"
+    )
+    dry_run: bool = Field(default=False, description="Say what would be changed, and change nothing")
 
 
 def normalize_url(url: str) -> str:
@@ -701,6 +801,10 @@ class FleetProfile(_Model):
     restart_backoff_max_s: float = Field(default=60.0, ge=0, description="Longest wait between two restarts")
     restart_reset_s: float = Field(
         default=300.0, gt=0, description="A server up this long has its count of restarts in a row reset"
+    )
+    autotune: AutotuneSpec = Field(
+        default_factory=AutotuneSpec,
+        description="What `run --fleet --autotune` and `fleet tune` may change, and how a change is measured",
     )
     drain_timeout_s: float = Field(
         default=300.0, ge=0, description="Rolling re-flag: longest wait for a server's requests to finish"

@@ -207,3 +207,26 @@ def test_one_shot_sampling_goes_on_until_the_rates_settle_or_says_how_noisy_they
     assert settling.settled() and settling.text().endswith("settled within 10%")
     spread = settling.spread()
     assert spread is not None and spread["decode tok/s"] == 0.0
+
+
+def test_the_fleets_decode_total_drops_a_dead_server_at_once(tmp_path: Path) -> None:
+    """The dashboard's "servers decode" (the snapshot's fleet total): the live servers' rates, from the first scrape
+    that finds a server dead (its last window's rate is not carried on)."""
+    servers = fleet(2, MODEL, GPU, "", Load(1024, 1024, 32))
+    spec = job(tmp_path).model_copy(update={"servers": [s.url for s in servers]})
+    mon = RunMonitor(spec, dispatcher(spec), tmp_path, "run1")
+    tracker = Tracker(mon.dispatcher, monitor=mon)
+    for t in range(0, 91, 3):
+        for s in servers:
+            s.run_until(float(t))
+            mon.fleet.ingest(s.url, s.scrape(), s.info)
+    both = tracker.snapshot().decode_tok_s
+    servers[1].up = False
+    servers[0].run_until(93.0)
+    servers[1].now = 93.0
+    for s in servers:
+        mon.fleet.ingest(s.url, s.scrape(), s.info)
+    snap = tracker.snapshot()
+    live = snap.servers[0].decode_tok_s
+    assert both is not None and live is not None and live > 0.3 * both
+    assert snap.servers[1].decode_tok_s == 0.0 and snap.decode_tok_s == live

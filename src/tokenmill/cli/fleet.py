@@ -1,4 +1,4 @@
-"""``tokenmill fleet up | down | status | apply``: servers started from a profile, kept up, re-flagged."""
+"""``tokenmill fleet up | down | status | apply | tune``: servers started from a profile, kept up, re-flagged, tuned."""
 
 from __future__ import annotations
 
@@ -38,6 +38,17 @@ def fleet_run_options(fn: Any) -> Any:
             "--partitions",
             type=int,
             help="Split the input in N disjoint parts, each run by its own client (a Ray task).",
+        ),
+        click.option(
+            "--autotune",
+            is_flag=True,
+            help="With --fleet: apply the doctor's best change to one server, measure it, and roll it to the rest "
+            "or back (the profile's autotune section says what it may change).",
+        ),
+        click.option(
+            "--autotune-dry-run",
+            is_flag=True,
+            help="Like --autotune, but only say what it would change.",
         ),
     ]
     for option in reversed(options):
@@ -262,3 +273,75 @@ def apply(profile_file: str, state_dir: str | None, wait: bool) -> None:
                 "the fleet supervisor stopped during the re-flag; `tokenmill fleet status` shows the rest"
             )
         time.sleep(0.2)
+
+
+@fleet.command()
+@click.argument("profile_file", type=click.Path(dir_okay=False, exists=True))
+@click.option("--state-dir", help=STATE_DIR_HELP)
+@click.option("--dry-run", is_flag=True, help="Say what would be changed, and change nothing.")
+@click.option("--changes", type=click.IntRange(min=1), help="Changes to try before stopping (autotune.max_changes).")
+@click.option(
+    "--output",
+    "-o",
+    "out",
+    type=click.Path(exists=True, file_okay=False),
+    help="Output directory of a run using the fleet: the client's side (in flight, limits, ETA) is read from it.",
+)
+@click.option("--model", "-m", help="Model for the planner's predictions (default: the servers' own).")
+@click.option("--gpu", "-g", help="GPU of the servers for the planner's predictions (a twin says its own).")
+@click.option("--gpu-file", type=click.Path(exists=True, dir_okay=False), help="YAML file of GPUs beyond the bundled.")
+@click.option("--log-level", default="INFO", show_default=True)
+def tune(
+    profile_file: str,
+    state_dir: str | None,
+    dry_run: bool,
+    changes: int | None,
+    out: str | None,
+    model: str | None,
+    gpu: str | None,
+    gpu_file: str | None,
+    log_level: str,
+) -> None:
+    """Tune a running fleet: apply the doctor's best change to one server, measure it, keep it or roll it back.
+
+    The doctor's confirmed headline, when the planner predicts its change to gain at least
+    autotune.min_predicted_gain and the profile's autotune.allow names its flags, is applied to one server
+    (a canary) through the rolling re-flag; its decode rate is measured against its own before and the
+    other servers' meanwhile; then the change is rolled to the rest, or the canary rolled back. One change
+    at a time, at most autotune.max_changes. Every step is printed and written to STATE_DIR/autotune.jsonl.
+
+    \b
+    Examples:
+        tokenmill fleet tune fleet.yaml --dry-run --changes 1
+        tokenmill fleet tune fleet.yaml --output run-out/ --gpu h100
+    """
+    import asyncio
+
+    from tokenmill.config import MonitorSpec, load_profile
+    from tokenmill.fleet.tune import AUTOTUNE_LOG
+    from tokenmill.fleet.tune import tune as tune_fleet
+    from tokenmill.logs import setup_logging
+
+    setup_logging(log_level)
+    profile = load_profile(profile_file)
+    where = _state_dir(profile_file, state_dir)
+    spec = profile.autotune.model_copy(
+        update={"dry_run": dry_run or profile.autotune.dry_run, "max_changes": changes or profile.autotune.max_changes}
+    )
+    if gpu:  # a misspelt name would only mean silently missing predictions: say so now
+        from tokenmill.planner.hardware import GpuCatalog
+
+        GpuCatalog.load(gpu_file).get(gpu)
+    monitor = MonitorSpec(gpu=gpu, planner_model=model, gpu_file=gpu_file)
+    click.echo(f"tuning the fleet of {where}: it may change {', '.join(spec.allow) or 'nothing'}", err=True)
+    try:
+        done = asyncio.run(tune_fleet(where, spec, monitor, Path(out) if out else None))
+    except KeyboardInterrupt:
+        click.echo("stopped; the fleet runs one profile", err=True)
+        sys.exit(3)
+    for change in done:
+        measured = "" if change.measured is None else f", measured {change.measured.gain:+.0%}"
+        click.echo(f"{change.change}: {change.outcome} (predicted {change.predicted_gain:+.0%}{measured})")
+    if not done:
+        click.echo("no change was tried")
+    click.echo(f"every step is in {where / AUTOTUNE_LOG}", err=True)

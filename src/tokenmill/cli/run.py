@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from tokenmill.cli.fleet import fleet_run_options
 from tokenmill.config import JobSpec, load_job
 from tokenmill.logs import setup_logging
+
+if TYPE_CHECKING:
+    from tokenmill.run.autotune import Autotuner
 
 
 def _overrides(**given: Any) -> dict[str, Any]:
@@ -74,6 +77,7 @@ def execute(
     allow_existing_prefix: bool = False,
     partition: tuple[int, int] | None = None,
     repair_remote: bool = False,
+    tuner: Autotuner | None = None,
 ) -> None:
     """Run a job (or one partition of it) and print its summary; exit 0 when finished (and uploaded), 3 when there
     is more to do."""
@@ -89,6 +93,7 @@ def execute(
             live=live,
             partition=partition,
             repair_remote=repair_remote,
+            tuner=tuner,
         )
     )
     click.echo(result.summary.markdown())
@@ -179,7 +184,9 @@ def run(
     job = load_job(job_file, {**_overrides(**fields), **launch.job_overrides()})
     launch.run(
         job,
-        lambda job: execute(job, allow_changed_job, live, log_level, allow_existing_prefix, partition, repair_remote),
+        lambda job, tuner: execute(
+            job, allow_changed_job, live, log_level, allow_existing_prefix, partition, repair_remote, tuner
+        ),
         lambda job, count, address: execute_partitions(job, count, address, allow_changed_job),
     )
 

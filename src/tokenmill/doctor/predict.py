@@ -76,10 +76,17 @@ class _Setting:
 class PlannerPredictor:
     """Predictions from :mod:`tokenmill.planner`; results are cached per (model, GPU, flags, workload)."""
 
-    def __init__(self, model: str | None = None, gpu: str | None = None, config: PlannerConfig | None = None):
+    def __init__(
+        self,
+        model: str | None = None,
+        gpu: str | None = None,
+        config: PlannerConfig | None = None,
+        gpu_file: str | None = None,
+    ):
         self.model = model
         self.gpu = gpu
         self.config = config
+        self.gpu_file = gpu_file  # GPUs beyond the bundled ones (tokenmill plan --gpu-file)
         self._specs: dict[str, ModelSpec | None] = {}
         self._gpus: dict[str, GpuSpec | None] = {}
         self._cache: dict[tuple[object, ...], Prediction | None] = {}
@@ -101,7 +108,7 @@ class PlannerPredictor:
             try:
                 from tokenmill.planner.hardware import GpuCatalog
 
-                self._gpus[name] = GpuCatalog.load().get(name)
+                self._gpus[name] = GpuCatalog.load(self.gpu_file).get(name)
             except Exception as exc:
                 log.info("no predictions for GPU %r: %s", name, exc)
                 self._gpus[name] = None

@@ -1,8 +1,10 @@
-"""``tokenmill run --fleet PROFILE.yaml [--ray-address ADDR] [--partitions N]``: a run with its own fleet.
+"""``tokenmill run --fleet PROFILE.yaml [--ray-address ADDR] [--partitions N] [--autotune]``: a run with its own fleet.
 
 The fleet is started before the run and stopped after it, whatever happens; the run follows the fleet's
 endpoints file (restarts, re-flags). With ``--partitions N`` the input is split in N disjoint parts, each
-run by its own client as a Ray task (see :mod:`tokenmill.fleet.partitions`).
+run by its own client as a Ray task (see :mod:`tokenmill.fleet.partitions`). With ``--autotune`` the run's
+monitor drives an :class:`~tokenmill.run.autotune.Autotuner` on the fleet (the profile's ``autotune`` section:
+what it may change and how a change is measured).
 """
 
 from __future__ import annotations
@@ -16,8 +18,10 @@ from typing import Any
 
 from tokenmill.config import FleetProfile, JobSpec, load_profile
 from tokenmill.errors import ConfigError
+from tokenmill.fleet.autotune import FleetActuator
 from tokenmill.fleet.state import ENDPOINTS
 from tokenmill.fleet.supervisor import Fleet
+from tokenmill.run.autotune import Autotuner
 
 log = logging.getLogger("tokenmill.fleet")
 
@@ -40,13 +44,31 @@ class FleetLaunch:
     profile_path: str | None = None
     ray_address: str | None = None
     partitions: int = 1
+    autotune: bool = False
+    autotune_dry_run: bool = False
 
     @classmethod
     def pop_options(cls, fields: dict[str, Any]) -> FleetLaunch:
         """Take ``--fleet``, ``--ray-address`` and ``--partitions`` out of the command's options."""
         launch = cls(
-            fields.pop("fleet_file", None), fields.pop("ray_address", None), fields.pop("partitions", None) or 1
+            fields.pop("fleet_file", None),
+            fields.pop("ray_address", None),
+            fields.pop("partitions", None) or 1,
+            bool(fields.pop("autotune", False)),
+            bool(fields.pop("autotune_dry_run", False)),
         )
+        if launch.autotune_dry_run:
+            launch.autotune = True
+        if launch.autotune and not launch.profile_path:
+            raise ConfigError(
+                "--autotune changes the flags of a fleet the run starts: give --fleet PROFILE.yaml too "
+                "(for a fleet already up, use `tokenmill fleet tune PROFILE.yaml` beside the run)"
+            )
+        if launch.autotune and launch.partitions > 1:
+            raise ConfigError(
+                "--autotune needs the one client of a run (it reads the client's side of every server): "
+                "drop --partitions, or tune the fleet with `tokenmill fleet tune` beside the partitions"
+            )
         if launch.partitions < 1:
             raise ConfigError("--partitions must be at least 1")
         if launch.partitions > 1 and not launch.ray_address:
@@ -66,16 +88,26 @@ class FleetLaunch:
     def run(
         self,
         job: JobSpec,
-        execute: Callable[[JobSpec], None],
+        execute: Callable[[JobSpec, Autotuner | None], None],
         execute_partitions: Callable[[JobSpec, int, str], None],
     ) -> None:
-        """Start the fleet (if any), run the job (partitioned or not: the caller's two ways), stop the fleet."""
-        with self._fleet():
+        """Start the fleet (if any), run the job (partitioned or not: the caller's two ways; with the tuner when
+        --autotune asked for one), stop the fleet."""
+        with self._fleet() as fleet:
             if self.partitions > 1:
                 assert self.ray_address is not None
                 execute_partitions(job, self.partitions, self.ray_address)
             else:
-                execute(job)
+                execute(job, self._tuner(fleet))
+
+    def _tuner(self, fleet: Fleet | None) -> Autotuner | None:
+        if not self.autotune or fleet is None:
+            return None
+        spec = fleet.profile.autotune
+        if self.autotune_dry_run:
+            spec = spec.model_copy(update={"dry_run": True})
+        log.info("autotune on: it may change %s", ", ".join(spec.allow) or "nothing (autotune.allow is empty)")
+        return Autotuner(spec, FleetActuator(fleet, spec))
 
     @contextlib.contextmanager
     def _fleet(self) -> Iterator[Fleet | None]:

@@ -3,7 +3,7 @@
 Head: progress, client completions/s and ``client_tok_s`` next to the servers' ``decode_tok_s``, ETA, failures,
 and a sparkline of throughput. Table: a row per server (its ``decode_tok_s``, else its ``client_tok_s`` while it
 is not scraped; running / max running, queue, KV and state usage, the client's in-flight / limit, errors,
-health) and a fleet total. Foot: the doctor's verdict and the last error.
+health) and a fleet total. Foot: the doctor's verdict, what --autotune is doing, and the last error.
 """
 
 from __future__ import annotations
@@ -123,6 +123,8 @@ def render(snap: Snapshot) -> Group:
         parts.append(Text(f"doctor: {v.line()}"[:300], style=style))
         for extra in snap.verdicts[1:3]:
             parts.append(Text(f"        {extra.title} ({extra.where()}): {extra.summary}"[:200], style="dim"))
+    if snap.autotune:
+        parts.append(Text(snap.autotune[:300], style="bold magenta"))
     if snap.last_failure:
         parts.append(Text(f"last error: {snap.last_failure}"[:200], style="dim"))
     return Group(*parts)

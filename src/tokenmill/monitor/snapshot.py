@@ -174,6 +174,7 @@ class Snapshot:
     client_tokens: int = 0  # output tokens of this run's completions (client side)
     limit: int = 0  # the client's total in-flight limit
     binding: str | None = None  # the resource the doctor found binding longest in this run
+    autotune: str | None = None  # what --autotune is doing (one line), when it runs
 
     @property
     def gpus(self) -> int:
@@ -275,4 +276,6 @@ def status_line(snap: Snapshot) -> str:
         line += " | WAITING: no server is usable"
     if snap.verdicts:
         line += f" | doctor: {snap.verdicts[0].title} ({snap.verdicts[0].where()})"
+    if snap.autotune:
+        line += f" | {snap.autotune}"
     return line

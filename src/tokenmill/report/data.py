@@ -47,6 +47,7 @@ class RunData:
     client: dict[str, list[float]] = field(default_factory=dict)
     servers: dict[str, dict[str, list[float]]] = field(default_factory=dict)
     spans: list[VerdictSpan] = field(default_factory=list)
+    autotune: list[dict[str, Any]] = field(default_factory=list)  # --autotune's steps, "at": seconds since t0
     runs: list[dict[str, Any]] = field(default_factory=list)  # start records
     last_tick: dict[str, Any] | None = None  # with today's keys, whatever format the log was written in
     ended: dict[str, Any] | None = None  # the last end record, if the last run ended
@@ -100,6 +101,8 @@ def load(out: Path, max_points: int = 2000) -> RunData:
             data.last_tick = rec
         elif kind == "verdicts":
             verdict_records.append((t, list(rec.get("verdicts") or [])))
+        elif kind == "autotune":
+            data.autotune.append({**rec, "at": t - data.t0})
         elif kind == "end":
             data.ended = rec
             if verdict_records and verdict_records[-1][1]:

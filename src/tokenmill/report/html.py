@@ -132,6 +132,37 @@ def _verdicts(data: RunData, spans: Sequence[VerdictSpan]) -> str:
     return _table(["from", "for", "verdict", "where", "evidence", "recommendation"], rows)
 
 
+def _gain(x: Any) -> str:
+    return f"{x * 100:+.0f}%" if isinstance(x, int | float) else ""
+
+
+def _autotune(data: RunData) -> str:
+    """Every step --autotune took: the change, where, predicted against measured gain, and what became of it."""
+    rows = []
+    for rec in data.autotune:
+        measured = rec.get("measured") if isinstance(rec.get("measured"), dict) else {}
+        shown = ""
+        if measured:
+            shown = f"{_gain(measured.get('gain'))} (s.e. {_gain(measured.get('stderr')).lstrip('+')})"
+            parts = [f"own rate {_fmt(measured.get('before_tok_s'))} → {_fmt(measured.get('after_tok_s'))} tok/s"]
+            if measured.get("gain_vs_peers") is not None:
+                parts.append(f"against its peers {_gain(measured.get('gain_vs_peers'))}")
+            shown += f"<br><small>{escape('; '.join(parts))}</small>"
+        what = str(rec.get("outcome") or rec.get("reason") or rec.get("error") or rec.get("text") or "")
+        rows.append(
+            [
+                escape(duration(rec.get("at"))),
+                escape(str(rec.get("step", ""))),
+                f"<code>{escape(str(rec['change']))}</code>" if rec.get("change") else "",
+                escape(str(rec.get("canary") or "")),
+                escape(_gain(rec.get("predicted_gain"))),
+                shown,
+                escape(what),
+            ]
+        )
+    return _table(["after", "step", "change", "canary", "predicted", "measured", "outcome"], rows)
+
+
 def _servers(data: RunData) -> str:
     rows = []
     last = data.last_snapshot
@@ -172,6 +203,8 @@ def render(data: RunData, figures: Sequence[tuple[str, str, bytes]], quality: st
         "<h2>Doctor verdicts</h2>",
         _verdicts(data, data.spans),
     ]
+    if data.autotune:
+        parts += ["<h2>Autotune</h2>", _autotune(data)]
     failures = data.failures_by_type
     if failures:
         parts.append("<h2>Failed attempts by error</h2>")

@@ -122,6 +122,7 @@ class Tracker:
             prompt_tokens=st.prompt_tokens,
             client_tokens=st.completion_tokens,
             limit=sum(s.limit for s in self.d.servers),
+            autotune=mon.tuner.status() if mon is not None and mon.tuner is not None else None,
         )
 
 

@@ -54,6 +54,7 @@ from tokenmill.monitor.snapshot import Snapshot
 from tokenmill.output import OutputDir, ResumeState, layout
 from tokenmill.output.identity import JOB_FILE, check_job_identity, job_with_ids
 from tokenmill.records import Prompt, Skip
+from tokenmill.run.autotune import Autotuner
 from tokenmill.run.control import ConcurrencyController
 from tokenmill.run.dispatch import Dispatcher
 from tokenmill.run.endpoints import follow
@@ -123,6 +124,7 @@ async def run_job(
     clock: Callable[[], float] = time.monotonic,
     on_tick: Callable[[Snapshot], None] | None = None,
     partition: tuple[int, int] | None = None,
+    tuner: Autotuner | None = None,  # run --fleet --autotune: fed every scrape round by the monitor
     repair_remote: bool = False,
 ) -> RunResult:
     """Run ``job`` until every prompt is recorded or a stop is requested; safe to rerun after any crash.
@@ -142,7 +144,7 @@ async def run_job(
         uploader = await _start_upload(stack, run, out, remote, allow_existing_prefix)
         feed = _start_feed(stack, run, out, state)
         dispatcher = _make_dispatcher(run, backend, servers, out)
-        monitor, tracker, display = await _start_watch(stack, run, dispatcher, live)
+        monitor, tracker, display = await _start_watch(stack, run, dispatcher, live, tuner)
         controller = ConcurrencyController(dispatcher.servers, job.control) if dispatcher.adaptive else None
         housekeeping = _Housekeeping(run, out, feed, dispatcher, controller, monitor, tracker, display, on_tick)
         _start_background(stack, run, housekeeping, dispatcher)
@@ -291,12 +293,22 @@ def _make_dispatcher(run: _Run, backend: Backend, servers: list[str], out: Outpu
 
 
 async def _start_watch(
-    stack: contextlib.AsyncExitStack, run: _Run, dispatcher: Dispatcher, live: bool | None
+    stack: contextlib.AsyncExitStack,
+    run: _Run,
+    dispatcher: Dispatcher,
+    live: bool | None,
+    tuner: Autotuner | None = None,
 ) -> tuple[RunMonitor, Tracker, Display]:
     job = run.job
     partition = run.partition[0] if run.partition else None
     monitor = RunMonitor(
-        job, dispatcher, Path(job.output.dir), uuid.uuid4().hex[:12], clock=run.clock, partition=partition
+        job,
+        dispatcher,
+        Path(job.output.dir),
+        uuid.uuid4().hex[:12],
+        clock=run.clock,
+        partition=partition,
+        tuner=tuner,
     )
     tracker = Tracker(
         dispatcher,

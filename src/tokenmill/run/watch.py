@@ -3,7 +3,8 @@
 :class:`RunMonitor` is what ``run_job`` starts beside the dispatcher. Its scrape loop is its own task;
 the dispatcher only calls :meth:`ClientMetrics.observe` (a few additions per finished request), and the
 display tick hands it each :class:`~tokenmill.monitor.snapshot.Snapshot` for the event log. Doctor rounds run
-in a worker thread so a planner prediction never holds up the event loop.
+in a worker thread so a planner prediction never holds up the event loop. With ``--autotune`` the tuner
+(:mod:`tokenmill.run.autotune`) sees every round's views and confirmed verdicts and writes ``autotune`` records.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from tokenmill.run.exporter import Exporter
 if TYPE_CHECKING:
     from tokenmill.doctor.model import Verdict
     from tokenmill.monitor.snapshot import Snapshot
+    from tokenmill.run.autotune import Autotuner
     from tokenmill.run.dispatch import Dispatcher
 
 log = logging.getLogger("tokenmill.doctor")
@@ -65,6 +67,7 @@ class RunMonitor:
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
         partition: int | None = None,
+        tuner: Autotuner | None = None,
     ) -> None:
         spec = job.monitor
         self.spec = spec
@@ -88,7 +91,7 @@ class RunMonitor:
             clock=clock,
         )
         self.doctor = DoctorState(spec.doctor.confirm_rounds)
-        self.predictor = PlannerPredictor(spec.planner_model, spec.gpu)
+        self.predictor = PlannerPredictor(spec.planner_model, spec.gpu, gpu_file=spec.gpu_file)
         self.events = EventLog(out / events_file(partition), run_id, wall)
         self.exporter = Exporter(self, spec.metrics_host, spec.metrics_port) if spec.metrics_port is not None else None
         self.metrics_url: str | None = None
@@ -102,6 +105,9 @@ class RunMonitor:
         self._last_round: float | None = None
         self._next_event = 0.0
         self._job = job
+        self.tuner = tuner
+        if tuner is not None:
+            tuner.bind(emit=lambda record: self.events.write("autotune", **record), refresh=self.fleet.refresh_info)
 
     async def start(self, total: int | None, done_before: int) -> None:
         job = self._job
@@ -170,6 +176,9 @@ class RunMonitor:
         verdicts = await asyncio.to_thread(diagnose, obs, self.spec.doctor, self.predictor)
         if self.doctor.update(verdicts):
             self._verdicts_changed(self.doctor.shown)
+        if self.tuner is not None:
+            confirmed = [v for v in self.doctor.shown if self.doctor.confirmed(v.rule) >= self.doctor.confirm]
+            self.tuner.round(views, confirmed, self.last.eta_s if self.last is not None else None)
         now = self.clock()
         if self._last_round is not None and self.doctor.shown:
             top = self.doctor.shown[0]
@@ -210,6 +219,8 @@ class RunMonitor:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
             self._task = None
+        if self.tuner is not None:
+            self.tuner.stop()
         self.last = final
         self.events.write("tick", **tick_record(final, self.client, self._inflight_means()))
         self.events.write("end", elapsed_s=round(final.elapsed_s, 2), finished=finished)

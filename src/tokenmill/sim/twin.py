@@ -101,6 +101,25 @@ def held_slots_per_request(capacity: ServerCapacity) -> int:
     return 1  # no radix cache: the working slot
 
 
+def flag_slowdown(cfg: SimConfig) -> float:
+    """The decode slowdown ``cfg.flag_slowdown`` ('FLAG=FACTOR') injects: FACTOR when the twin runs with FLAG."""
+    if not cfg.flag_slowdown:
+        return 1.0
+    flag, _, raw = cfg.flag_slowdown.partition("=")
+    name = flag.strip().lstrip("-")
+    try:
+        factor = float(raw)
+    except ValueError:
+        factor = 0.0
+    if not name or factor <= 0:
+        raise ConfigError(
+            f"flag_slowdown {cfg.flag_slowdown!r}: write FLAG=FACTOR with a positive factor, e.g. disable-radix-cache=3"
+        )
+    words = [w.split("=", 1)[0].lstrip("-") for w in cfg.engine_flags.split() if w.startswith("--")]
+    shared = [f.replace("_", "-") for f, _, _ in _SHARED_FIELDS if f in cfg.model_fields_set]
+    return factor if name in words or name in shared else 1.0
+
+
 def schedule_conservativeness(flags: EngineFlags) -> tuple[float, tuple[str, ...]]:
     """``--schedule-conservativeness`` from the flags the planner left unmodeled, and the rest of them."""
     value, rest = 1.0, []
@@ -121,8 +140,9 @@ def schedule_conservativeness(flags: EngineFlags) -> tuple[float, tuple[str, ...
 class TwinStepModel:
     """Capacity and timing of one SGLang server replica as the planner predicts it (see the module doc)."""
 
-    def __init__(self, capacity: ServerCapacity) -> None:
+    def __init__(self, capacity: ServerCapacity, slowdown: float = 1.0) -> None:
         self.capacity = capacity
+        self.slowdown = slowdown  # fault injection: decode steps take this many times the planner's
         pools = capacity.pools
         self.conservativeness, self.unmodeled_flags = schedule_conservativeness(capacity.flags)
         self._policy = kv_policy(self.conservativeness)
@@ -160,7 +180,7 @@ class TwinStepModel:
                 f"cannot build the twin of {model} on {cfg.gpu}: {exc} "
                 "(the twin's model is --model-spec, else --model: a bundled planner model or a config.json path)"
             ) from exc
-        return cls(capacity)
+        return cls(capacity, flag_slowdown(cfg))
 
     # ---- StepModel -----------------------------------------------------------------------------------
 
@@ -177,7 +197,7 @@ class TwinStepModel:
         return self._slots
 
     def step_time_s(self, running: int, ctx_tokens: int) -> float:
-        return self.capacity.step_time_s(running, ctx_tokens)
+        return self.capacity.step_time_s(running, ctx_tokens) * self.slowdown
 
     def prefill_time_s(self, new_tokens: int) -> float:
         return self.prefill_batch_time_s([new_tokens])
@@ -328,6 +348,7 @@ class TwinStepModel:
             "state_bytes_per_slot": pools.state_bytes_per_slot,
             "mem_fraction_static": pools.mem_fraction_static,
             "eta_bw": cap.roofline.eta_bw,
+            "fault_decode_slowdown": self.slowdown,
             "notes": list(pools.notes),
         }
 
