@@ -123,3 +123,34 @@ def test_generate_inspect_regenerate_until_the_rate_is_the_baseline(sim: Any, tm
     assert export.returncode == 0, export.stderr
     rows = [orjson.loads(line) for line in (tmp_path / "train.jsonl").read_bytes().splitlines()]
     assert len(rows) == PROMPTS
+
+
+def test_inspect_from_the_remote_prefix_sees_what_the_output_holds_rounds_included(sim: Any, tmp_path: Path) -> None:
+    from tests.s3server import TEST_ENV, moto_server
+
+    prompts = tmp_path / "prompts.jsonl"
+    with prompts.open("w") as fh:
+        for i in range(200):
+            fh.write(json.dumps({"id": f"r{i:04d}", "prompt": f"Describe item {i}."}) + "\n")
+    out = tmp_path / "out"
+    with moto_server() as s3:
+        env = {**TEST_ENV, "AWS_ENDPOINT_URL": s3.endpoint}
+        output = {"shard_size": 50, "remote": s3.url(), "upload": {"backoff_base_s": 0.05, "drain_timeout_s": 60}}
+        job = write_job(tmp_path / "job.yaml", [sim.url], prompts, out, sampling={"max_tokens": 200}, output=output)
+        assert run_cli("run", str(job), "--no-live", env=env, timeout=300).returncode == 0
+        regen = run_cli("regenerate", str(job), "--where", "degenerate", "--sampling", "seed=9", "--no-live", env=env)
+        assert regen.returncode == 0, regen.stderr
+        assert any(k.startswith("corpus/run-1/_tokenmill/regenerate/round-001/completions_") for k in s3.objects())
+        local = inspect(out)
+        remote = run_cli("inspect", s3.url(), "--json", env=env)
+        assert remote.returncode == 0, remote.stderr
+        seen = json.loads(remote.stdout)
+        page = tmp_path / "remote.html"
+        rep = run_cli("report", s3.url(), "-o", str(page), env=env, timeout=180)
+        assert rep.returncode == 0, rep.stderr
+    html = page.read_text()
+    assert "<p>200 completions, 0 failed." in html
+    assert f"<td>degenerate</td><td>{local['signals']['degenerate']['count']:,}</td>" in html
+    assert seen["records"] == local["records"] == 200
+    assert seen["signals"] == local["signals"]
+    assert local["signals"]["degenerate"]["count"] < len({r["id"] for r in iter_records(out) if spoiled(r)})

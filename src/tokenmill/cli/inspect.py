@@ -9,25 +9,31 @@ import orjson
 
 
 @click.command(name="inspect")
-@click.argument("out", type=click.Path(file_okay=False, path_type=Path))
+@click.argument("target", metavar="OUT | PREFIX")
 @click.option("--examples", default=5, show_default=True, help="Worst examples shown per signal.")
 @click.option("--json", "as_json", is_flag=True, help="Print everything as JSON.")
-def inspect_cmd(out: Path, examples: int, as_json: bool) -> None:
+def inspect_cmd(target: str, examples: int, as_json: bool) -> None:
     """Show how much of OUT's corpus is degenerate, before anyone trains on it.
 
     Counts and rates per signal (truncated, empty, no_answer: reasoning without a final answer, repetition: a
     loop at the answer's end, duplicate: an answer another prompt already got), output lengths per finish
     reason, the worst examples with their ids and the part of the answer that shows the problem. Works on a
-    run in progress.
+    run in progress; given the job's remote PREFIX (s3://..., credentials from the environment as for the run)
+    it reads the uploaded shards from any machine.
 
     \b
     Then:
         tokenmill export OUT --format sharegpt --drop degenerate,duplicate
         tokenmill regenerate JOB.yaml --where repetition,empty --sampling seed=1
     """
-    from tokenmill.quality.corpus import inspect_output
+    from tokenmill.quality.corpus import inspect_output, inspect_remote
 
-    result = inspect_output(out, examples)
+    if "://" in target:
+        result = inspect_remote(target, examples)
+    elif Path(target).is_dir():
+        result = inspect_output(Path(target), examples)
+    else:
+        raise click.BadParameter(f"{target} is not a directory (give OUT, or a remote prefix URL)")
     if as_json:
         click.echo(orjson.dumps(result.as_dict(), option=orjson.OPT_INDENT_2).decode())
     else:

@@ -28,8 +28,8 @@ def report(out: str, dest: str | None, max_points: int, no_quality: bool) -> Non
     the page.
 
     Given the job's remote PREFIX (s3://..., credentials in the environment as for the run), the report covers the
-    whole job (every partition) from the prefix alone, from any machine; the quality section needs the shards and
-    is left out.
+    whole job (every partition) from the prefix alone, from any machine; the quality section reads the uploaded
+    shards.
 
     \b
     Example:
@@ -41,13 +41,15 @@ def report(out: str, dest: str | None, max_points: int, no_quality: bool) -> Non
     if "://" in out:
         import tempfile
 
+        from tokenmill.quality.corpus import inspect_remote
         from tokenmill.storage.store import Store
         from tokenmill.storage.view import fetch_view
 
         with tempfile.TemporaryDirectory(prefix="tokenmill-report-") as tmp:
             view = fetch_view(Store(out), Path(tmp))
             target = Path(dest or "report.html").absolute()
-            path = build_report(view.root, target, max_points=max_points, quality=False)
+            corpus = None if no_quality else inspect_remote(out)
+            path = build_report(view.root, target, max_points, quality=not no_quality, corpus=corpus)
         click.echo(f"report written to {path} (figures as PNG in {path.parent / path.stem})")
         return
     if not Path(out).is_dir():

@@ -16,7 +16,7 @@ through :func:`iter_live`, so no prompt ever has two live answers.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -107,24 +107,40 @@ def create(out: Path, rows: Iterable[dict[str, Any]], header: dict[str, Any]) ->
 
 def superseding(out: Path, found: list[Round] | None = None) -> dict[str, int]:
     """Prompt id -> the latest round that answered it (the prompts whose live answer is not in ``out``)."""
-    latest: dict[str, int] = {}
-    for rnd in rounds(out) if found is None else found:
-        if rnd.out.is_dir():
-            for rec in iter_records(rnd.out):
-                latest[str(rec.get("id"))] = rnd.number
-    return latest
+    sources = [(r.number, _reader(r.out)) for r in (rounds(out) if found is None else found)]
+    return latest_rounds(sources)
 
 
 def iter_live(out: Path) -> Iterator[dict[str, Any]]:
     """Every prompt's live completion record: ``out``'s own, then the rounds' (each with ``"round": n``)."""
-    found = rounds(out)
-    latest = superseding(out, found)
-    for rec in iter_records(out):
+    return merge_live(iter_records(out), [(r.number, _reader(r.out)) for r in rounds(out)])
+
+
+RoundRecords = tuple[int, Callable[[], Iterable[dict[str, Any]]]]
+"""A round's number and a way to read its completion records (each call reads them afresh)."""
+
+
+def _reader(root: Path) -> Callable[[], Iterable[dict[str, Any]]]:
+    return lambda: iter_records(root) if root.is_dir() else ()
+
+
+def latest_rounds(sources: list[RoundRecords]) -> dict[str, int]:
+    """Prompt id -> the latest of ``sources`` that answered it."""
+    latest: dict[str, int] = {}
+    for number, read in sorted(sources, key=lambda s: s[0]):
+        for rec in read():
+            latest[str(rec.get("id"))] = number
+    return latest
+
+
+def merge_live(base: Iterable[dict[str, Any]], sources: list[RoundRecords]) -> Iterator[dict[str, Any]]:
+    """The live records of a corpus (``base``) and its rounds (``sources``), wherever they are read from: each
+    prompt's record from the latest round that answered it, else its base record."""
+    latest = latest_rounds(sources)
+    for rec in base:
         if str(rec.get("id")) not in latest:
             yield rec
-    for rnd in found:
-        if not rnd.out.is_dir():
-            continue
-        for rec in iter_records(rnd.out):
-            if latest.get(str(rec.get("id"))) == rnd.number:
-                yield {**rec, "round": rnd.number}
+    for number, read in sorted(sources, key=lambda s: s[0]):
+        for rec in read():
+            if latest.get(str(rec.get("id"))) == number:
+                yield {**rec, "round": number}

@@ -15,13 +15,14 @@ from array import array
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from tokenmill.errors import ConfigError
 from tokenmill.fmt import UNKNOWN, num
 from tokenmill.output.records_reader import iter_records
-from tokenmill.output.rounds import iter_live
+from tokenmill.output.rounds import RoundRecords, iter_live, merge_live
 from tokenmill.quality.signals import FLAGS, combined, final_answer, signals
 
 DEGENERATE = ("repetition", "empty", "no_answer")
@@ -341,3 +342,19 @@ def inspect_output(out: Path, examples: int = EXAMPLES) -> CorpusQuality:
         raise ConfigError(f"{out} is not an output directory")
     failed = sum(1 for _ in iter_records(out, failed=True))
     return inspect_records(iter_live(out), str(out), failed, examples)
+
+
+def inspect_remote(url: str, examples: int = EXAMPLES) -> CorpusQuality:
+    """The quality of the live completions of the job at remote prefix ``url`` (its sealed shards and its
+    regeneration rounds' prefixes; credentials from the environment, as for the run)."""
+    from tokenmill.storage.complete import totals
+    from tokenmill.storage.records import iter_remote_records, round_prefixes
+    from tokenmill.storage.store import Store
+
+    store = Store(url)
+    listing = store.list()
+    sources: list[RoundRecords] = []
+    for number, prefix in round_prefixes(store, listing).items():
+        sources.append((number, partial(iter_remote_records, Store(prefix))))
+    live = merge_live(iter_remote_records(store, listing), sources)
+    return inspect_records(live, store.shown, totals(store)["failed"], examples)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from tokenmill.errors import OutputError
-from tokenmill.quality.corpus import inspect_output
+from tokenmill.quality.corpus import CorpusQuality, inspect_output
 from tokenmill.report.data import RunData, load
 from tokenmill.report.html import render
 from tokenmill.report.plots import FIGURES
@@ -20,12 +20,19 @@ from tokenmill.report.quality import section
 __all__ = ["RunData", "build_report", "load"]
 
 
-def build_report(out: Path, dest: Path | None = None, max_points: int = 2000, quality: bool = True) -> Path:
-    """Write the report of ``out`` to ``dest`` (default ``OUT/report.html``); returns its path."""
+def build_report(
+    out: Path,
+    dest: Path | None = None,
+    max_points: int = 2000,
+    quality: bool = True,
+    corpus: CorpusQuality | None = None,
+) -> Path:
+    """Write the report of ``out`` to ``dest`` (default ``OUT/report.html``); returns its path. The quality
+    section is ``corpus`` when given (read elsewhere, e.g. from a remote prefix), else read from ``out``."""
     data = load(out, max_points=max_points)
     quality_html, quality_pngs = "", []
     if quality:
-        corpus = inspect_output(out)
+        corpus = corpus if corpus is not None else inspect_output(out)
         quality_pngs = corpus_figures(corpus)
         quality_html = section(corpus, quality_pngs)
     html_path = dest or out / "report.html"
