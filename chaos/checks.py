@@ -12,7 +12,7 @@ from typing import Any
 import orjson
 
 from chaos.client import Start
-from chaos.observe import SEALED, record_files
+from chaos.observe import SEALED, Fetch, offloaded, record_files
 from chaos.tear import Tear
 
 VERIFY_TIMEOUT_S = 120.0
@@ -47,12 +47,39 @@ def verify_cli(out: Path, job: Path, env: dict[str, str]) -> Check:
     return Check("verify --input --remote", ok, detail)
 
 
-def exactly_once(input_ids: list[str], out: Path) -> Check:
-    """Every input id is completed exactly once or failed with a reason, and nothing else is recorded."""
+def verify_prefix_cli(job: Path, env: dict[str, str]) -> Check:
+    """``tokenmill verify --remote --input JOB``: the whole job from the remote prefix alone."""
+    cmd = [sys.executable, "-m", "tokenmill", "verify", "--remote", "--input", str(job), "--json"]
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=VERIFY_TIMEOUT_S, env=env)
+    try:
+        report: dict[str, Any] = orjson.loads(res.stdout)
+    except ValueError:
+        return Check("verify PREFIX --input", False, f"exit {res.returncode}: {(res.stdout + res.stderr)[-500:]}")
+    counts = report.get("counts", {})
+    ok = res.returncode == 0 and bool(report.get("ok"))
+    detail = (
+        f"the prefix alone: {counts.get('sealed_shards', 0)} shard objects read back, "
+        f"{counts.get('sealed_records', 0)} completions, {counts.get('failed', 0)} failed, "
+        f"{counts.get('missing', 0)} missing, {counts.get('duplicates', 0)} twice"
+    )
+    if not ok:
+        detail = f"exit {res.returncode}, problems {report.get('problem_totals')}: {report.get('problems', [])[:3]}"
+    return Check("verify PREFIX --input", ok, detail)
+
+
+def exactly_once(input_ids: list[str], out: Path, fetch: Fetch | None = None) -> Check:
+    """Every input id is completed exactly once or failed with a reason, and nothing else is recorded (the shards
+    a start took over after a machine loss read from the remote prefix through ``fetch``)."""
     seen: Counter[str] = Counter()
     completed = failed = 0
     no_reason: list[str] = []
     open_left: list[str] = []
+    local = {p.name for p in record_files(out)}
+    for name in sorted(offloaded(out) - local) if fetch is not None else []:
+        data = fetch(name) or b""
+        for line in data.splitlines():
+            seen[orjson.loads(line)["id"]] += 1
+            completed += 1
     for path in record_files(out):
         if not SEALED.fullmatch(path.name) and path.name != "failed.jsonl":
             open_left.append(path.name)
@@ -103,9 +130,12 @@ def no_torn_shard(out: Path) -> Check:
     if left_open:
         problems.append(f"open shard(s) left: {left_open}")
     listed = [orjson.loads(line)["shard"] for line in (out / "manifest.jsonl").read_bytes().splitlines()]
-    if sorted(listed) != sorted(p.name for p in shards):
+    remote_only = offloaded(out)
+    if sorted(n for n in listed if n not in remote_only) != sorted(p.name for p in shards):
         problems.append(f"the manifest lists {len(listed)} shards for {len(shards)} sealed ones")
     detail = f"{len(shards)} sealed shards, each whole and listed once in the manifest; no open shard left"
+    if remote_only:
+        detail += f"; {len(remote_only)} more listed and taken over from the remote after a machine loss"
     return Check("no torn shard", not problems, "; ".join(problems[:5]) or detail)
 
 

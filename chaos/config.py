@@ -59,6 +59,9 @@ class ChaosConfig:
     long_prompt_every: int  # every n-th prompt is longer than the servers' context: a recorded failure
     kill_plan: KillPlan = field(default_factory=KillPlan)
     connect_timeout_s: float = 2.0  # the job's retry.connect_timeout_s (with read_timeout_s: a request's limit)
+    server_stops: int = 2  # SIGSTOP one server: frozen, it must be killed and restarted by the fleet's watchdog
+    machine_losses: int = 4  # the client SIGKILLed and its whole output directory deleted (a machine gone)
+    machine_loss_wait_s: float = 20.0  # at most this long for a start to upload a new shard before it is lost
     workdir: Path | None = None
     json_path: Path | None = None
 
@@ -122,4 +125,6 @@ class ChaosConfig:
             final_max_s=40.0,
             tear_share=1.0,
             long_prompt_every=100,
+            server_stops=1,
+            machine_losses=2,
         )

@@ -32,6 +32,7 @@ KINDS: dict[str, tuple[str, str]] = {
     "server-sigkill": ("one server SIGKILLed, restarted by the fleet", "fleet"),
     "server-sigterm": ("one server stopped (SIGTERM), restarted by the fleet", "fleet"),
     "fleet-sigkill": ("every server SIGKILLed at once", "fleet"),
+    "server-sigstop": ("one server frozen (SIGSTOP): killed and restarted by the fleet's watchdog", "fleet"),
     "error": ("HTTP 500 from the server", "sim /sim/faults"),
     "rate_limit": ("HTTP 429 with Retry-After", "sim /sim/faults"),
     "drop": ("connection closed without a response", "sim /sim/faults"),
@@ -44,6 +45,7 @@ KINDS: dict[str, tuple[str, str]] = {
     "trickle": ("200 whose body trickles in a byte at a time", "proxy"),
     "store-outage": ("object store down (connections refused)", "moto stopped"),
     "disk-full": ("output disk full mid-shard", "tmpfs ballast"),
+    "machine-loss": ("the client and its whole output directory gone (a fresh start takes over)", "harness"),
 }
 
 
@@ -167,7 +169,9 @@ class TrickleWindow(Window):
 
 
 class ServerKill(Event):
-    """Signal some servers; ends when the fleet has every one of them up again in a new process."""
+    """Signal some servers; ends when the fleet has every one of them up again in a new process. A server frozen
+    with SIGSTOP must be found hung and restarted by the fleet's watchdog; meanwhile the client is left alone, so
+    its requests on the frozen server are the ones the watchdog's restart releases."""
 
     RESTART_TIMEOUT_S = 30.0
 
@@ -181,6 +185,11 @@ class ServerKill(Event):
             pid = ctx.fleet.kill(i, self.sig)
             if pid is not None:
                 self._pids[i] = pid
+        if self.sig == signal.SIGSTOP:
+            ctx.holds.add(self.name)
+
+    def end(self, ctx: Ctx, now: float) -> None:
+        ctx.holds.discard(self.name)
 
     def poll(self, ctx: Ctx, now: float) -> bool:
         if all(ctx.fleet.restarted(i, pid) for i, pid in self._pids.items()):

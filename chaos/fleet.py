@@ -91,6 +91,8 @@ class Fleet:
             "restart_reset_s": 5.0,
             "start_timeout_s": 30.0,
             "stop_timeout_s": 5.0,
+            # a frozen server is found by its health probe (stalls are injected on purpose: no stall rule)
+            "watchdog": {"interval_s": 0.5, "probe_timeout_s": 2.0, "probe_failures": 2, "stall_s": 0},
         }
         self.profile.write_text(yaml.safe_dump(profile))
         self.started = True
@@ -164,7 +166,13 @@ class Fleet:
                 seen.spec_applied = http_json(url + "/sim/faults", self._full_spec()) is not None
             answer = http_json(url + "/sim/faults")
             if answer is not None and isinstance(answer.get("counts"), dict):
-                seen.current = {k: int(v) for k, v in answer["counts"].items()}
+                counts = {k: int(v) for k, v in answer["counts"].items()}
+                if any(counts.get(k, 0) < n for k, n in seen.current.items()):
+                    # a process's counts only grow: a new process answered before state.json named it
+                    for kind, n in seen.current.items():
+                        seen.earlier[kind] = seen.earlier.get(kind, 0) + n
+                    seen.spec_applied = False
+                seen.current = counts
 
     def counts(self) -> dict[str, int]:
         """Faults injected by every server process so far (as of the last :meth:`sync`)."""

@@ -1,5 +1,7 @@
 """The chaos run, start to end: set up (:mod:`chaos.setup`); kill the client again and again while the fault
-tracks run; let a last client finish (killed once the moment everything is recorded); check; tear down.
+tracks run; lose the machine (the client and its whole output directory) several times, each next start taking
+the records over from the remote prefix; let a last client finish (killed once the moment everything is
+recorded); check; tear down.
 
 Every process and thread it starts is stopped on the way out, also when the run fails or is interrupted
 (one ExitStack: client, endpoints mirror, fault proxy, fleet, store, tmpfs). All traffic stays on 127.0.0.1.
@@ -10,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import shutil
 import signal
 import tempfile
 import time
@@ -48,9 +51,11 @@ def run_chaos(cfg: ChaosConfig, log: Any = print) -> ChaosReport:
     try:
         with contextlib.ExitStack() as stack:
             run = prepare(cfg, report, disk, stack, log)
+            run.invariants.fetch = run.ctx.store.read
             report.timings["setup"] = time.monotonic() - t0
             try:
                 _kill_phase(run, log)
+                _machine_loss_phase(run, log)
                 _final_phase(run, log)
                 _check(run, log)
             except Exception as exc:
@@ -237,6 +242,65 @@ def _tear(run: Run, start: Start) -> None:
         run.report.tally.add("torn-write", detail=f"{torn.variant}: {torn.done}")
 
 
+# ---- machine losses -------------------------------------------------------------------------------------------
+
+TAKEN_OVER = "took over from"  # what a start says when it takes a lost directory's records over from the remote
+
+
+def _machine_loss_phase(run: Run, log: Any) -> None:
+    """Lose the machine again and again: once a start has uploaded a new shard, it is SIGKILLed and its whole
+    output directory deleted (every other time the directory goes first, under the running client). Each next
+    start runs on a fresh directory and must take the records over from the remote prefix."""
+    cfg, ctx, client = run.cfg, run.ctx, run.ctx.client
+    if cfg.machine_losses <= 0:
+        return
+    _quiesce(run)
+    began = time.monotonic()
+    log(f"chaos: machine-loss phase ({cfg.machine_losses} times the client and its whole output directory)")
+    for loss in range(cfg.machine_losses):
+        shards = len(ctx.store.names("completions_"))
+        started = client.start("machine-loss", count_records(run.out))
+        if loss:
+            run.fresh_starts.append(started.index)
+        deadline = time.monotonic() + cfg.machine_loss_wait_s
+        while client.poll() is None and time.monotonic() < deadline and len(ctx.store.names("completions_")) <= shards:
+            time.sleep(0.05)
+        if client.poll() is not None:  # it stopped (or finished) by itself before a new shard went up
+            start = _ended(run, set())
+            run.report.notes.append(f"machine loss {loss + 1}: start {start.index} ended first ({start.ended})")
+            if start.ended == "exit 0":
+                break
+            continue
+        under = loss % 2 == 1
+        if under:
+            shutil.rmtree(run.out)  # the disk goes first, the machine a moment later
+        client.kill()
+        if not under:
+            start = _ended(run, set())  # the directory as the client left it (tears repaired, no duplicate)
+            shutil.rmtree(run.out)
+        run.invariants.lose_machine()
+        if under:
+            start = _ended(run, set())
+        how = "directory deleted under the running client, then killed" if under else "killed, directory deleted"
+        run.report.tally.add("machine-loss", detail=f"start {start.index} after {start.lived_s:.1f} s: {how}")
+    run.fresh_starts.append(len(client.starts))  # the next start (the last run's first) is on a fresh one too
+    run.report.timings["machine-loss phase"] = time.monotonic() - began
+
+
+def _check_taken_over(run: Run) -> None:
+    """Every start on a fresh directory after a machine loss took the records over from the remote prefix."""
+    starts = [s for s in run.report.starts if s.index in run.fresh_starts]
+    silent = [s.index for s in starts if TAKEN_OVER not in _read(Path(s.log))]
+    losses = int(run.report.tally.counts.get("machine-loss", 0))
+    run.report.check(
+        "a lost directory is taken over from the remote",
+        not silent and losses >= min(1, run.cfg.machine_losses),
+        f"starts {silent} did not say they took over"
+        if silent
+        else f"{losses} machine losses; each of the {len(starts)} next starts took the records over from the remote",
+    )
+
+
 # ---- the last run ---------------------------------------------------------------------------------------------
 
 
@@ -294,7 +358,9 @@ def _check(run: Run, log: Any) -> None:
     began = time.monotonic()
     log("chaos: checking the output and the remote copy")
     report.checks.append(checks.verify_cli(run.out, run.job, run.env))
-    report.checks.append(checks.exactly_once(run.input_ids, run.out))
+    report.checks.append(checks.verify_prefix_cli(run.job, run.env))
+    report.checks.append(checks.exactly_once(run.input_ids, run.out, ctx.store.read))
+    _check_taken_over(run)
     report.checks.append(checks.no_torn_shard(run.out))
     inv = run.invariants
     report.check(
@@ -345,7 +411,7 @@ def _check(run: Run, log: Any) -> None:
 def _count_injected(run: Run) -> None:
     """Bring the tally up to date: client kills, and the faults the servers and the proxy counted."""
     tally = run.report.tally
-    tally.counts["client-sigkill"] = run.report.kills()
+    tally.counts["client-sigkill"] = run.report.kills() - int(tally.counts.get("machine-loss", 0))
     with contextlib.suppress(Exception):  # the servers may be gone already (an interrupted run)
         run.ctx.fleet.sync()
     for kind, n in {**run.ctx.fleet.counts(), **run.ctx.proxy.counts}.items():

@@ -54,6 +54,9 @@ def _server_events(cfg: ChaosConfig, rng: random.Random) -> list[Event]:
         ServerKill("server-sigterm", [rng.randrange(cfg.servers)], signal.SIGTERM) for _ in range(cfg.server_terms)
     ]
     events += [ServerKill("fleet-sigkill", list(range(cfg.servers)), signal.SIGKILL) for _ in range(cfg.fleet_kills)]
+    events += [
+        ServerKill("server-sigstop", [rng.randrange(cfg.servers)], signal.SIGSTOP) for _ in range(cfg.server_stops)
+    ]
     rng.shuffle(events)
     return events
 

@@ -46,6 +46,7 @@ class Run:
     invariants: Invariants = field(default_factory=Invariants)
     tears: list[Tear] = field(default_factory=list)
     overrun: list[str] = field(default_factory=list)  # a time or request budget the run went past
+    fresh_starts: list[int] = field(default_factory=list)  # starts on a fresh directory after a machine loss
 
 
 def prepare(cfg: ChaosConfig, report: ChaosReport, disk: SmallDisk, stack: contextlib.ExitStack, log: Any) -> Run:

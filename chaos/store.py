@@ -50,18 +50,9 @@ class MotoStore:
 
     def start(self) -> None:
         """Start the server on a free port and create the bucket."""
-        import boto3  # type: ignore[import-untyped]
-
         logging.getLogger("werkzeug").setLevel(logging.ERROR)
         self._serve(0)
-        client = boto3.client(
-            "s3",
-            endpoint_url=self.endpoint,
-            aws_access_key_id=CREDENTIALS["AWS_ACCESS_KEY_ID"],
-            aws_secret_access_key=CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
-            region_name=CREDENTIALS["AWS_DEFAULT_REGION"],
-        )
-        client.create_bucket(Bucket=self.bucket)
+        self._client().create_bucket(Bucket=self.bucket)
 
     def down(self) -> None:
         """Take the store away: connections to it are refused until :meth:`up`."""
@@ -77,6 +68,33 @@ class MotoStore:
     @property
     def is_up(self) -> bool:
         return self._server is not None
+
+    def read(self, name: str) -> bytes | None:
+        """The content of the object ``name`` under the run's prefix, or None when there is none."""
+        client = self._client()
+        try:
+            return bytes(client.get_object(Bucket=self.bucket, Key=PREFIX + name)["Body"].read())
+        except client.exceptions.NoSuchKey:
+            return None
+
+    def names(self, start: str = "") -> list[str]:
+        """The objects under the run's prefix whose names start with ``start`` (relative names)."""
+        found: list[str] = []
+        pages = self._client().get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=PREFIX + start)
+        for page in pages:
+            found += [str(o["Key"])[len(PREFIX) :] for o in page.get("Contents", [])]
+        return found
+
+    def _client(self) -> Any:
+        import boto3  # type: ignore[import-untyped]
+
+        return boto3.client(
+            "s3",
+            endpoint_url=self.endpoint,
+            aws_access_key_id=CREDENTIALS["AWS_ACCESS_KEY_ID"],
+            aws_secret_access_key=CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
+            region_name=CREDENTIALS["AWS_DEFAULT_REGION"],
+        )
 
     def stop(self) -> None:
         """Stop for good (end of the run)."""

@@ -1,8 +1,8 @@
 """The chaos harness (``make chaos``) in its quick form, and the detectors it relies on.
 
-The quick run kills the client a few times and injects each fault kind at least once (server crashes, HTTP
-faults from the servers and from the proxy, a store outage, a full disk, torn tails); everything must
-verify at the end. The detector tests show that the harness's own checks can fail.
+The quick run kills the client a few times and injects each fault kind at least once (server crashes, a frozen
+server, HTTP faults from the servers and from the proxy, a store outage, a full disk, torn tails, machine losses);
+everything must verify at the end. The detector tests show that the harness's own checks can fail.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from chaos import ChaosConfig, run_chaos
 from chaos.checks import crash_loop, exactly_once, no_torn_shard
 from chaos.client import Start
 from chaos.faults import KINDS
-from chaos.observe import Invariants
+from chaos.observe import Invariants, count_records
 from chaos.tear import VARIANTS, tear_any
 
 
@@ -60,6 +60,22 @@ def test_exactly_once_names_missing_duplicated_and_reasonless_records(tmp_path: 
     assert not check.ok
     assert "1 recorded twice" in check.detail and "1 never recorded" in check.detail
     assert "failed without a reason" in check.detail
+
+
+def test_after_a_machine_loss_the_taken_over_shards_count_and_a_duplicate_with_them_is_seen(tmp_path: Path) -> None:
+    remote = {"completions_000000.jsonl": _record("a") + _record("b")}  # at the remote prefix only
+    (tmp_path / "offloaded.jsonl").write_bytes(orjson.dumps({"shard": "completions_000000.jsonl"}) + b"\n")
+    (tmp_path / "manifest.jsonl").write_bytes(orjson.dumps({"shard": "completions_000000.jsonl", "count": 2}) + b"\n")
+    (tmp_path / "completions_000001.jsonl").write_bytes(_record("c"))
+    assert count_records(tmp_path) == 3
+    assert exactly_once(["a", "b", "c"], tmp_path, remote.get).ok
+    assert not exactly_once(["a", "b", "c"], tmp_path).ok  # without the remote's records: two never recorded
+    inv = Invariants(fetch=remote.get)
+    inv.check(tmp_path, "after the loss")
+    assert inv.violations == []
+    (tmp_path / "completions_000002.jsonl.open").write_bytes(_record("b"))  # b generated again
+    inv.check(tmp_path, "later")
+    assert any("more than once" in v and "'b'" in v for v in inv.violations)
 
 
 def test_no_torn_shard_sees_a_torn_shard_an_open_one_and_an_unlisted_one(tmp_path: Path) -> None:
