@@ -657,6 +657,13 @@ class AutotuneSpec(_Model):
     rollout_batch: int = Field(
         default=1, ge=1, description="Servers re-flagged at once when a kept change is rolled to the rest"
     )
+    rollback_drain_s: float = Field(
+        default=120.0,
+        ge=0,
+        description="Longest wait for a canary's requests to finish before it is rolled back (the profile's "
+        "drain_timeout_s when shorter); what is still in flight is retried elsewhere, so a change that does not "
+        "pay holds its server no longer than this",
+    )
     dry_run: bool = Field(default=False, description="Say what would be changed, and change nothing")
 
 

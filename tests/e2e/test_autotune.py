@@ -29,7 +29,8 @@ from tokenmill.planner.hardware import GpuCatalog
 from tokenmill.planner.plan import Workload, what_if
 
 MODEL, GPU = "qwen3.6-27b", "rtx-pro-6000"
-FAST = {"window_s": 6, "max_window_s": 18, "warmup_s": 2, "cooldown_s": 2, "min_remaining_s": 0, "max_changes": 1}
+FAST = {"window_s": 6, "max_window_s": 18, "warmup_s": 2, "cooldown_s": 2, "min_remaining_s": 0, "max_changes": 1,
+        "rollback_drain_s": 3}  # fmt: skip
 
 
 def profile(tmp: Path, servers: int, **sim: Any) -> Path:

@@ -115,7 +115,9 @@ class FleetActuator:
         self.fleet.apply(new, say, servers=_indices(self.servers(), urls), batch=self.spec.rollout_batch)
 
     def revert(self, urls: Sequence[str], say: Say) -> None:
-        self.fleet.apply(self.fleet.profile, say, servers=_indices(self.servers(), urls), batch=self.spec.rollout_batch)
+        servers = _indices(self.servers(), urls)
+        drain = min(self.fleet.profile.drain_timeout_s, self.spec.rollback_drain_s)
+        self.fleet.apply(self.fleet.profile, say, servers=servers, batch=self.spec.rollout_batch, drain_timeout_s=drain)
 
 
 class RemoteActuator:
@@ -146,11 +148,14 @@ class RemoteActuator:
         self._request(profile_with(self.profile(), change), urls, say)
 
     def revert(self, urls: Sequence[str], say: Say) -> None:
-        self._request(self.profile(), urls, say)
+        profile = self.profile()
+        self._request(profile, urls, say, min(profile.drain_timeout_s, self.spec.rollback_drain_s))
 
-    def _request(self, profile: FleetProfile, urls: Sequence[str], say: Say) -> None:
+    def _request(self, profile: FleetProfile, urls: Sequence[str], say: Say, drain: float | None = None) -> None:
         indices = _indices(self.servers(), urls)
-        request_id = request_apply(self.state_dir, profile, servers=indices, batch=self.spec.rollout_batch)
+        request_id = request_apply(
+            self.state_dir, profile, servers=indices, batch=self.spec.rollout_batch, drain_timeout_s=drain
+        )
         shown = 0
         while True:
             state = self._state()

@@ -83,9 +83,15 @@ def pid_alive(pid: int | None) -> bool:
     return True
 
 
-def request_apply(state_dir: Path, profile: FleetProfile, servers: list[int] | None = None, batch: int = 1) -> str:
-    """Ask the supervisor using ``state_dir`` to re-flag its servers (or only ``servers``, ``batch`` at a time) with
-    ``profile``; returns the request id."""
+def request_apply(
+    state_dir: Path,
+    profile: FleetProfile,
+    servers: list[int] | None = None,
+    batch: int = 1,
+    drain_timeout_s: float | None = None,
+) -> str:
+    """Ask the supervisor using ``state_dir`` to re-flag its servers (or only ``servers``, ``batch`` at a time, with
+    another drain timeout) with ``profile``; returns the request id."""
     state = read_state(state_dir)
     if not pid_alive(state.get("supervisor_pid")) or state.get("status") in ("stopped", "failed"):
         raise ServerError(
@@ -100,6 +106,7 @@ def request_apply(state_dir: Path, profile: FleetProfile, servers: list[int] | N
             "profile": profile.model_dump(mode="json"),
             "servers": servers,
             "batch": batch,
+            "drain_timeout_s": drain_timeout_s,
             "requested_at": time.time(),
         },
     )

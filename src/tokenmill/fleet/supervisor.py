@@ -180,9 +180,11 @@ class Fleet:
         progress: Callable[[str], None] | None = None,
         servers: Sequence[int] | None = None,
         batch: int = 1,
+        drain_timeout_s: float | None = None,
     ) -> None:
         """Restart ``servers`` (default: all), ``batch`` at a time, with ``new``'s command (see the module
-        docstring); the fleet's profile becomes ``new`` once every server runs it."""
+        docstring); the fleet's profile becomes ``new`` once every server runs it. ``drain_timeout_s`` replaces
+        the profile's for this re-flag (a roll-back need not wait for a slow server's requests)."""
         say = progress or (lambda msg: log.info("%s", msg))
         check_reflag(self.profile, new)
         chosen = list(range(len(self.handles))) if servers is None else list(servers)
@@ -198,7 +200,7 @@ class Fleet:
             problems: dict[int, str | None] = {}
 
             def reflag(i: int, problems: dict[int, str | None] = problems) -> None:
-                problems[i] = self._reflag_one(i, new, say)
+                problems[i] = self._reflag_one(i, new, say, drain_timeout_s)
 
             threads = [threading.Thread(target=reflag, args=(i,), daemon=True) for i in group]
             for t in threads:
@@ -217,12 +219,14 @@ class Fleet:
                 )
         self._commit(new)
 
-    def _reflag_one(self, i: int, new: FleetProfile, say: Callable[[str], None]) -> str | None:
+    def _reflag_one(
+        self, i: int, new: FleetProfile, say: Callable[[str], None], drain_timeout_s: float | None = None
+    ) -> str | None:
         """Drain server ``i``, restart it with ``new``; None when it is up with it, else what went wrong (it then
         runs its old profile again)."""
         handle, old = self.handles[i], self.runs(i)
         url = handle.status().url
-        waited, idle = self._drain(i, url, new)
+        waited, idle = self._drain(i, url, new, drain_timeout_s)
         say(f"server {i} ({url}): drained in {waited:.1f} s" + ("" if idle else " (requests still in flight)"))
         problem = handle.restart(new, timeout=new.start_timeout_s + 2 * new.stop_timeout_s + 30)
         if problem is not None:
@@ -245,14 +249,15 @@ class Fleet:
                 self._runs.clear()
         self.publish()
 
-    def _drain(self, index: int, url: str, profile: FleetProfile) -> tuple[float, bool]:
+    def _drain(self, index: int, url: str, profile: FleetProfile, timeout_s: float | None = None) -> tuple[float, bool]:
         """Mark a server draining and wait for it to go idle (bounded). Returns (seconds waited, idle)."""
         with self._lock:
             self._draining.add(index)
         self.publish()
         start = time.monotonic()
         notice_until = start + profile.drain_notice_s
-        deadline = start + max(profile.drain_timeout_s, profile.drain_notice_s)
+        timeout = profile.drain_timeout_s if timeout_s is None else timeout_s
+        deadline = start + max(timeout, profile.drain_notice_s)
         while True:
             now = time.monotonic()
             if now >= notice_until:
@@ -319,7 +324,7 @@ class Fleet:
         request_id = str(request.get("id"))
         self._handled_request = request_id
         (self.state_dir / APPLY_REQUEST).unlink(missing_ok=True)
-        servers, batch = request.get("servers"), request.get("batch")
+        servers, batch, drain = request.get("servers"), request.get("batch"), request.get("drain_timeout_s")
         self._apply_thread = threading.Thread(
             target=self._apply_requested,
             args=(
@@ -327,12 +332,20 @@ class Fleet:
                 request.get("profile"),
                 servers if isinstance(servers, list) else None,
                 batch if isinstance(batch, int) and batch > 0 else 1,
+                float(drain) if isinstance(drain, int | float) else None,
             ),
             daemon=True,
         )
         self._apply_thread.start()
 
-    def _apply_requested(self, request_id: str, data: Any, servers: list[int] | None = None, batch: int = 1) -> None:
+    def _apply_requested(
+        self,
+        request_id: str,
+        data: Any,
+        servers: list[int] | None = None,
+        batch: int = 1,
+        drain_timeout_s: float | None = None,
+    ) -> None:
         progress: list[str] = []
 
         def say(msg: str) -> None:
@@ -343,7 +356,7 @@ class Fleet:
         self._set_apply(request_id, "running", progress)
         try:
             new = FleetProfile.model_validate(data)
-            self.apply(new, say, servers=servers, batch=batch)
+            self.apply(new, say, servers=servers, batch=batch, drain_timeout_s=drain_timeout_s)
         except Exception as exc:  # reported to `fleet apply` through state.json
             log.error("re-flag %s failed: %s", request_id, exc)
             progress.append(f"error: {exc}")
