@@ -14,7 +14,10 @@ Sections (each comparison is measured side by side within one run):
   uploads read and hashed (bench/bench_remote.py);
 * ``sim``      — what one simulated server costs (bench/bench_sim.py);
 * ``memory``   — peak RSS of a 1M-prompt ``tokenmill run`` against instant simulated servers (bench/memory.py;
-  a few minutes).
+  a few minutes);
+* ``autotune`` — 8 twins of a state-bound 27B hybrid with SGLang's default flags and long outputs: the job with
+  and without ``--autotune``, the best static configuration of the planner's what-if, the time to reach 95 % of
+  it, and a change that does not pay rolled back (bench/autotune.py; about 6 minutes).
 
 Environment: ``BENCH_SKIP=memory,sim`` skips sections, ``BENCH_ONLY=fleet`` runs only those,
 ``BENCH_QUICK=1`` uses smaller sizes everywhere (a smoke run), ``BENCH_MEMORY_N`` sets the memory run's size.
@@ -36,7 +39,7 @@ from rich.table import Table
 from bench.common import CLIENT_CORES, HERE, SERVER_CORES
 
 console = Console(width=None if sys.stdout.isatty() else 150)
-SECTIONS = ("overhead", "fleet", "resume", "remote", "sim", "memory")
+SECTIONS = ("overhead", "fleet", "resume", "remote", "sim", "memory", "autotune")
 
 
 def _f(x: float | None, nd: int = 0) -> str:
@@ -206,6 +209,45 @@ def memory(quick: bool) -> dict[str, Any]:
     return res
 
 
+def autotune(quick: bool) -> dict[str, Any]:
+    from bench import autotune as mod
+
+    res = mod.run(quick)
+    setup, best, tuned = res["setup"], res["best_static"], res["autotune"]
+    t = Table(
+        title=f"Autotune: {setup['servers']} twins of {setup['model']} on {setup['gpu']} (SGLang's default flags), "
+        f"{setup['prompts']:,} prompts of ~{setup['output_len_mean']:,} output tokens, time scale {setup['time_scale']}"
+    )
+    for col in ("run", "flags", "decode tok/s", "job s", "lost", "twice"):
+        t.add_column(col, justify="left" if col in ("run", "flags") else "right")
+    without = res["without"]
+    t.add_row("without", "(defaults)", _f(without["decode_tok_s"]), _f(without["wall_s"], 1),
+              str(without["lost"]), str(without["duplicates"]))  # fmt: skip
+    t.add_row("best static (what-if)", best["flags"], _f(best["decode_tok_s"]), "-", str(best["lost"]),
+              str(best["duplicates"]))  # fmt: skip
+    kept = next((s["change"] for s in tuned["steps"] if s["step"] == "rolled-out"), "-")
+    t.add_row("autotune: before", "(defaults)", _f(tuned["decode_tok_s_before"]), "", "", "")
+    t.add_row("autotune: after", kept, _f(tuned["decode_tok_s_after"]), _f(tuned["wall_s"], 1),
+              str(tuned["lost"]), str(tuned["duplicates"]))  # fmt: skip
+    fault = res["fault"]
+    back = next((s for s in fault["steps"] if s["step"] == "roll-back"), None)
+    shown = (
+        "-"
+        if back is None
+        else f"rolled back: predicted {back['predicted_gain']:+.0%}, measured "
+        + (f"{back['measured']['gain']:+.0%}" if back.get("measured") else "?")
+    )
+    t.add_row(f"slowdown {fault['slowdown']}", shown, "", _f(fault["wall_s"], 1), str(fault["lost"]),
+              str(fault["duplicates"]))  # fmt: skip
+    console.print(t)
+    console.print(
+        f"  95 % of the best static configuration ({_f(best['decode_tok_s'])} tok/s) reached after "
+        f"{_f(tuned['time_to_95_s'], 1)} s; planner's best row {_f(best['tok_s_per_gpu'])} tok/s per GPU "
+        f"(defaults {_f(best['base_tok_s_per_gpu'])}), rates x{1 / setup['time_scale']:.0f} on the twins' clock"
+    )
+    return res
+
+
 # ---- targets -------------------------------------------------------------------------------------------
 
 
@@ -287,6 +329,19 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
             lambda v: v < 500,
             "{:.0f} MB",
         )
+    at = results.get("autotune")
+    if at:
+        tuned = at["autotune"]
+        add("autotune: fleet after tuning / best static configuration", tuned["after_over_best"], ">= 95 %",
+            lambda v: v >= 0.95, "{:.1%}")  # fmt: skip
+        add("autotune: job time with / without", tuned["job_time_ratio"], "< 100 %", lambda v: v < 1.0, "{:.1%}")
+        add("autotune: time to 95 % of the best configuration", tuned["time_to_95_s"], "-", lambda v: True,
+            "{:.0f} s")  # fmt: skip
+        lost = sum(at[k]["lost"] + at[k]["duplicates"] for k in ("without", "best_static", "autotune", "fault"))
+        add("autotune: prompts lost or recorded twice (4 runs)", lost, "0", lambda v: v == 0, "{:.0f}")
+        rolled = any(s["step"] == "rolled-back" for s in at["fault"]["steps"])
+        add("autotune: a change that does not pay is rolled back", 1.0 if rolled else 0.0, "yes", lambda v: v == 1,
+            "yes" if rolled else "no")  # fmt: skip
     t = Table(title="Targets")
     for col in ("target", "measured", "goal", "met"):
         t.add_column(col, justify="left" if col == "target" else "right")
@@ -316,6 +371,7 @@ def main() -> None:
         "remote": remote,
         "sim": sim,
         "memory": memory,
+        "autotune": autotune,
     }
     results: dict[str, Any] = {}
     timings: dict[str, float] = {}
