@@ -265,3 +265,21 @@ def test_verify_of_a_prefix_alone_finds_what_is_wrong(tmp_path: Path) -> None:
     assert totals["duplicate"] == 19  # completions_000007's 10 ids and 9 of the changed shard's: shard 0's too
     assert totals["missing"] == 21  # shard 1's ids, shard 2's ids (now other ids), p5555
     assert totals["unexpected"] == 1 and "remote-marker" not in totals  # p9999; _SUCCESS still says the manifests
+
+
+def test_a_long_run_folds_its_index_and_a_take_over_needs_no_shard_object(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tokenmill.storage import index
+    from tokenmill.storage.readback import read_remote
+
+    monkeypatch.setattr(index, "FOLD_AT", 3)
+    job = make_job(tmp_path, tmp_path / "a")
+    for end in range(10, 70, 10):  # six runs, a manifest (and an index segment) each
+        one_run(job, ids(0, end))
+    store = store_of(job)
+    claim = claim_of(store)
+    assert len(claim.shards) == 6 and 1 <= len(claim.index) < 3  # folded: every shard's ids, in few segments
+    state = read_remote(store)
+    assert not state.problems and state.writers[None].from_bodies == 0  # every id from the index
+    assert state.done()[0] == set(ids(0, 60))
