@@ -172,6 +172,7 @@ def test_run_cli_with_a_ray_fleet_and_two_partitions(cluster: None, tmp_path: Pa
 
 def test_partitions_with_a_remote_need_no_shared_directory(cluster: None, tmp_path: Path) -> None:
     from tests.s3server import moto_server
+
     from tokenmill.storage.audit import audit_prefix
     from tokenmill.storage.store import Store
 
