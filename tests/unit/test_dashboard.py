@@ -78,6 +78,17 @@ def test_dashboard_and_status_line_show_the_doctor() -> None:
     assert "(servers decode 3,100)" in line and line.endswith("doctor: state-pool bound (http://a:1)")
 
 
+def test_dashboard_status_line_and_event_log_show_what_autotune_does() -> None:
+    doing = (
+        "autotune: measuring --disable-radix-cache --max-running-requests 96 on http://a:1 (predicted +150%), 20s to go"
+    )
+    s = snap(autotune=doing)
+    assert doing in text_of(s)
+    assert status_line(s).endswith(f"| {doing}")
+    assert Snapshot.from_event(s.to_event()).autotune == doing
+    assert "autotune" not in text_of(snap())
+
+
 def test_sparkline_scales_to_the_largest_value() -> None:
     assert sparkline([0, 5, 10]) == "▁▅█"
     assert sparkline([0, 0]) == "▁▁"

@@ -8,6 +8,7 @@ per-server tokens in `tokenmill status` mid-run, and the one-shot doctor's sampl
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -136,6 +137,12 @@ def test_verdicts_are_ranked_by_impact_not_by_the_table() -> None:
     state = DoctorState(confirm=1)
     state.update(verdicts)
     assert [v.rule for v in state.shown] == rules
+    # a headline yields to a clearly larger impact only: no flapping between two close verdicts
+    top, second = state.shown[0], state.shown[1]
+    close = replace(second, impact=(top.impact or 0) * 1.05)
+    assert not state.update([top, close]) and state.shown[0].rule == top.rule
+    clear = replace(second, impact=(top.impact or 0) * 1.5)
+    assert state.update([top, clear]) and state.shown[0].rule == second.rule
     text = format_verdicts(verdicts, 2)
     assert text.startswith("binding resource: prefill (prefill heavy); best change: --quantization fp8, +")
 

@@ -29,6 +29,7 @@ from tokenmill.doctor.rules import RULES, Rule, hybrid
 # launch flags that exist only for a recurrent-state (Mamba / GDN) pool
 STATE_FLAGS = ("--mamba-", "--max-mamba-cache-size", "SGLANG_MAMBA")
 RULE_ORDER = {r.id: i for i, r in enumerate(RULES)}
+HEADLINE_MARGIN = 1.1  # during a run, a new headline must predict this many times the shown one's impact
 
 
 def touches_state(change: str) -> bool:
@@ -182,7 +183,7 @@ def binding(verdicts: Sequence[Verdict]) -> str | None:
 class DoctorState:
     """Verdicts shown during a run: one appears after ``confirm`` rounds in a row, and goes after ``confirm``
     rounds without it, so one noisy scrape neither raises nor clears a verdict. Shown verdicts are ranked by
-    their latest predicted impact."""
+    their latest predicted impact; the headline gives way only to a clearly larger one (``HEADLINE_MARGIN``)."""
 
     def __init__(self, confirm: int = 2) -> None:
         self.confirm = confirm
@@ -192,7 +193,7 @@ class DoctorState:
         self._latest: dict[str, Verdict] = {}
 
     def update(self, verdicts: Sequence[Verdict]) -> bool:
-        """Take one round's verdicts; True when the set (or the order) of shown rules changed."""
+        """Take one round's verdicts; True when the set of shown rules or the headline changed."""
         now = {v.rule: v for v in verdicts}
         before = [v.rule for v in self.shown]
         for rule in now:
@@ -207,8 +208,16 @@ class DoctorState:
                     self._missed.pop(rule, None)
                     self._latest.pop(rule, None)
         keep = [r for r in self._latest if r in before or (self._seen.get(r, 0) >= self.confirm and r in now)]
-        self.shown = rank([self._latest[r] for r in keep])
-        return [v.rule for v in self.shown] != before
+        shown = rank([self._latest[r] for r in keep])
+        if before and shown and shown[0].rule != before[0]:
+            # the headline changes only when another verdict's impact clearly passes it (no flapping between two
+            # verdicts whose predictions move with the measured lengths)
+            old = next((v for v in shown if v.rule == before[0]), None)
+            if old is not None and old.impact is not None and (shown[0].impact or 0) < HEADLINE_MARGIN * old.impact:
+                shown = [old, *(v for v in shown if v is not old)]
+        self.shown = shown
+        rules = [v.rule for v in shown]
+        return set(rules) != set(before) or rules[:1] != before[:1]
 
     def confirmed(self, rule: str) -> int:
         """Rounds in a row ``rule`` has fired (0 when it is not firing now)."""
