@@ -39,7 +39,7 @@ system-deps:
 test: venv system-deps engine engine-model sglang sglang-models lint typecheck
 	$(VENV)/bin/pytest -q -p no:cacheprovider tests
 
-# Benchmarks (~7 min on 2 cores; see bench/__main__.py): BENCH_SKIP=memory skips the 1M-prompt run,
+# Benchmarks (~15 min on 2 cores; see bench/__main__.py): BENCH_SKIP=memory skips the 1M-prompt run,
 # BENCH_ONLY=overhead,fleet runs only those sections, BENCH_QUICK=1 is a smoke run. Writes bench/results.json.
 bench: venv
 	$(PY) -m bench

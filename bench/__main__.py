@@ -17,7 +17,10 @@ Sections (each comparison is measured side by side within one run):
   a few minutes);
 * ``autotune`` — 8 twins of a state-bound 27B hybrid with SGLang's default flags and long outputs: the job with
   and without ``--autotune``, the best static configuration of the planner's what-if, the time to reach 95 % of
-  it, and a change that does not pay rolled back (bench/autotune.py; about 6 minutes).
+  it, and a change that does not pay rolled back (bench/autotune.py; about 6 minutes);
+* ``quality``  — what the quality signals cost: microseconds per 8 KB answer (prose, code, a loop, the canned
+  answer) and tokenmill's client CPU per completion with the signals and with them replaced by a constant
+  (bench/quality.py).
 
 Environment: ``BENCH_SKIP=memory,sim`` skips sections, ``BENCH_ONLY=fleet`` runs only those,
 ``BENCH_QUICK=1`` uses smaller sizes everywhere (a smoke run), ``BENCH_MEMORY_N`` sets the memory run's size.
@@ -39,7 +42,7 @@ from rich.table import Table
 from bench.common import CLIENT_CORES, HERE, SERVER_CORES
 
 console = Console(width=None if sys.stdout.isatty() else 150)
-SECTIONS = ("overhead", "fleet", "resume", "remote", "sim", "memory", "autotune")
+SECTIONS = ("overhead", "fleet", "resume", "remote", "sim", "memory", "autotune", "quality")
 
 
 def _f(x: float | None, nd: int = 0) -> str:
@@ -248,6 +251,26 @@ def autotune(quick: bool) -> dict[str, Any]:
     return res
 
 
+def quality(quick: bool) -> dict[str, Any]:
+    from bench import quality as mod
+
+    res = mod.run(quick)
+    t = Table(title="Quality signals: cost per completion record")
+    t.add_column("measured", justify="left")
+    t.add_column("µs per completion", justify="right")
+    for kind, us in res["signals_us"].items():
+        t.add_row(f"signals alone, 8 KB answer: {kind}", _f(us, 1))
+    on, off = res["with_signals"], res["without_signals"]
+    t.add_row("client CPU with the signals (canned servers)", _f(1000 * on["cpu_per_1000"], 0))
+    t.add_row("client CPU with a constant instead", _f(1000 * off["cpu_per_1000"], 0))
+    console.print(t)
+    console.print(
+        f"  signals / client CPU: {_pct(res['signals_share_of_client_cpu'])}; A/B difference "
+        f"{res['ab_difference']:+.1%} against a run-to-run spread of {_pct(res['ab_noise'])}"
+    )
+    return res
+
+
 # ---- targets -------------------------------------------------------------------------------------------
 
 
@@ -342,6 +365,10 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
         rolled = any(s["step"] == "rolled-back" for s in at["fault"]["steps"])
         add("autotune: a change that does not pay is rolled back", 1.0 if rolled else 0.0, "yes", lambda v: v == 1,
             "yes" if rolled else "no")  # fmt: skip
+    q = results.get("quality")
+    if q:
+        add("quality: signals' share of the client's CPU per completion", q["signals_share_of_client_cpu"], "< 10 %",
+            lambda v: v < 0.10, "{:.1%}")  # fmt: skip
     t = Table(title="Targets")
     for col in ("target", "measured", "goal", "met"):
         t.add_column(col, justify="left" if col == "target" else "right")
@@ -372,6 +399,7 @@ def main() -> None:
         "sim": sim,
         "memory": memory,
         "autotune": autotune,
+        "quality": quality,
     }
     results: dict[str, Any] = {}
     timings: dict[str, float] = {}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,44 +28,46 @@ class Check:
     detail: str
 
 
-def verify_cli(out: Path, job: Path, env: dict[str, str]) -> Check:
-    """``tokenmill verify OUT --input JOB --remote``: the local output and the remote prefix, end to end."""
-    cmd = [sys.executable, "-m", "tokenmill", "verify", str(out), "--input", str(job), "--remote", "--json"]
+def _verify(name: str, args: list[str], env: dict[str, str], describe: Callable[[dict[str, Any]], str]) -> Check:
+    """Run ``tokenmill verify ARGS --json`` and turn its report into a check named ``name``."""
+    cmd = [sys.executable, "-m", "tokenmill", "verify", *args, "--json"]
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=VERIFY_TIMEOUT_S, env=env)
     try:
         report: dict[str, Any] = orjson.loads(res.stdout)
     except ValueError:
-        return Check("verify --input --remote", False, f"exit {res.returncode}: {(res.stdout + res.stderr)[-500:]}")
-    counts = report.get("counts", {})
-    ok = res.returncode == 0 and bool(report.get("ok"))
-    detail = (
-        f"{counts.get('sealed_shards', 0)} sealed shards, {counts.get('sealed_records', 0)} completions, "
-        f"{counts.get('failed', 0)} failed, {counts.get('missing', 0)} missing, "
-        f"{counts.get('unexpected', 0)} unexpected; remote: every shard byte for byte"
+        return Check(name, False, f"exit {res.returncode}: {(res.stdout + res.stderr)[-500:]}")
+    if res.returncode == 0 and bool(report.get("ok")):
+        return Check(name, True, describe(report.get("counts", {})))
+    detail = f"exit {res.returncode}, problems {report.get('problem_totals')}: {report.get('problems', [])[:3]}"
+    return Check(name, False, detail)
+
+
+def verify_cli(out: Path, job: Path, env: dict[str, str]) -> Check:
+    """``tokenmill verify OUT --input JOB --remote``: the local output and the remote prefix, end to end."""
+    return _verify(
+        "verify --input --remote",
+        [str(out), "--input", str(job), "--remote"],
+        env,
+        lambda c: (
+            f"{c.get('sealed_shards', 0)} sealed shards, {c.get('sealed_records', 0)} completions, "
+            f"{c.get('failed', 0)} failed, {c.get('missing', 0)} missing, "
+            f"{c.get('unexpected', 0)} unexpected; remote: every shard byte for byte"
+        ),
     )
-    if not ok:
-        detail = f"exit {res.returncode}, problems {report.get('problem_totals')}: {report.get('problems', [])[:3]}"
-    return Check("verify --input --remote", ok, detail)
 
 
 def verify_prefix_cli(job: Path, env: dict[str, str]) -> Check:
     """``tokenmill verify --remote --input JOB``: the whole job from the remote prefix alone."""
-    cmd = [sys.executable, "-m", "tokenmill", "verify", "--remote", "--input", str(job), "--json"]
-    res = subprocess.run(cmd, capture_output=True, text=True, timeout=VERIFY_TIMEOUT_S, env=env)
-    try:
-        report: dict[str, Any] = orjson.loads(res.stdout)
-    except ValueError:
-        return Check("verify PREFIX --input", False, f"exit {res.returncode}: {(res.stdout + res.stderr)[-500:]}")
-    counts = report.get("counts", {})
-    ok = res.returncode == 0 and bool(report.get("ok"))
-    detail = (
-        f"the prefix alone: {counts.get('sealed_shards', 0)} shard objects read back, "
-        f"{counts.get('sealed_records', 0)} completions, {counts.get('failed', 0)} failed, "
-        f"{counts.get('missing', 0)} missing, {counts.get('duplicates', 0)} twice"
+    return _verify(
+        "verify PREFIX --input",
+        ["--remote", "--input", str(job)],
+        env,
+        lambda c: (
+            f"the prefix alone: {c.get('sealed_shards', 0)} shard objects read back, "
+            f"{c.get('sealed_records', 0)} completions, {c.get('failed', 0)} failed, "
+            f"{c.get('missing', 0)} missing, {c.get('duplicates', 0)} twice"
+        ),
     )
-    if not ok:
-        detail = f"exit {res.returncode}, problems {report.get('problem_totals')}: {report.get('problems', [])[:3]}"
-    return Check("verify PREFIX --input", ok, detail)
 
 
 def exactly_once(input_ids: list[str], out: Path, fetch: Fetch | None = None) -> Check:

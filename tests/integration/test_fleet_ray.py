@@ -65,6 +65,18 @@ def get_json(url: str) -> Any:
         return json.loads(resp.read())
 
 
+def two_sims(tmp_path: Path) -> FleetProfile:
+    """Two simulated servers on Ray, fast enough for a few hundred prompts."""
+    return FleetProfile(
+        engine="sim",
+        model="tokenmill-sim",
+        gpus=2,
+        base_port=0,
+        flags={"time-scale": 0.05, "max-running-requests": 32},
+        state_dir=str(tmp_path / "fleet"),
+    )
+
+
 def test_actors_reserve_gpu_groups_and_a_restarted_actor_is_followed(cluster: None, tmp_path: Path) -> None:
     script = tmp_path / "env_server.py"
     script.write_text(ENV_SERVER)
@@ -107,14 +119,7 @@ def write_input(path: Path, n: int) -> Path:
 def test_partitions_complete_one_output_that_verifies_and_resume_with_another_count(
     cluster: None, tmp_path: Path
 ) -> None:
-    profile = FleetProfile(
-        engine="sim",
-        model="tokenmill-sim",
-        gpus=2,
-        base_port=0,
-        flags={"time-scale": 0.05, "max-running-requests": 32},
-        state_dir=str(tmp_path / "fleet"),
-    )
+    profile = two_sims(tmp_path)
     data = write_input(tmp_path / "in.jsonl", 300)
     out = tmp_path / "out"
     with ray_fleet(profile, "unused") as fleet:
@@ -176,14 +181,7 @@ def test_partitions_with_a_remote_need_no_shared_directory(cluster: None, tmp_pa
     from tokenmill.storage.audit import audit_prefix
     from tokenmill.storage.store import Store
 
-    profile = FleetProfile(
-        engine="sim",
-        model="tokenmill-sim",
-        gpus=2,
-        base_port=0,
-        flags={"time-scale": 0.05, "max-running-requests": 32},
-        state_dir=str(tmp_path / "fleet"),
-    )
+    profile = two_sims(tmp_path)
     data = write_input(tmp_path / "in.jsonl", 300)
     with moto_server() as s3, ray_fleet(profile, "unused") as fleet:
         options = {**s3.options(), "key": "testing", "secret": "testing"}  # the Ray workers' environment is older

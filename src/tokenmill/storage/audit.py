@@ -17,8 +17,6 @@ from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import orjson
-
 from tokenmill.errors import StoreConflict
 from tokenmill.output import VerifyReport
 from tokenmill.output.manifest import ManifestEntry
@@ -29,7 +27,6 @@ from tokenmill.storage import index
 from tokenmill.storage.prefix import (
     DIR,
     MANIFEST,
-    MARKER,
     RemoteManifest,
     RemoteShard,
     done_partition,
@@ -38,6 +35,7 @@ from tokenmill.storage.prefix import (
     writer_manifest,
 )
 from tokenmill.storage.store import Store
+from tokenmill.storage.verify import check_marker
 
 READ_WORKERS = 4
 _CHUNK = 16  # objects held in memory at once, at most
@@ -78,7 +76,7 @@ def audit_prefix(store: Store, input_ids: Iterable[str | Skip] | None = None) ->
         report.add("remote-missing", store.where(name), f"listed ({listed[name].count} completions) but not there")
     skipped_ids, sources = _sides(report, store, listing, recorded)
     report.counts["skipped"] = len(sources)
-    _check_marker(report, store, listing, listed)
+    check_marker(report, store, listing, listed)
     done = sorted(p for n in listing if (p := done_partition(n)) is not None)
     if done:
         report.notes.append(f"partitions marked done at the prefix: {', '.join(map(str, done))}")
@@ -176,22 +174,3 @@ def _sides(
         for line, reason in result.bad:
             report.add("bad-line", store.where(name), f"line {line}: {reason}")
     return skipped_ids, sources
-
-
-def _check_marker(report: VerifyReport, store: Store, listing: dict[str, int], listed: dict[str, RemoteShard]) -> None:
-    if MARKER not in listing:
-        report.notes.append(f"no {MARKER} at {store.shown}: the job has not finished, or its upload is incomplete")
-        return
-    found = store.read(MARKER)
-    try:
-        body = orjson.loads(found.data) if found is not None else {}
-    except ValueError:
-        body = {}
-    expected = (len(listed), sum(s.count for s in listed.values()))
-    got = (body.get("shards"), body.get("completions")) if isinstance(body, dict) else (None, None)
-    if got != expected:
-        report.add(
-            "remote-marker",
-            store.where(MARKER),
-            f"says {got[0]} shards / {got[1]} completions; the manifests list {expected[0]} / {expected[1]}",
-        )

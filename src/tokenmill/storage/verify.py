@@ -89,7 +89,7 @@ def verify_remote(report: VerifyReport, out: Path, store: Store, job_id: str | N
     for name in sorted(n for n, _ in remote.shards.items() if n not in local and n not in listing):
         if (s := shard_of(name)) is not None and s[0] in ours:
             report.add("remote-manifest", store.where(MANIFEST), f"lists {name}, which is neither local nor remote")
-    _check_marker(report, store, listing, remote.shards)
+    check_marker(report, store, listing, remote.shards)
     matched = [local[n] for n in present if hashes.get(n) == local[n].sha256]
     report.counts.update(
         remote_shards=len(matched),
@@ -144,9 +144,10 @@ def _check_shard(
         report.add("remote-manifest", store.where(MANIFEST), f"its line for {entry.shard} differs from the local one")
 
 
-def _check_marker(report: VerifyReport, store: Store, listing: dict[str, int], listed: dict[str, RemoteShard]) -> None:
+def check_marker(report: VerifyReport, store: Store, listing: dict[str, int], listed: dict[str, RemoteShard]) -> None:
+    """``_SUCCESS`` at the prefix, when there, must hold the totals of the shards the manifests list."""
     if MARKER not in listing:
-        report.notes.append(f"no {MARKER} at {store.shown}: the run has not finished, or its upload is incomplete")
+        report.notes.append(f"no {MARKER} at {store.shown}: the job has not finished, or its upload is incomplete")
         return
     found = store.read(MARKER)
     try:
