@@ -13,7 +13,7 @@ include sglang.mk
 venv: $(STAMP)
 
 $(STAMP): pyproject.toml constraints.txt
-	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	test -x $(PIP) || $(PYTHON) -m venv --clear $(VENV)  # a venv cut short (no pip yet) is made again
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q -c constraints.txt -e '.[dev]'
 	rm -f $(VENV)/.installed-* && touch $@
@@ -37,7 +37,7 @@ system-deps:
 
 # The whole suite: lint, types, then every test tier (the real vLLM and SGLang CPU engines included).
 test: venv system-deps engine engine-model sglang sglang-models lint typecheck
-	$(VENV)/bin/pytest -q -p no:cacheprovider tests
+	$(VENV)/bin/pytest -q -p no:cacheprovider --durations=15 tests
 
 # Benchmarks (~15 min on 2 cores; see bench/__main__.py): BENCH_SKIP=memory skips the 1M-prompt run,
 # BENCH_ONLY=overhead,fleet runs only those sections, BENCH_QUICK=1 is a smoke run. Writes bench/results.json.
