@@ -166,7 +166,7 @@ def _write_atomically(path: Path, text: str) -> None:
         raise ConfigError(f"cannot write the port file {path}: {exc}") from exc
 
 
-# ---- options generated from the pydantic models (defaults stay in config.py) ---------------------------
+# ---- options generated from the pydantic models (defaults stay in tokenmill.config) ---------------------------
 
 
 def _click_type(annotation: Any) -> tuple[click.ParamType[Any, Any] | None, bool]:

@@ -1,0 +1,76 @@
+"""Job spec, fleet profile, simulated-server, planner and monitor settings: the one home of every default.
+
+Each area has its module (job, fleet, sim, planner, monitor; base holds what they share); every name is
+imported from here.
+"""
+
+from __future__ import annotations
+
+from tokenmill.config.base import Model, format_validation_error, normalize_url, set_dotted
+from tokenmill.config.fleet import (
+    TUNABLE_FLAGS,
+    AutotuneSpec,
+    FlagValue,
+    FleetEngine,
+    FleetProfile,
+    WatchdogSpec,
+    load_profile,
+)
+from tokenmill.config.job import (
+    AUTO_ID_COLUMN,
+    AUTO_ID_FIELD,
+    ApiKind,
+    BadRowPolicy,
+    ControlSpec,
+    HFInput,
+    InputSpec,
+    JobSpec,
+    Mapping,
+    OutputSpec,
+    PartitionSpec,
+    RetrySpec,
+    SamplingSpec,
+    UploadSpec,
+    backoff,
+    load_job,
+    parse_job,
+)
+from tokenmill.config.monitor import DoctorSpec, MonitorSpec
+from tokenmill.config.planner import PlannerConfig
+from tokenmill.config.sim import FaultSpec, SimConfig
+
+__all__ = [
+    "AUTO_ID_COLUMN",
+    "AUTO_ID_FIELD",
+    "TUNABLE_FLAGS",
+    "ApiKind",
+    "AutotuneSpec",
+    "BadRowPolicy",
+    "ControlSpec",
+    "DoctorSpec",
+    "FaultSpec",
+    "FlagValue",
+    "FleetEngine",
+    "FleetProfile",
+    "HFInput",
+    "InputSpec",
+    "JobSpec",
+    "Mapping",
+    "Model",
+    "MonitorSpec",
+    "OutputSpec",
+    "PartitionSpec",
+    "PlannerConfig",
+    "RetrySpec",
+    "SamplingSpec",
+    "SimConfig",
+    "UploadSpec",
+    "WatchdogSpec",
+    "backoff",
+    "format_validation_error",
+    "load_job",
+    "load_profile",
+    "normalize_url",
+    "parse_job",
+    "set_dotted",
+]

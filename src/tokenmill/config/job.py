@@ -1,0 +1,341 @@
+"""The job spec: input, sampling, retries, uploads, output, partitions, concurrency; reading a job file.
+
+A job file is YAML validated by :class:`JobSpec`; :func:`load_job` turns pydantic's errors into a
+:class:`~tokenmill.errors.ConfigError` that names each bad field and how to fix it."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field, ValidationError, field_serializer, field_validator, model_validator
+
+from tokenmill.config.base import Model, format_validation_error, normalize_url, read_mapping, set_dotted
+from tokenmill.config.monitor import MonitorSpec
+from tokenmill.errors import ConfigError
+
+ApiKind = Literal["openai-chat", "openai-completions", "sglang-generate"]
+
+
+BadRowPolicy = Literal["error", "skip"]
+
+
+Mapping = Literal["auto", "messages", "conversations", "prompt"]
+
+
+class HFInput(Model):
+    """A Hugging Face dataset, read with ``datasets`` in streaming mode."""
+
+    dataset: str = Field(description="Dataset id on the Hub, or a local dataset directory")
+    config: str | None = Field(default=None, description="Dataset configuration name")
+    split: str = Field(default="train", description="Split to read")
+
+
+AUTO_ID_FIELD = "auto"  # input.id_field: the AUTO_ID_COLUMN when the input has one, else the row index
+
+
+AUTO_ID_COLUMN = "id"
+
+
+class InputSpec(Model):
+    """Where the prompts come from and how a row becomes a prompt."""
+
+    path: str | None = Field(default=None, description="Local jsonl/json/parquet file, directory or glob")
+    hf: HFInput | None = Field(default=None, description="A Hugging Face dataset instead of a local path")
+    format: Literal["auto", "jsonl", "json", "parquet"] = "auto"
+    mapping: Mapping = Field(default="auto", description="Which column holds the prompt")
+    messages_field: str = "messages"
+    conversations_field: str = "conversations"
+    prompt_field: str = "prompt"
+    id_field: str | None = Field(
+        default=AUTO_ID_FIELD,
+        description="Column with stable ids. auto: the 'id' column when the input's first row has one, else the "
+        "row index (the choice is recorded in OUT/job.json); null: always the row index",
+    )
+    system_prompt: str | None = Field(default=None, description="Prepended as a system message")
+    conversation_turns: Literal["first", "history", "all"] = Field(
+        default="first",
+        description="first: system + first user turn; history: everything up to the last user turn; "
+        "all: every user turn, each regenerated in order (what `regenerate: all` sets)",
+    )
+    offset: int = Field(default=0, ge=0, description="Skip this many rows first (trial runs)")
+    limit: int | None = Field(default=None, ge=1, description="Read at most this many rows (trial runs)")
+    on_bad_row: BadRowPolicy = Field(default="error", description="error: stop with file:line; skip: record")
+
+    @model_validator(mode="after")
+    def _one_source(self) -> InputSpec:
+        if (self.path is None) == (self.hf is None):
+            raise ValueError("give exactly one of input.path (local files) or input.hf (a dataset id)")
+        return self
+
+
+class SamplingSpec(Model):
+    """Sampling parameters sent with every request."""
+
+    max_tokens: int = Field(default=2048, ge=1)
+    temperature: float = Field(default=0.7, ge=0.0)
+    top_p: float | None = Field(default=None, gt=0.0, le=1.0)
+    top_k: int | None = Field(default=None)
+    stop: list[str] | None = None
+    seed: int | None = None
+    extra_body: dict[str, Any] = Field(
+        default_factory=dict, description="Merged into every request body (e.g. chat_template_kwargs)"
+    )
+
+    def as_dict(self) -> dict[str, Any]:
+        """The parameters as recorded in each completion (no Nones)."""
+        out = {k: v for k, v in self.model_dump().items() if v is not None and k != "extra_body"}
+        if self.extra_body:
+            out["extra_body"] = self.extra_body
+        return out
+
+
+def backoff(attempt: int, base_s: float, max_s: float) -> float:
+    """The wait before retry ``attempt`` (1, 2, ...): ``base_s`` doubling each time, at most ``max_s``."""
+    return min(max_s, base_s * 2.0 ** min(max(attempt, 1) - 1, 60))
+
+
+class RetrySpec(Model):
+    """How failures are retried, and when a server is set aside."""
+
+    max_attempts: int = Field(default=8, ge=1, description="Attempts per prompt for transient errors")
+    backoff_base_s: float = Field(default=0.5, gt=0)
+    backoff_max_s: float = Field(default=30.0, gt=0)
+    connect_timeout_s: float = Field(default=10.0, gt=0)
+    read_timeout_s: float = Field(default=1800.0, gt=0, description="Per request; long generations take time")
+    max_response_mb: float = Field(
+        default=64.0, gt=0, description="A response body larger than this is refused (a broken or hostile server)"
+    )
+    quarantine_after: int = Field(default=5, ge=1, description="Consecutive failures before quarantine")
+    probe_interval_s: float = Field(default=5.0, gt=0, description="How often a quarantined server is probed")
+    stop_grace_s: float = Field(
+        default=10.0, ge=0, description="After a stop request, how long requests in flight may finish (then: resume)"
+    )
+
+    def backoff_s(self, attempt: int) -> float:
+        """The wait before retrying a prompt after its ``attempt``-th try (jitter is the dispatcher's)."""
+        return backoff(attempt, self.backoff_base_s, self.backoff_max_s)
+
+    @property
+    def max_response_bytes(self) -> int:
+        return int(self.max_response_mb * (1 << 20))
+
+
+class UploadSpec(Model):
+    """How sealed shards are copied to ``output.remote``: retries, and how long the end of a run waits."""
+
+    backoff_base_s: float = Field(default=1.0, gt=0, description="First wait after a failed store operation")
+    backoff_max_s: float = Field(
+        default=60.0, gt=0, description="Longest wait between retries; while the run goes on, retries never stop"
+    )
+    drain_timeout_s: float = Field(
+        default=600.0,
+        ge=0,
+        description="At the end of a run, how long to wait for pending uploads; then the run ends locally "
+        "and rerunning the same command uploads the rest",
+    )
+    start_wait_s: float = Field(
+        default=30.0,
+        ge=0,
+        description="How long a run waits at its start for the store to confirm the prefix is this job's; a "
+        "refused prefix stops the run there, a store that does not answer in time is retried in the background",
+    )
+    manifest_interval_s: float = Field(
+        default=30.0,
+        ge=0,
+        description="Least time between two rewrites of the remote manifest, which lists every uploaded shard "
+        "(bounds the manifest traffic of long runs; the end of a run always writes it)",
+    )
+    side_interval_s: float = Field(
+        default=60.0,
+        ge=0,
+        description="Least time between two copies of the run's other records under PREFIX/_tokenmill/ (failures, "
+        "skips, the event log, job.json), which let status, report and verify work from the prefix alone and a "
+        "fresh machine take the job over; the end of a run always copies them",
+    )
+
+
+_SECRET_KEY = re.compile(r"secret|token|password|passwd|credential|key|sas|signature|auth", re.IGNORECASE)
+
+
+def _mask(value: Any, key: str = "") -> Any:
+    """``value`` with every entry under a secret-looking key replaced by ``***``."""
+    if isinstance(value, dict):
+        return {k: _mask(v, str(k)) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_mask(v, key) for v in value]
+    if value is not None and _SECRET_KEY.search(key):
+        return "***"
+    return value
+
+
+class ControlSpec(Model):
+    """How ``concurrency: auto`` sets each server's in-flight target."""
+
+    initial: int = Field(default=64, ge=1, description="Target before a server's capacity is known")
+    min: int = Field(default=1, ge=1)
+    max: int = Field(default=4096, ge=1)
+    queue_frac: float = Field(
+        default=0.05, ge=0, description="Queue kept above what a server runs, as a fraction of its capacity"
+    )
+    queue_min: int = Field(default=4, ge=0, description="Smallest queue kept (hides the request round trip)")
+    queue_max: int = Field(default=64, ge=0)
+    throttle_factor: float = Field(default=0.7, gt=0, lt=1, description="Target multiplier after a 429/503")
+    grow_factor: float = Field(
+        default=1.25, gt=1, description="Growth per round while a server without a known cap is client-limited"
+    )
+
+
+class PartitionSpec(Model):
+    """How a split run (``run --partition I/N`` or ``--partitions N``) divides the input between its partitions."""
+
+    by: Literal["auto", "files", "ids"] = Field(
+        default="auto",
+        description="files: whole input files go to partitions (file i to partition i mod N, in the input's sorted "
+        "order), so no partition reads another's files; ids: every partition reads every row and keeps those with "
+        "blake2b(id) mod N = its index; auto: files when the input has min_files_per_partition files per "
+        "partition or more (a Hugging Face dataset: ids)",
+    )
+    min_files_per_partition: int = Field(
+        default=4,
+        ge=1,
+        description="With by: auto, the input files per partition from which whole files go to partitions (fewer "
+        "files would leave the partitions' shares uneven)",
+    )
+
+
+class OutputSpec(Model):
+    """Where completions go."""
+
+    dir: str = Field(description="Output directory (the source of truth for resume)")
+    shard_size: int = Field(default=500, ge=1, description="Completions per sealed shard")
+    remote: str | None = Field(
+        default=None,
+        description="fsspec URL of a prefix each sealed shard is uploaded to in the background "
+        "(s3://bucket/prefix/, gs://, az://, hf://, file://); credentials come from the environment",
+    )
+    storage_options: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Passed to fsspec for output.remote, e.g. {endpoint_url: http://127.0.0.1:9000} for an "
+        "S3-compatible server; values of key/secret/token-like names are masked in job.json and logs",
+    )
+    delete_after_upload: bool = Field(
+        default=False, description="Delete a local shard once its upload is verified (sha256 of the remote copy)"
+    )
+    upload: UploadSpec = Field(default_factory=UploadSpec)
+
+    @field_serializer("storage_options")
+    def _masked(self, value: dict[str, Any]) -> dict[str, Any]:
+        return dict(_mask(value))
+
+
+class JobSpec(Model):
+    """A whole generation job."""
+
+    input: InputSpec
+    servers: list[str] = Field(default_factory=list, description="Base URLs, e.g. http://10.0.0.1:30000")
+    servers_file: str | None = Field(default=None, description="A file with one base URL per line")
+    servers_file_poll_s: float = Field(
+        default=0.5,
+        gt=0,
+        description="How often servers_file is re-read during a run: servers added, removed or marked "
+        "`# draining` / `# down` by `tokenmill fleet` are followed",
+    )
+    api: ApiKind = "openai-chat"
+    model: str = Field(default="default", description="Model name sent in requests")
+    tokenizer: str | None = Field(
+        default=None, description="Tokenizer path for client-side chat templates (sglang-generate)"
+    )
+    sampling: SamplingSpec = Field(default_factory=SamplingSpec)
+    api_key_env: str | None = Field(default=None, description="Name of the env var holding the API key")
+    concurrency: int | Literal["auto"] = Field(
+        default="auto",
+        description="In-flight requests per server: auto learns each server's capacity from its metrics; "
+        "a number fixes it",
+    )
+    control: ControlSpec = Field(default_factory=lambda: ControlSpec())
+    output: OutputSpec
+    retry: RetrySpec = Field(default_factory=RetrySpec)
+    save_token_ids: bool = Field(
+        default=False,
+        description="Record the prompt and completion token ids as the server produced them (checked against "
+        "the first server at start: a server that does not return them is refused, never recorded as null)",
+    )
+    regenerate: Literal["first", "all"] = Field(
+        default="first",
+        description="first: one generation per row; all: every user turn of a conversation is sent in order "
+        "with the previously generated assistant turns, so the whole conversation comes from the model",
+    )
+    status_interval_s: float = Field(default=10.0, gt=0, description="Status line period off a terminal")
+    partitioning: PartitionSpec = Field(
+        default_factory=PartitionSpec, description="How a split run divides the input between its partitions"
+    )
+    monitor: MonitorSpec = Field(
+        default_factory=lambda: MonitorSpec(), description="Scrapes, event log, metrics exporter, doctor"
+    )
+
+    @field_validator("servers")
+    @classmethod
+    def _urls(cls, v: list[str]) -> list[str]:
+        return [normalize_url(u) for u in v]
+
+    @model_validator(mode="after")
+    def _has_servers(self) -> JobSpec:
+        if not self.servers and not self.servers_file:
+            raise ValueError("give servers (a list of base URLs) or servers_file")
+        if self.save_token_ids and self.api == "sglang-generate" and not self.tokenizer:
+            raise ValueError(
+                "save_token_ids with api: sglang-generate needs a tokenizer: SGLang's /generate returns the "
+                "completion's ids but not the prompt's, so tokenmill tokenises the prompt itself and sends "
+                "input_ids (set tokenizer to the model's path, or use an openai-* api)"
+            )
+        if self.regenerate == "all":
+            if self.input.conversation_turns == "history":
+                raise ValueError("regenerate: all sends every user turn itself; drop input.conversation_turns: history")
+            self.input.conversation_turns = "all"
+        return self
+
+    def resolved_servers(self) -> list[str]:
+        """Servers from the list and the servers file, deduplicated in order."""
+        urls = list(self.servers)
+        if self.servers_file:
+            try:
+                lines = Path(self.servers_file).read_text().splitlines()
+            except OSError as exc:
+                raise ConfigError(f"servers_file {self.servers_file!r} cannot be read: {exc}") from exc
+            for line in lines:
+                line = line.split("#", 1)[0].strip()
+                if line:
+                    urls.append(normalize_url(line))
+        seen: dict[str, None] = dict.fromkeys(urls)
+        if not seen:
+            raise ConfigError("no servers given: list base URLs under `servers:` or in servers_file")
+        return list(seen)
+
+    def api_key(self) -> str | None:
+        """The API key from the named environment variable (never stored in the job file)."""
+        if not self.api_key_env:
+            return None
+        key = os.environ.get(self.api_key_env)
+        if not key:
+            raise ConfigError(f"api_key_env names {self.api_key_env!r}, but that variable is not set; export it")
+        return key
+
+
+def parse_job(data: dict[str, Any], where: str = "job spec") -> JobSpec:
+    """Validate a job mapping; raises ConfigError naming each bad field."""
+    try:
+        return JobSpec.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(format_validation_error(exc, where)) from exc
+
+
+def load_job(path: str | Path, overrides: dict[str, Any] | None = None) -> JobSpec:
+    """Read a YAML job file, apply dotted-key overrides (``{"output.dir": "x"}``) and validate."""
+    p = Path(path)
+    data = read_mapping(p, "job file", "job fields (input, servers, output, ...)")
+    for key, value in (overrides or {}).items():
+        set_dotted(data, key, value)
+    return parse_job(data, where=str(p))
