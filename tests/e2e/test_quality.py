@@ -119,6 +119,8 @@ def test_generate_inspect_regenerate_until_the_rate_is_the_baseline(sim: Any, tm
         assert len(rounds(out)) <= 4
     assert inspect(out)["signals"]["degenerate"]["count"] == 0
     assert run_cli("verify", str(out), "--input", str(job)).returncode == 0
+    dry = run_cli("regenerate", str(out), "--where", "degenerate", "--dry-run")  # OUT names its job too
+    assert dry.returncode == 0 and f"0 of {PROMPTS:,} answers match --where degenerate" in dry.stderr, dry.stderr
     export = run_cli("export", str(out), "--format", "sharegpt", "-o", str(tmp_path / "train.jsonl"))
     assert export.returncode == 0, export.stderr
     rows = [orjson.loads(line) for line in (tmp_path / "train.jsonl").read_bytes().splitlines()]

@@ -15,7 +15,7 @@ import pytest
 
 from tokenmill.config import JobSpec, parse_job
 from tokenmill.errors import ConfigError
-from tokenmill.output.identity import check_job_identity
+from tokenmill.output.identity import check_job_identity, fingerprint, recorded_job
 
 
 def job(**sampling: object) -> JobSpec:
@@ -52,3 +52,29 @@ def test_another_job_in_the_same_output_is_refused_unless_allowed(tmp_path: Path
         check_job_identity(tmp_path, job(temperature=0.1), allow_changed=False)
     assert check_job_identity(tmp_path, job(temperature=0.1), allow_changed=True) == first
     assert orjson.loads((tmp_path / "job.json").read_bytes())["job_id"] == first  # the record is not replaced
+
+
+def test_the_recorded_job_is_read_back_from_the_output_for_commands_given_the_directory(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    with pytest.raises(ConfigError, match="no job record.*pass the job file"):
+        recorded_job(out)
+    original = job(temperature=0.6)
+    check_job_identity(out, original, allow_changed=False)
+    again = recorded_job(out, {"servers": ["http://127.0.0.1:10"]})
+    assert again.output.dir == str(out) and again.servers == ["http://127.0.0.1:10"]
+    assert fingerprint(again) == fingerprint(original)  # the same job: its rounds extend this output
+
+    secret = parse_job(
+        {
+            "input": {"path": "in.jsonl"},
+            "servers": ["http://127.0.0.1:9"],
+            "output": {"dir": "out", "remote": "s3://b/p/", "storage_options": {"secret": "s3cr3t"}},
+        }
+    )
+    masked = tmp_path / "masked"
+    masked.mkdir()
+    check_job_identity(masked, secret, allow_changed=False)
+    assert b"s3cr3t" not in (masked / "job.json").read_bytes()
+    with pytest.raises(ConfigError, match="secrets masked.*pass the job file"):
+        recorded_job(masked)

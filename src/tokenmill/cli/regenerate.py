@@ -12,7 +12,7 @@ from tokenmill.config import JobSpec, load_job
 
 
 @click.command(name="regenerate")
-@click.argument("job_file", type=click.Path(dir_okay=False))
+@click.argument("job_file", metavar="JOB_FILE|OUT", type=click.Path())
 @click.option(
     "--where",
     metavar="SIGNALS",
@@ -40,7 +40,8 @@ def regenerate(
     log_level: str,
     **fields: Any,
 ) -> None:
-    """Answer again the prompts of JOB_FILE's output whose answers show the chosen signals.
+    """Answer again the prompts of JOB_FILE's output (or of OUT, the job its job.json records) whose answers
+    show the chosen signals.
 
     The prompts (as they were sent) are answered once more, with the sampling changes given, as a round of
     their own in OUT/regenerate/round-NNN/; each new answer replaces the earlier one exactly once (the earlier
@@ -52,12 +53,18 @@ def regenerate(
     Example:
         tokenmill inspect out/
         tokenmill regenerate job.yaml --where degenerate --sampling seed=1 --sampling frequency_penalty=0.3
+        tokenmill regenerate out/ --where repetition,empty --servers http://10.0.0.5:30000
         tokenmill inspect out/
     """
     from tokenmill.quality.corpus import parse_selectors
     from tokenmill.quality.regenerate import parse_sampling
 
-    job = load_job(job_file, _overrides(**fields))
+    if Path(job_file).is_dir():
+        from tokenmill.output.identity import recorded_job
+
+        job = recorded_job(Path(job_file), _overrides(**fields))
+    else:
+        job = load_job(job_file, _overrides(**fields))
     selectors = parse_selectors(where, "--where") if where else None
     regenerate_round(
         job, selectors, parse_sampling(sampling), dry_run, allow_changed_job, live, log_level, allow_existing_prefix

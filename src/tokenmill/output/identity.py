@@ -16,7 +16,7 @@ from typing import Any
 
 import orjson
 
-from tokenmill.config import AUTO_ID_FIELD, JobSpec
+from tokenmill.config import AUTO_ID_FIELD, JobSpec, parse_job, set_dotted
 from tokenmill.errors import ConfigError, OutputError
 from tokenmill.output.fsio import atomic_write
 from tokenmill.sources.ids import describe, resolve_id_field, with_ids
@@ -65,6 +65,34 @@ def read_record(out: Path) -> dict[str, Any] | None:
     if not isinstance(data, dict):
         raise OutputError(f"{path} is not a job record; restore it or use a new output directory")
     return data
+
+
+def recorded_job(out: Path, overrides: dict[str, Any] | None = None) -> JobSpec:
+    """The job ``OUT/job.json`` records, with ``output.dir`` set to ``out`` and dotted-key ``overrides`` applied.
+
+    A ConfigError says to pass the job file instead when there is no record, or when the record keeps secrets
+    masked (storage options such as an S3 secret are never written to job.json)."""
+    record = read_record(out)
+    spec = record.get("spec") if record is not None else None
+    if not isinstance(spec, dict):
+        raise ConfigError(f"{out} holds no job record ({JOB_FILE}): pass the job file instead of the directory")
+    if _masked(spec):
+        raise ConfigError(
+            f"{out / JOB_FILE} keeps the job's secrets masked (storage options): pass the job file instead of the "
+            "directory"
+        )
+    set_dotted(spec, "output.dir", str(out))
+    for key, value in (overrides or {}).items():
+        set_dotted(spec, key, value)
+    return parse_job(spec, where=str(out / JOB_FILE))
+
+
+def _masked(value: Any) -> bool:
+    if isinstance(value, dict):
+        return any(_masked(v) for v in value.values())
+    if isinstance(value, list):
+        return any(_masked(v) for v in value)
+    return isinstance(value, str) and value == "***"
 
 
 def write_record(out: Path, record: dict[str, Any]) -> None:
