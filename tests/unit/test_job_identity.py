@@ -57,7 +57,7 @@ def test_another_job_in_the_same_output_is_refused_unless_allowed(tmp_path: Path
 def test_the_recorded_job_is_read_back_from_the_output_for_commands_given_the_directory(tmp_path: Path) -> None:
     out = tmp_path / "out"
     out.mkdir()
-    with pytest.raises(ConfigError, match="no job record.*pass the job file"):
+    with pytest.raises(ConfigError, match=r"no job record.*pass the job file"):
         recorded_job(out)
     original = job(temperature=0.6)
     check_job_identity(out, original, allow_changed=False)
@@ -76,5 +76,5 @@ def test_the_recorded_job_is_read_back_from_the_output_for_commands_given_the_di
     masked.mkdir()
     check_job_identity(masked, secret, allow_changed=False)
     assert b"s3cr3t" not in (masked / "job.json").read_bytes()
-    with pytest.raises(ConfigError, match="secrets masked.*pass the job file"):
+    with pytest.raises(ConfigError, match=r"secrets masked.*pass the job file"):
         recorded_job(masked)
