@@ -140,7 +140,8 @@ def test_partitions_complete_one_output_that_verifies_and_resume_with_another_co
         # the rest of the input with three clients: ids done by the first two are not done again
         spec["input"].pop("limit")
         second = run_partitions(JobSpec.model_validate(spec), 3, "unused")
-        assert [r.finished for r in second] == [True, True, True] and sum(r.completed for r in second) == 120
+        shown = "; ".join(map(str, second))  # each partition's end, its error included
+        assert [r.finished for r in second] == [True, True, True] and sum(r.completed for r in second) == 120, shown
     report = verify(out, (f"p{i:05d}" for i in range(300)))
     assert report.ok, report.render()
     assert report.counts["sealed_records"] + report.counts["open_records"] == 300
@@ -200,7 +201,8 @@ def test_partitions_with_a_remote_need_no_shared_directory(cluster: None, tmp_pa
         spec["input"].pop("limit")
         spec["output"]["dir"] = str(tmp_path / "cluster-b")
         second = run_partitions(JobSpec.model_validate(spec), 3, "unused")
-        assert [r.finished for r in second] == [True, True, True] and sum(r.completed for r in second) == 120
+        shown = "; ".join(map(str, second))  # each partition's end, its error included
+        assert [r.finished for r in second] == [True, True, True] and sum(r.completed for r in second) == 120, shown
         store = Store(s3.url("ray/"), options)
         report = audit_prefix(store, (f"p{i:05d}" for i in range(300)))
         assert report.ok, report.render()

@@ -8,6 +8,7 @@ would change what a completion is (input, API, model, sampling) is refused in an
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 
 import orjson
@@ -15,6 +16,7 @@ import pytest
 
 from tokenmill.config import JobSpec, parse_job
 from tokenmill.errors import ConfigError
+from tokenmill.output.fsio import atomic_create
 from tokenmill.output.identity import check_job_identity, fingerprint, recorded_job
 
 
@@ -39,10 +41,13 @@ def test_job_json_is_fsynced_then_renamed_into_place(tmp_path: Path, monkeypatch
 
     monkeypatch.setattr(os, "fsync", spy)
     job_id = check_job_identity(tmp_path, job(), allow_changed=False)
-    assert synced[0] == str(tmp_path / "job.json.tmp"), "the content is durable before the rename"
-    assert synced[-1] == str(tmp_path), "the rename is durable (the directory is fsynced)"
+    tmp = Path(synced[0])
+    assert tmp.parent == tmp_path and tmp.name.startswith("job.json.") and tmp.name.endswith(".tmp"), (
+        "the content is durable before it is linked into place"
+    )
+    assert synced[-1] == str(tmp_path), "the link is durable (the directory is fsynced)"
     assert orjson.loads((tmp_path / "job.json").read_bytes())["job_id"] == job_id
-    assert not (tmp_path / "job.json.tmp").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["job.json"], "no temporary file is left"
     assert check_job_identity(tmp_path, job(), allow_changed=False) == job_id
 
 
@@ -78,3 +83,33 @@ def test_the_recorded_job_is_read_back_from_the_output_for_commands_given_the_di
     assert b"s3cr3t" not in (masked / "job.json").read_bytes()
     with pytest.raises(ConfigError, match=r"secrets masked.*pass the job file"):
         recorded_job(masked)
+
+
+def test_writers_sharing_a_directory_agree_on_one_job_record(tmp_path: Path) -> None:
+    """The partitions of a run on one machine share its directory and may start in the same instant: exactly
+    one creates job.json, every other one reads that record (one job id), and none fails on the way."""
+    ids: list[str] = []
+    errors: list[BaseException] = []
+    start = threading.Barrier(8)
+
+    def writer() -> None:
+        start.wait()
+        try:
+            ids.append(check_job_identity(tmp_path, job(), allow_changed=False))
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=writer) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors and len(ids) == 8 and len(set(ids)) == 1
+    assert orjson.loads((tmp_path / "job.json").read_bytes())["job_id"] == ids[0]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["job.json"]
+
+
+def test_the_record_is_created_once_and_never_replaced(tmp_path: Path) -> None:
+    path = tmp_path / "job.json"
+    assert atomic_create(path, b"first") and not atomic_create(path, b"second")
+    assert path.read_bytes() == b"first" and sorted(p.name for p in tmp_path.iterdir()) == ["job.json"]

@@ -55,6 +55,7 @@ def run_partition(job: JobSpec, index: int, count: int, allow_changed_job: bool 
             )
         )
     except TokenmillError as exc:
+        log.error("partition %d of %d stopped: %s", index, count, exc)  # in its own log file too
         return PartitionResult(index, False, 0, 0, 0, 0.0, error=str(exc))
     s = result.summary
     finished = result.finished and (result.upload is None or result.upload.complete)  # done and, with a remote, up

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import uuid
 from pathlib import Path
 
 from tokenmill.errors import OutputError
@@ -86,6 +87,39 @@ def atomic_write(path: Path, data: bytes) -> None:
             tmp.unlink()
         raise output_error(exc, "writing", path) from exc
     fsync_dir(path.parent)
+
+
+def atomic_create(path: Path, data: bytes) -> bool:
+    """Create ``path`` holding ``data`` unless it exists, atomically: several processes may try at once (the
+    partitions of one run sharing a directory) and exactly one wins. True when this call created it.
+
+    The data goes to a temporary file of this process's own, fsynced, then is hard-linked into place (a link
+    fails when the name exists); on a filesystem without hard links it is renamed into place instead."""
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+        try:
+            write_all(fd, data)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            return False
+        except OSError as exc:
+            if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV, errno.EMLINK):
+                raise
+            if path.exists():
+                return False
+            os.replace(tmp, path)
+        fsync_dir(path.parent)
+        return True
+    except OSError as exc:
+        raise output_error(exc, "writing", path) from exc
+    finally:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
 
 
 def cut(path: Path, size: int) -> None:

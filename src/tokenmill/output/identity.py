@@ -18,7 +18,7 @@ import orjson
 
 from tokenmill.config import AUTO_ID_FIELD, JobSpec, parse_job, set_dotted
 from tokenmill.errors import ConfigError, OutputError
-from tokenmill.output.fsio import atomic_write
+from tokenmill.output.fsio import atomic_create
 from tokenmill.sources.ids import describe, resolve_id_field, with_ids
 
 log = logging.getLogger("tokenmill.run")
@@ -95,10 +95,16 @@ def _masked(value: Any) -> bool:
     return isinstance(value, str) and value == "***"
 
 
-def write_record(out: Path, record: dict[str, Any]) -> None:
-    """Write ``OUT/job.json`` (fsynced: after a machine crash the job id must still be there, it owns the
-    output.remote prefix)."""
-    atomic_write(out / JOB_FILE, orjson.dumps(record, option=orjson.OPT_INDENT_2))
+def create_record(out: Path, record: dict[str, Any]) -> dict[str, Any]:
+    """Write ``OUT/job.json`` unless it exists (fsynced: after a machine crash the job id must still be there, it
+    owns the output.remote prefix) and return the record it holds: ``record``, or the one another process (a
+    partition sharing the directory) wrote first."""
+    if atomic_create(out / JOB_FILE, orjson.dumps(record, option=orjson.OPT_INDENT_2)):
+        return record
+    found = read_record(out)
+    if found is None:
+        raise OutputError(f"{out / JOB_FILE} vanished while it was written: rerun the same command")
+    return found
 
 
 def changed_fields(record: dict[str, Any], job: JobSpec) -> list[str] | None:
@@ -122,8 +128,7 @@ def check_job_identity(out: Path, job: JobSpec, allow_changed: bool) -> str:
                 "--allow-changed-job if this is intended."
             )
         return str(old.get("job_id", ""))
-    record = new_record(job)
-    write_record(out, record)
+    record = create_record(out, new_record(job))
     return str(record["job_id"])
 
 

@@ -32,7 +32,7 @@ from typing import Any, TypeVar
 from tokenmill.config import JobSpec, UploadSpec, backoff
 from tokenmill.errors import ConfigError, StoreConflict, StoreUnavailable
 from tokenmill.output import layout, manifest, offload
-from tokenmill.output.identity import changed_fields, job_with_ids, new_record, read_record, write_record
+from tokenmill.output.identity import changed_fields, create_record, job_with_ids, new_record, read_record
 from tokenmill.output.takeover import TakenOver, holds_records, take_over
 from tokenmill.storage.prefix import RemoteManifest, claim, read_claim, shard_of
 from tokenmill.storage.readback import RemoteState, read_remote, repair
@@ -84,7 +84,7 @@ def prepare_remote(
         return _unreachable(store, job, local, fresh, partition, exc)
     record, job = _owner(out, store, found, local, job, original, allow_changed, allow_existing)
     if local is None:
-        write_record(out, record)
+        create_record(out, record)
     start = RemoteStart(store, job, reachable=True, job_id=str(record["job_id"]))
     resolve: Callable[[int | None], bool] = lambda w: fresh or w != partition  # noqa: E731
     state = _retrying(lambda: read_remote(store, resolve), deadline, spec.upload, clock)
