@@ -19,6 +19,7 @@ from tokenmill.config.fleet import (
 from tokenmill.config.job import (
     AUTO_ID_COLUMN,
     AUTO_ID_FIELD,
+    MASKED,
     ApiKind,
     BadRowPolicy,
     ControlSpec,
@@ -42,6 +43,7 @@ from tokenmill.config.sim import FaultSpec, SimConfig
 __all__ = [
     "AUTO_ID_COLUMN",
     "AUTO_ID_FIELD",
+    "MASKED",
     "TUNABLE_FLAGS",
     "ApiKind",
     "AutotuneSpec",

@@ -157,6 +157,7 @@ class UploadSpec(Model):
     )
 
 
+MASKED = "***"  # what a secret-looking value is written as in job.json, logs and reports
 _SECRET_KEY = re.compile(r"secret|token|password|passwd|credential|key|sas|signature|auth", re.IGNORECASE)
 
 
@@ -167,7 +168,7 @@ def _mask(value: Any, key: str = "") -> Any:
     if isinstance(value, list):
         return [_mask(v, key) for v in value]
     if value is not None and _SECRET_KEY.search(key):
-        return "***"
+        return MASKED
     return value
 
 

@@ -21,7 +21,7 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from tokenmill.config import FlagValue, FleetEngine, FleetProfile, PlannerConfig
+from tokenmill.config import MASKED, FlagValue, FleetEngine, FleetProfile, PlannerConfig
 from tokenmill.errors import ConfigError
 from tokenmill.planner.flags import (
     NEW_GRAPH_BS_FLAG,
@@ -157,7 +157,7 @@ def redact(argv: Sequence[str]) -> str:
     hide_next = False
     for word in argv:
         if hide_next:
-            shown.append("***")
+            shown.append(MASKED)
             hide_next = False
             continue
         name, eq, _ = word.partition("=")

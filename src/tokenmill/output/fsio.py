@@ -75,12 +75,7 @@ def atomic_write(path: Path, data: bytes) -> None:
     """Replace ``path`` with ``data``: write a sibling ``.tmp``, fsync it, rename it over, fsync the dir."""
     tmp = path.with_name(path.name + ".tmp")
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
-        try:
-            write_all(fd, data)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        _write_synced(tmp, data, os.O_TRUNC)
         os.replace(tmp, path)
     except OSError as exc:
         with contextlib.suppress(OSError):
@@ -97,12 +92,7 @@ def atomic_create(path: Path, data: bytes) -> bool:
     fails when the name exists); on a filesystem without hard links it is renamed into place instead."""
     tmp = path.with_name(f"{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
-        try:
-            write_all(fd, data)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        _write_synced(tmp, data, os.O_EXCL)
         try:
             os.link(tmp, path)
         except FileExistsError:
@@ -120,6 +110,16 @@ def atomic_create(path: Path, data: bytes) -> bool:
     finally:
         with contextlib.suppress(OSError):
             tmp.unlink()
+
+
+def _write_synced(path: Path, data: bytes, mode: int) -> None:
+    """Write ``data`` to a new file ``path`` (``mode``: os.O_TRUNC or os.O_EXCL) and fsync it; OSError escapes."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | mode | os.O_CLOEXEC, 0o644)
+    try:
+        write_all(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def cut(path: Path, size: int) -> None:

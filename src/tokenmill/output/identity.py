@@ -16,7 +16,7 @@ from typing import Any
 
 import orjson
 
-from tokenmill.config import AUTO_ID_FIELD, JobSpec, parse_job, set_dotted
+from tokenmill.config import AUTO_ID_FIELD, MASKED, JobSpec, parse_job, set_dotted
 from tokenmill.errors import ConfigError, OutputError
 from tokenmill.output.fsio import atomic_create
 from tokenmill.sources.ids import describe, resolve_id_field, with_ids
@@ -92,7 +92,7 @@ def _masked(value: Any) -> bool:
         return any(_masked(v) for v in value.values())
     if isinstance(value, list):
         return any(_masked(v) for v in value)
-    return isinstance(value, str) and value == "***"
+    return isinstance(value, str) and value == MASKED
 
 
 def create_record(out: Path, record: dict[str, Any]) -> dict[str, Any]:

@@ -17,6 +17,7 @@ from typing import Any
 
 import orjson
 
+from tokenmill.config import MASKED
 from tokenmill.errors import OutputError, StoreConflict, StoreError
 from tokenmill.output import VerifyReport, layout, manifest
 from tokenmill.output.manifest import ManifestEntry
@@ -169,6 +170,6 @@ def _unmasked(options: dict[str, Any]) -> dict[str, Any]:
     for key, value in options.items():
         if isinstance(value, dict):
             out[key] = _unmasked(value)
-        elif value != "***":
+        elif value != MASKED:
             out[key] = value
     return out
