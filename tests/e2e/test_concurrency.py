@@ -6,15 +6,14 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
-import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from tests.e2e.conftest import TOKENMILL, read_records, write_job, write_prompts
+from tests.waiting import wait_for
 from tokenmill.config import ControlSpec
 from tokenmill.fleet.simprocs import SimProcess
 from tokenmill.monitor.events import EVENTS_FILE, read_events
@@ -25,16 +24,6 @@ SETTLED = CAP + queue_for(CAP, ControlSpec())  # 28: the cap and a queue of queu
 FAST_MONITOR = {"scrape_interval_s": 0.2, "event_interval_s": 0.2, "rate_window_s": 1.0}
 # ~64-token answers at 1/20 of real time: a few hundred requests per second at the cap
 SIM = ["--max-running-requests", str(CAP), "--output-len-mean", "64", "--output-len-sigma", "0"]
-
-
-def wait_for(what: str, check: Callable[[], Any], timeout: float = 60.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def limits(out: Path) -> list[int]:

@@ -8,16 +8,15 @@ import math
 import re
 import signal
 import subprocess
-import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import orjson
 import pytest
 
 from tests.e2e.conftest import TOKENMILL, run_cli, write_job, write_prompts
+from tests.waiting import wait_for
 from tokenmill.fleet.simprocs import SimProcess, start_sim
 from tokenmill.monitor.events import EVENTS_FILE, read_events
 from tokenmill.planner import PoolPlan, server_capacity
@@ -29,16 +28,6 @@ TWIN = ("qwen3.6-35b-a3b", "--gpu", "h200")  # SGLang's default flags: extra_buf
 def twin_pools() -> PoolPlan:
     """The pools the twin (and the planner) size for this model, GPU and the default flags."""
     return server_capacity(TWIN[0], TWIN[2]).pools
-
-
-def wait_for(what: str, check: Callable[[], Any], timeout: float = 60.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def start_run(job: Path, *args: str) -> subprocess.Popen[str]:

@@ -9,8 +9,7 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +18,7 @@ import pytest
 
 from tests.e2e.conftest import run_cli, write_job
 from tests.s3server import S3, TEST_ENV, moto_server
+from tests.waiting import wait_for
 from tokenmill.fleet.simprocs import SimProcess
 from tokenmill.sources.partition import partition_of
 
@@ -65,13 +65,6 @@ def start(job: Path, out: Path, *args: str) -> subprocess.Popen[str]:
 
 def finish(proc: subprocess.Popen[str], timeout: float = 120) -> int:
     return proc.wait(timeout)
-
-
-def wait_for(cond: Callable[[], bool], timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.02)
 
 
 def remote_shards(s3: S3, tag: str = "") -> list[str]:
@@ -140,7 +133,9 @@ def test_a_partition_killed_and_its_directory_lost_reruns_on_a_fresh_one_exactly
     job = make_job(tmp_path, fleet, s3, tmp_path / "data" / "part-000.jsonl")
     outs = [tmp_path / f"node-{i}" / "out" for i in range(3)]
     procs = [start(job, out, "--partition", f"{i}/3", "--concurrency", "4") for i, out in enumerate(outs)]
-    wait_for(lambda: len(remote_shards(s3, "p001_")) >= 2 and procs[1].poll() is None)
+    wait_for(
+        "two of partition 1's shards uploaded", lambda: len(remote_shards(s3, "p001_")) >= 2 and procs[1].poll() is None
+    )
     procs[1].send_signal(signal.SIGKILL)
     procs[1].wait()
     shutil.rmtree(outs[1].parent)  # the machine is gone, with its disk
@@ -164,7 +159,7 @@ def test_a_run_whose_directory_is_lost_mid_run_carries_on_from_the_remote(
     job = make_job(tmp_path, fleet, s3, tmp_path / "data" / "part-000.jsonl")
     out = tmp_path / "node" / "out"
     proc = start(job, out, "--concurrency", "4")
-    wait_for(lambda: len(remote_shards(s3)) >= 3 and proc.poll() is None)
+    wait_for("three shards uploaded", lambda: len(remote_shards(s3)) >= 3 and proc.poll() is None)
     shutil.rmtree(out)  # the disk goes first, then the machine
     proc.send_signal(signal.SIGKILL)
     proc.wait()

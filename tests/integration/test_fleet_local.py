@@ -6,13 +6,12 @@ from __future__ import annotations
 import json
 import os
 import signal
-import time
 import urllib.request
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.waiting import wait_for
 
 from tokenmill.config import FleetProfile
 from tokenmill.errors import ServerError
@@ -45,13 +44,6 @@ http.server.ThreadingHTTPServer((sys.argv[1], int(sys.argv[2])), H).serve_foreve
 def get_json(url: str) -> Any:
     with urllib.request.urlopen(url, timeout=5) as resp:
         return json.loads(resp.read())
-
-
-def wait_for(cond: Callable[[], bool], timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.02)
 
 
 @pytest.fixture
@@ -119,7 +111,11 @@ def test_a_crashed_server_is_restarted_on_the_same_url(env_profile: FleetProfile
         before = fleet.statuses()[1]
         assert before.pid is not None
         os.kill(before.pid, signal.SIGKILL)
-        wait_for(lambda: fleet.statuses()[1].restarts == 1 and fleet.statuses()[1].state == "up")
+        wait_for(
+            "the killed server restarted",
+            lambda: fleet.statuses()[1].restarts == 1 and fleet.statuses()[1].state == "up",
+            30,
+        )
         after = fleet.statuses()[1]
         assert after.url == before.url and after.pid != before.pid
         assert get_json(after.url)["cvd"] == "2,3"
@@ -131,10 +127,14 @@ def test_a_server_crashing_again_and_again_is_given_up(env_profile: FleetProfile
     profile = env_profile.model_copy(update={"gpus": [0], "tp_size": 1, "max_restarts": 2})
     with local_fleet(profile) as fleet:
         fleet.handles[0].restart(profile.model_copy(update={"flags": {"exit-after": 0.3}}))
-        wait_for(lambda: fleet.statuses()[0].state == "failed")
+        wait_for("the server marked failed", lambda: fleet.statuses()[0].state == "failed", 30)
         st = fleet.statuses()[0]
         assert st.restarts == 2 and "gave up after 2 restarts in a row" in (st.error or "")
-        wait_for(lambda: endpoints.read(fleet.endpoints_path) == [endpoints.Endpoint(st.url, "down")])
+        wait_for(
+            "the endpoints file to mark it down",
+            lambda: endpoints.read(fleet.endpoints_path) == [endpoints.Endpoint(st.url, "down")],
+            30,
+        )
 
 
 def test_reflag_restarts_each_server_with_the_new_flags(env_profile: FleetProfile) -> None:

@@ -7,16 +7,16 @@ import json
 import os
 import shutil
 import tempfile
-import time
 import urllib.request
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
 from tests.integration.test_fleet_local import ENV_SERVER
+from tests.waiting import wait_for
 
 from tokenmill.config import FleetProfile, JobSpec
 from tokenmill.fleet.partitions import run_partitions
@@ -51,13 +51,6 @@ def cluster() -> Iterator[None]:
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
-
-
-def wait_for(cond: Callable[[], bool], timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.05)
 
 
 def get_json(url: str) -> Any:
@@ -101,12 +94,18 @@ def test_actors_reserve_gpu_groups_and_a_restarted_actor_is_followed(cluster: No
         old_url = statuses[0].url
         ray.kill(fleet.handles[0].actor, no_restart=False)  # type: ignore[attr-defined]
         # Ray restarts the actor; its server comes back on a new port, and the endpoints file follows
-        wait_for(lambda: fleet.statuses()[0].state == "up" and fleet.statuses()[0].url != old_url)
+        wait_for(
+            "the restarted actor up at a new address",
+            lambda: fleet.statuses()[0].state == "up" and fleet.statuses()[0].url != old_url,
+        )
         new_url = fleet.statuses()[0].url
-        wait_for(lambda: endpoints.Endpoint(new_url) in (endpoints.read(fleet.endpoints_path) or []))
+        wait_for(
+            "the new address in the endpoints file",
+            lambda: endpoints.Endpoint(new_url) in (endpoints.read(fleet.endpoints_path) or []),
+        )
         assert old_url not in [e.url for e in endpoints.read(fleet.endpoints_path) or []]
         assert get_json(new_url)["cvd"] in ("0,1", "2,3")
-    wait_for(lambda: ray.available_resources().get("GPU", 0) == 4)
+    wait_for("every GPU given back", lambda: ray.available_resources().get("GPU", 0) == 4)
 
 
 def write_input(path: Path, n: int) -> Path:
@@ -173,7 +172,7 @@ def test_run_cli_with_a_ray_fleet_and_two_partitions(cluster: None, tmp_path: Pa
     assert run_cli("verify", str(tmp_path / "out"), "--input", str(job)).returncode == 0
     state = json.loads((state_dir / "state.json").read_text())
     assert state["kind"] == "ray" and state["status"] == "stopped"
-    wait_for(lambda: ray.available_resources().get("GPU", 0) == 4)
+    wait_for("every GPU given back", lambda: ray.available_resources().get("GPU", 0) == 4)
 
 
 def test_partitions_with_a_remote_need_no_shared_directory(cluster: None, tmp_path: Path) -> None:
