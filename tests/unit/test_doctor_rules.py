@@ -231,8 +231,9 @@ def test_each_fixture_fires_its_rule(name: str) -> None:
 
 
 def test_every_rule_is_covered() -> None:
-    # built from fixtures above; compute-bound needs the planner's roofline (tests/unit/test_doctor_ranking.py)
-    covered = set(FIRES.values()) | {"server-down", "flapping", "client-bound", "compute-bound"}
+    # built from fixtures above; compute-bound needs the planner's roofline (tests/unit/test_doctor_ranking.py),
+    # truncated the client's answers alone (tests/unit/test_truncation.py)
+    covered = set(FIRES.values()) | {"server-down", "flapping", "client-bound", "compute-bound", "truncated"}
     assert covered == set(RULE_IDS)
 
 
@@ -255,13 +256,17 @@ def test_underfeeding_prediction_keeps_the_servers_flags() -> None:
 
 
 def test_a_kv_pool_that_cannot_take_one_more_full_length_request_is_kv_bound() -> None:
-    """SGLang admits a request only if its prompt and whole max_tokens fit: with long limits the KV pool binds
-    while its gauge shows room (seen on a real 0.5.23 server: 2 of 1,024 running, KV at 45%, 14 queued)."""
+    """SGLang admits a request only if its prompt and its max_tokens fit: with long requests the KV pool binds
+    while its gauge shows room (seen on a real 0.5.23 server: 2 of 1,024 running, KV at 45%, 14 queued). Of
+    max_tokens SGLang counts at most 4,096 (SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION): a long limit alone does not
+    fill the pool."""
     roomy = verdicts(observe("scheduler_conservative", process={"max_tokens": 4096, "avg_prompt_tokens": 500}))
     assert "scheduler-conservative" in roomy and "kv-bound" not in roomy
-    found = verdicts(observe("scheduler_conservative", process={"max_tokens": 48000, "avg_prompt_tokens": 500}))
+    clipped = verdicts(observe("scheduler_conservative", process={"max_tokens": 48000, "avg_prompt_tokens": 500}))
+    assert "scheduler-conservative" in clipped and "kv-bound" not in clipped
+    found = verdicts(observe("scheduler_conservative", process={"max_tokens": 48000, "avg_prompt_tokens": 45000}))
     assert "scheduler-conservative" not in found
     v = found["kv-bound"]
-    assert evidence(v)["requests that fit at full length"] == "33 x 48,500 tokens in 1,640,000"
+    assert evidence(v)["requests that fit at full length"] == "33 x 49,096 tokens in 1,640,000"
     assert "--kv-cache-dtype fp8_e4m3" in v.changes
     assert not any("mamba" in c for c in v.changes)  # a dense server gets no state-pool advice

@@ -36,13 +36,28 @@ def _messages(item: Prompt | Skip) -> list[dict[str, Any]] | None:
 
 def test_sharegpt_first_turn_keeps_system_and_first_user_turn(tmp_path: Path) -> None:
     row = {"conversations": [SYSTEM, *CHAT]}
-    item = _one(tmp_path, row)
+    item = _one(tmp_path, row, conversation_turns="first")
     assert _messages(item) == [
         {"role": "system", "content": "Be brief."},
         {"role": "user", "content": "first question"},
     ]
-    assert isinstance(item, Prompt) and item.text is None
-    assert item.meta == {"row": row}  # the original turns, for export
+    assert isinstance(item, Prompt) and item.text is None and item.followups is None
+    assert item.meta == {"row": row, "user_turns": 2}  # the original turns, for export; the feed counts the turns
+
+
+def test_every_user_turn_is_regenerated_by_default(tmp_path: Path) -> None:
+    """Without input.conversation_turns the first user turn is the prompt and each later one a follow-up, answered
+    in turn (on-policy multi-turn); the original answers and a greeting before the first user turn are not sent."""
+    item = _one(tmp_path, {"conversations": [SYSTEM, *CHAT]})
+    assert _messages(item) == [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "first question"},
+    ]
+    assert isinstance(item, Prompt) and item.followups == [{"role": "user", "content": "second question"}]
+    assert item.meta is not None and item.meta["user_turns"] == 2
+    single = _one(tmp_path, {"conversations": CHAT[:3]})
+    assert isinstance(single, Prompt) and single.followups is None and single.meta is not None
+    assert "user_turns" not in single.meta
 
 
 def test_sharegpt_history_keeps_everything_up_to_the_last_user_turn(tmp_path: Path) -> None:

@@ -25,6 +25,9 @@ BadRowPolicy = Literal["error", "skip"]
 Mapping = Literal["auto", "messages", "conversations", "prompt"]
 
 
+ConversationTurns = Literal["first", "history", "all"]
+
+
 class HFInput(Model):
     """A Hugging Face dataset, read with ``datasets`` in streaming mode."""
 
@@ -55,10 +58,11 @@ class InputSpec(Model):
         "row index (the choice is recorded in OUT/job.json); null: always the row index",
     )
     system_prompt: str | None = Field(default=None, description="Prepended as a system message")
-    conversation_turns: Literal["first", "history", "all"] = Field(
-        default="first",
-        description="first: system + first user turn; history: everything up to the last user turn; "
-        "all: every user turn, each regenerated in order (what `regenerate: all` sets)",
+    conversation_turns: ConversationTurns = Field(
+        default="all",
+        description="all: every user turn regenerated in order, each sent with the answers generated before it "
+        "(on-policy multi-turn data); first: system + first user turn, one answer; history: everything up to "
+        "the last user turn as the prompt, one answer",
     )
     offset: int = Field(default=0, ge=0, description="Skip this many rows first (trial runs)")
     limit: int | None = Field(default=None, ge=1, description="Read at most this many rows (trial runs)")
@@ -74,7 +78,13 @@ class InputSpec(Model):
 class SamplingSpec(Model):
     """Sampling parameters sent with every request."""
 
-    max_tokens: int = Field(default=2048, ge=1)
+    max_tokens: int = Field(
+        default=8192,
+        ge=1,
+        description="Output limit per request. 8192 by default, for a training corpus: long answers are kept "
+        "whole (an answer cut at max_tokens ends mid-sentence); prompt + max_tokens must fit the servers' "
+        "context length",
+    )
     temperature: float = Field(default=0.7, ge=0.0)
     top_p: float | None = Field(default=None, gt=0.0, le=1.0)
     top_k: int | None = Field(default=None)
@@ -264,10 +274,10 @@ class JobSpec(Model):
         description="Record the prompt and completion token ids as the server produced them (checked against "
         "the first server at start: a server that does not return them is refused, never recorded as null)",
     )
-    regenerate: Literal["first", "all"] = Field(
-        default="first",
-        description="first: one generation per row; all: every user turn of a conversation is sent in order "
-        "with the previously generated assistant turns, so the whole conversation comes from the model",
+    regenerate: Literal["first", "all"] | None = Field(
+        default=None,
+        description="Older spelling of input.conversation_turns (which holds the default): all = every user "
+        "turn regenerated; first = one generation per row (input.conversation_turns: first unless it is set)",
     )
     status_interval_s: float = Field(default=10.0, gt=0, description="Status line period off a terminal")
     partitioning: PartitionSpec = Field(
@@ -296,6 +306,8 @@ class JobSpec(Model):
             if self.input.conversation_turns == "history":
                 raise ValueError("regenerate: all sends every user turn itself; drop input.conversation_turns: history")
             self.input.conversation_turns = "all"
+        elif self.regenerate == "first" and "conversation_turns" not in self.input.model_fields_set:
+            self.input.conversation_turns = "first"  # an explicit input.conversation_turns wins, as it always did
         return self
 
     def resolved_servers(self) -> list[str]:

@@ -62,6 +62,23 @@ class DoctorSpec(Model):
         description="Share of a server's GPU time spent prefilling (the planner's picture of it) from which prefill "
         "is what binds, whatever the prompt/output token ratio",
     )
+    truncated_share: float = Field(
+        default=0.05,
+        gt=0,
+        le=1,
+        description="Share of answers cut at max_tokens (finish reason length) from which the doctor says so, "
+        "naming sampling.max_tokens",
+    )
+    truncated_min_answers: int = Field(
+        default=20, ge=1, description="Answers the client must have received before the truncated share counts"
+    )
+    truncated_target: float = Field(
+        default=0.01,
+        gt=0,
+        lt=1,
+        description="The share of answers the suggested max_tokens would still cut (a log-normal fit of the "
+        "answer lengths seen so far)",
+    )
     oneshot_samples: int = Field(
         default=4, ge=2, description="Least scrapes per server in `tokenmill doctor` (it goes on until rates settle)"
     )

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from statistics import NormalDist
 
 from tokenmill.doctor.model import Candidate, ClientObs, ServerObs
 from tokenmill.monitor.info import NEW_STRATEGY_FLAG, OLD_STRATEGY_FLAG, ServerInfo, launch_flags
@@ -249,3 +250,26 @@ def conservativeness(obs: ServerObs, value: float) -> Candidate:
         change=f"--schedule-conservativeness {value:g}",
         flags_after=tuple(set_flag(current_flags(obs), "--schedule-conservativeness", f"{value:g}")),
     )
+
+
+MAX_TOKENS_STEP = 1024  # a suggested max_tokens is rounded up to a multiple of this
+
+
+def suggested_max_tokens(client: ClientObs, target: float) -> int | None:
+    """A max_tokens that would cut about ``target`` of the answers, from a log-normal fitted to what was seen.
+
+    Answers cut at max_tokens M hide their length, so the fit uses two quantiles that are known: the whole
+    answers' median sits at the ``(1 - s) / 2`` quantile of all answers (s: the share cut), M at ``1 - s``.
+    Without a usable median the limit is doubled. Rounded up to a multiple of ``MAX_TOKENS_STEP``, above M."""
+    limit, share, median = client.max_tokens, client.truncated_share, client.completed_p50
+    if not limit or share is None or share <= 0:
+        return None
+    if share >= 1 or median is None or not 0 < median < limit:
+        want = 2.0 * limit
+    else:
+        z = NormalDist().inv_cdf
+        sigma = (math.log(limit) - math.log(median)) / (z(1 - share) - z((1 - share) / 2))
+        mu = math.log(limit) - sigma * z(1 - share)
+        want = math.exp(mu + sigma * z(1 - target))
+    want = max(min(want, 16.0 * limit), limit + 1.0)
+    return math.ceil(want / MAX_TOKENS_STEP) * MAX_TOKENS_STEP

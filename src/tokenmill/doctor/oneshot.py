@@ -6,8 +6,8 @@ then until the fleet's decode and prompt rates over the whole sampling settle (:
 ``oneshot_max_s``; the result says how long it sampled and, when the rates had not settled, how far they moved.
 
 The client's side comes from a run in progress (the last snapshot of its event log: in-flight requests and
-limits per server, CPU, mean prompt and output lengths), or from ``--concurrency``; without either, rules
-that need it say the client's limit is unknown.
+limits per server, CPU, mean prompt and output lengths, the answers cut at max_tokens), or from
+``--concurrency``; without either, rules that need it say the client's limit is unknown.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import Any
 
 from tokenmill.config import DoctorSpec, MonitorSpec
 from tokenmill.doctor.model import ClientObs, ClientSide, Observation, ServerObs
-from tokenmill.monitor.client import Histogram
+from tokenmill.monitor.client import TRUNCATED, Histogram
 from tokenmill.monitor.events import EVENTS_FILE, last_events
 from tokenmill.monitor.fleet import FleetMonitor, ServerView
 
@@ -46,12 +46,21 @@ def client_from_tick(tick: Mapping[str, Any]) -> tuple[dict[str, ClientSide], Cl
     completed = c.get("completed") or 0
     prompt = c.get("prompt_tokens")
     hist = Histogram.from_dict(c["output_len"]) if isinstance(c.get("output_len"), dict) else None
+    whole = Histogram.from_dict(c["completed_len"]) if isinstance(c.get("completed_len"), dict) else None
+    raw = c.get("finish_reasons")
+    reasons: dict[str, Any] = raw if isinstance(raw, dict) else {}
+    limit = c.get("max_tokens")
     client = ClientObs(
         cpu=c.get("cpu"),
         loop_lag_s=c.get("loop_lag_s"),
         avg_prompt_tokens=prompt / completed if prompt and completed else None,
         avg_output_tokens=hist.mean() if hist is not None else None,
         completions_s=c.get("comp_s"),
+        max_tokens=limit if isinstance(limit, int) else None,
+        answers=int(sum(float(v) for v in reasons.values() if isinstance(v, int | float))),
+        truncated=int(reasons.get(TRUNCATED) or 0),
+        completed_p50=whole.quantile(0.5) if whole is not None else None,
+        completed_p90=whole.quantile(0.9) if whole is not None else None,
     )
     return sides, client
 

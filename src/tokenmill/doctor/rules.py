@@ -19,6 +19,7 @@ from tokenmill.doctor import advice
 from tokenmill.doctor.model import Candidate, ClientObs, Finding, Observation, ServerObs
 from tokenmill.fmt import UNKNOWN, num, pct
 from tokenmill.monitor.fleet import ServerView
+from tokenmill.sim.twin import CLIP_MAX_NEW_TOKENS
 
 HALF_DTYPES = ("bfloat16", "float16", "bf16", "fp16")
 
@@ -72,9 +73,10 @@ def hybrid(v: ServerView) -> bool:
 
 
 def _full_length_tokens(c: ClientObs) -> float | None:
-    """Tokens one request may come to hold: its prompt plus the output limit SGLang reserves for (the job's
-    max_tokens; else the longest the client has seen on average)."""
-    out = c.max_tokens if c.max_tokens else c.avg_output_tokens
+    """Tokens SGLang reserves for one request at admission: its prompt plus its output limit (the job's
+    max_tokens, of which SGLang counts at most ``CLIP_MAX_NEW_TOKENS``; else the longest the client has seen on
+    average)."""
+    out = min(c.max_tokens, CLIP_MAX_NEW_TOKENS) if c.max_tokens else c.avg_output_tokens
     if not out:
         return None
     return (c.avg_prompt_tokens or 0.0) + out
@@ -160,6 +162,39 @@ def client_bound(obs: Observation, t: DoctorSpec) -> Finding | None:
         "(`api: sglang-generate`), keep save_token_ids off unless needed, or split the input across several "
         "tokenmill processes (input.offset / input.limit), each with its own output directory.",
         candidates=(Candidate(change="--api sglang-generate", flags_after=()),),
+    )
+
+
+def truncation(obs: Observation, t: DoctorSpec) -> Finding | None:
+    c = obs.client
+    share = c.truncated_share
+    if share is None or c.answers < t.truncated_min_answers or share < t.truncated_share:
+        return None
+    limit = f"{c.max_tokens:,}" if c.max_tokens else UNKNOWN
+    want = advice.suggested_max_tokens(c, t.truncated_target)
+    lengths = f"median {num(c.completed_p50)}, p90 {num(c.completed_p90)}"
+    change = f"--max-tokens {want}" if want is not None else None
+    raise_to = f"to about {want:,} (`sampling.max_tokens: {want}` in the job, or {change})" if want else ""
+    return Finding(
+        summary=f"{share * 100:.1f}% of answers hit max_tokens {limit} ({c.truncated:,} of {c.answers:,}); "
+        f"whole answers: {lengths} tokens",
+        evidence=(
+            ("answers cut at max_tokens", f"{c.truncated:,} of {c.answers:,} ({share * 100:.1f}%)"),
+            ("sampling.max_tokens in force", limit),
+            ("whole answers' output tokens", lengths),
+            ("output tokens per answer (all)", num(c.avg_output_tokens)),
+            (
+                "suggested max_tokens",
+                f"{want:,}: about {pct(t.truncated_target)} cut (log-normal fit of the lengths)" if want else "-",
+            ),
+        ),
+        advice="Answers that hit max_tokens end mid-sentence: the corpus loses the end of the model's real output "
+        f"and a drafter learns from answers that stop nowhere. Raise sampling.max_tokens {raise_to}; prompt + "
+        "max_tokens must fit the servers' context length, and a larger limit reserves more KV per request at "
+        "admission. `tokenmill regenerate JOB.yaml --where truncated --sampling max_tokens=N` answers the cut "
+        "ones again.",
+        candidates=(Candidate(change=change, flags_after=(), kind="client"),) if change else (),
+        severity="critical" if share >= 0.25 else "warning",
     )
 
 
@@ -473,7 +508,7 @@ def prefill_heavy(o: ServerObs, c: ClientObs, t: DoctorSpec) -> Finding | None:
 class Rule:
     id: str
     title: str
-    binds: str  # the resource that limits throughput when the rule fires
+    binds: str  # the resource that limits throughput when the rule fires ("" for a rule about the corpus)
     when: str  # the condition, in words
     check: ServerCheck | None = None  # per server
     check_client: ClientCheck | None = None  # once for the whole client
@@ -484,6 +519,9 @@ RULES: tuple[Rule, ...] = (
          "unreachable for down_after_s, or set aside by the client", check=server_down),
     Rule("flapping", "server flapping", "server availability",
          "flap_transitions up/down changes within flap_window_s", check=flapping),
+    Rule("truncated", "answers cut at max_tokens", "",  # the corpus's loss, not a throughput limit
+         "at least truncated_share of the answers (after truncated_min_answers) hit max_tokens (finish reason "
+         "length)", check_client=truncation),
     Rule("client-bound", "client bound", "client CPU",
          "client CPU >= client_cpu or event-loop lag >= loop_lag_s, while most servers have no queue",
          check_client=client_bound),

@@ -1,5 +1,9 @@
 """What the client itself sees, request by request: latencies per server, output lengths, finish reasons.
 
+Every answer counts (each turn of a conversation is one): :attr:`ClientMetrics.truncated` of them hit max_tokens
+(finish reason ``length``), and ``completed_len`` holds the lengths of the others, whole answers, for the doctor's
+evidence and its suggested max_tokens.
+
 :meth:`ClientMetrics.observe` is the dispatcher's observer hook, so it runs on the hot path: it does a few
 integer additions and one bisect, never I/O, and its memory is fixed (histograms, not lists).
 """
@@ -14,6 +18,7 @@ if TYPE_CHECKING:
     from tokenmill.records import RequestOutcome
 
 LATENCY_BUCKETS_S = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 40, 60, 120, 240, 480, 900, 1800, 3600)
+TRUNCATED = "length"  # the finish reason of an answer cut at max_tokens (OpenAI's, SGLang's and vLLM's)
 OUTPUT_LEN_BUCKETS = (
     8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048,
     3072, 4096, 6144, 8192, 12288, 16384, 24576, 32768,
@@ -59,6 +64,22 @@ class Histogram:
     def mean(self) -> float | None:
         return self.total / self.count if self.count else None
 
+    def quantile(self, q: float) -> float | None:
+        """The ``q`` quantile (0-1), linear within its bucket (the top bucket reads as its lower bound)."""
+        if not self.count:
+            return None
+        rank = q * self.count
+        seen = 0
+        lower = 0.0
+        for bound, c in zip((*self.bounds, float("inf")), self.counts, strict=True):
+            if c and seen + c >= rank:
+                if bound == float("inf"):
+                    return lower
+                return lower + (bound - lower) * max(0.0, rank - seen) / c
+            seen += c
+            lower = bound
+        return lower
+
 
 class ClientMetrics:
     """Per-request observations, fed by the dispatcher's observer hook."""
@@ -66,6 +87,7 @@ class ClientMetrics:
     def __init__(self, servers: Iterable[str]) -> None:
         self.latency: dict[str, Histogram] = {url: Histogram(LATENCY_BUCKETS_S) for url in servers}
         self.output_len = Histogram(OUTPUT_LEN_BUCKETS)
+        self.completed_len = Histogram(OUTPUT_LEN_BUCKETS)  # answers that did not hit max_tokens
         self.finish_reasons: dict[str, int] = {}
         self.errors: dict[str, int] = {}  # failed attempts by error type (retried or not)
         self.prompt_tokens = 0
@@ -88,6 +110,18 @@ class ClientMetrics:
             self.prompt_count += 1
         reason = outcome.finish_reason or "unknown"
         self.finish_reasons[reason] = self.finish_reasons.get(reason, 0) + 1
+        if reason != TRUNCATED and outcome.completion_tokens is not None:
+            self.completed_len.observe(outcome.completion_tokens)
+
+    @property
+    def answers(self) -> int:
+        """Answers received (every turn of a conversation counts)."""
+        return sum(self.finish_reasons.values())
+
+    @property
+    def truncated(self) -> int:
+        """Answers that hit max_tokens."""
+        return self.finish_reasons.get(TRUNCATED, 0)
 
     @property
     def avg_prompt_tokens(self) -> float | None:

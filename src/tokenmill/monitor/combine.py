@@ -27,7 +27,7 @@ from tokenmill.monitor.snapshot import upgrade_tick
 _LOG = re.compile(r"events(?:\.p\d{3,})?\.jsonl")
 # client numbers that add up over clients; the others are handled one by one below
 _SUMMED = ("completed", "failed", "skipped", "retries", "inflight", "comp_s", "client_tok_s", "prompt_tokens",
-           "client_tokens", "limit", "cpu")  # fmt: skip
+           "client_tokens", "limit", "cpu", "answers", "truncated", "rows_read", "multi_turn_rows")  # fmt: skip
 _ROW_SUMMED = ("inflight", "limit", "completed", "errors", "client_tok_s", "client_tokens", "inflight_avg")
 
 
@@ -63,7 +63,8 @@ def merge_ticks(ticks: list[dict[str, Any]]) -> dict[str, Any]:
     client["last_failure"] = next((c["last_failure"] for c in clients if c.get("last_failure")), None)
     for key in ("finish_reasons", "errors"):
         client[key] = _add_dicts(c.get(key) for c in clients)
-    client["output_len"] = _add_histograms([c.get("output_len") for c in clients])
+    for key in ("output_len", "completed_len"):
+        client[key] = _add_histograms([c.get(key) for c in clients])
     servers = _merge_rows(sorted(ticks, key=lambda r: float(r.get("t") or 0.0)))
     decoded = [s["decode_tok_s"] for s in servers if isinstance(s.get("decode_tok_s"), int | float)]
     client["decode_tok_s"] = sum(decoded) if decoded else None

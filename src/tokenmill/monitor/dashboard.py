@@ -1,9 +1,10 @@
 """The live dashboard: a ``rich`` renderable built from one :class:`~tokenmill.monitor.snapshot.Snapshot` (no I/O).
 
 Head: progress, client completions/s and ``client_tok_s`` next to the servers' ``decode_tok_s``, ETA, failures,
-and a sparkline of throughput. Table: a row per server (its ``decode_tok_s``, else its ``client_tok_s`` while it
-is not scraped; running / max running, queue, KV and state usage, the client's in-flight / limit, errors,
-health) and a fleet total. Foot: the doctor's verdict, what --autotune is doing, and the last error.
+the share of answers cut at max_tokens, and a sparkline of throughput. Table: a row per server (its
+``decode_tok_s``, else its ``client_tok_s`` while it is not scraped; running / max running, queue, KV and state
+usage, the client's in-flight / limit, errors, health) and a fleet total. Foot: the doctor's verdict, what
+--autotune is doing, and the last error.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from rich.table import Table
 from rich.text import Text
 
 from tokenmill.fmt import UNKNOWN, duration, num, pct
+from tokenmill.monitor.snapshot import truncation
 from tokenmill.monitor.stats import sparkline
 
 if TYPE_CHECKING:
@@ -63,6 +65,9 @@ def _head(snap: Snapshot) -> Text:
     head.append(f"in flight {snap.inflight}/{snap.limit}  ")
     head.append(f"failed {snap.failed}  ", style="red" if snap.failed else "")
     head.append(f"retries {snap.retries}  elapsed {duration(snap.elapsed_s)}  ETA {duration(snap.eta_s)}")
+    cut = truncation(snap)
+    if cut:
+        head.append(f"  {cut}", style="bold yellow" if snap.truncated else "")
     return head
 
 

@@ -9,7 +9,11 @@ One name per quantity, saying whose number it is, everywhere from the monitor's
   the whole run's); ``client_tokens``: those output tokens themselves;
 - ``decode_tok_s``: a server's decode rate from its own counters (the fleet's total on a :class:`Snapshot`);
   ``decoded_tokens``: the tokens a server decoded while watched; ``prompt_tok_s``: its prefill rate;
-- ``kv_usage``, ``state_usage``: how full a server's KV and recurrent-state pools are (0-1).
+- ``kv_usage``, ``state_usage``: how full a server's KV and recurrent-state pools are (0-1);
+- ``answers``: answers received in this run (each turn of a conversation counts), ``truncated``: those that hit
+  ``max_tokens`` (finish reason ``length``), :attr:`Snapshot.truncated_share` the one over the other;
+- ``rows_read``, ``multi_turn_rows``: input rows read so far, and those with several user turns (what the job
+  does with them: ``conversation_turns``).
 
 The event log's ``tick`` record is :meth:`Snapshot.to_event` (the field names of these classes) and is read
 back by :meth:`Snapshot.from_event`, which also reads the ticks of logs written before these names
@@ -175,10 +179,21 @@ class Snapshot:
     limit: int = 0  # the client's total in-flight limit
     binding: str | None = None  # the resource the doctor found binding longest in this run
     autotune: str | None = None  # what --autotune is doing (one line), when it runs
+    answers: int = 0  # answers received this run (every turn of a conversation counts)
+    truncated: int = 0  # of them, cut at max_tokens (finish reason "length")
+    max_tokens: int | None = None  # the job's sampling.max_tokens
+    rows_read: int = 0  # input rows read so far (rows already done included)
+    multi_turn_rows: int = 0  # of them, rows with several user turns
+    conversation_turns: str | None = None  # what the job does with them (input.conversation_turns)
 
     @property
     def gpus(self) -> int:
         return sum(r.gpus for r in self.servers)
+
+    @property
+    def truncated_share(self) -> float | None:
+        """Share of this run's answers that hit max_tokens (None before the first answer)."""
+        return self.truncated / self.answers if self.answers else None
 
     def to_event(self) -> dict[str, Any]:
         """The event log's ``tick`` record (without ``kind``, ``t`` and ``run``): ``elapsed_s``, the run's numbers
@@ -272,6 +287,9 @@ def status_line(snap: Snapshot) -> str:
         f"servers {usable}/{len(snap.servers)} | elapsed {duration(snap.elapsed_s)} | "
         f"ETA {duration(snap.eta_s)}"
     )
+    cut = truncation(snap)
+    if cut:
+        line += f" | {cut}"
     if snap.waiting:
         line += " | WAITING: no server is usable"
     if snap.verdicts:
@@ -279,3 +297,20 @@ def status_line(snap: Snapshot) -> str:
     if snap.autotune:
         line += f" | {snap.autotune}"
     return line
+
+
+def truncation(snap: Snapshot) -> str:
+    """``truncated 64.5% at max_tokens 2,048`` (empty before the first answer)."""
+    share = snap.truncated_share
+    if share is None:
+        return ""
+    limit = f" at max_tokens {snap.max_tokens:,}" if snap.max_tokens else ""
+    return f"truncated {share * 100:.1f}%{limit}"
+
+
+def cut_text(truncated: int, answers: int, max_tokens: int | None) -> str:
+    """``64.5% (1,290 of 2,000 answers) at max_tokens 2,048`` for the summary and the report (``-``: no answer)."""
+    if not answers:
+        return "-"
+    limit = f" at max_tokens {max_tokens:,}" if max_tokens else ""
+    return f"{truncated / answers * 100:.1f}% ({truncated:,} of {answers:,} answers){limit}"

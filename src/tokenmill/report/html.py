@@ -9,7 +9,9 @@ from html import escape
 from typing import Any
 
 from tokenmill.fmt import UNKNOWN, duration, pct
+from tokenmill.monitor.snapshot import cut_text
 from tokenmill.report.data import RunData, VerdictSpan
+from tokenmill.sources.mapping import conversation_policy
 
 CSS = """
 body { font-family: system-ui, -apple-system, Segoe UI, Roboto, sans-serif; margin: 24px auto; max-width: 1060px;
@@ -88,6 +90,13 @@ def summary_rows(data: RunData) -> list[tuple[str, str]]:
             ("output tok/s (client-effective, now)", _fmt(now("client_tok_s"))),
             ("ETA", duration(now("eta_s"))),
         ]
+    if last is not None:
+        rows.append(("answers cut at max_tokens (last run)", cut_text(last.truncated, last.answers, last.max_tokens)))
+        if last.rows_read:
+            turns = f"{last.multi_turn_rows:,} of {last.rows_read:,} rows"
+            if last.multi_turn_rows and last.conversation_turns:
+                turns += f": {conversation_policy(last.conversation_turns)}"
+            rows.append(("rows with several user turns", escape(turns)))
     return rows
 
 

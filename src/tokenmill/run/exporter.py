@@ -49,6 +49,9 @@ class Watched(Protocol):
     @property
     def doctor(self) -> DoctorState: ...
 
+    @property
+    def max_tokens(self) -> int: ...
+
 
 class ClientCollector:
     """Builds every ``tokenmill_*`` family from live state at scrape time."""
@@ -71,10 +74,20 @@ class ClientCollector:
         for kind, count in sorted(self.m.client.errors.items()):
             errors.add_metric([kind], count)
         yield errors
-        reasons = CounterMetricFamily("tokenmill_finish_reasons", "Completions by finish reason.", labels=["reason"])
+        reasons = CounterMetricFamily("tokenmill_finish_reasons", "Answers by finish reason.", labels=["reason"])
         for reason, count in sorted(self.m.client.finish_reasons.items()):
             reasons.add_metric([reason], count)
         yield reasons
+        client = self.m.client
+        if client.answers:
+            cut = GaugeMetricFamily(
+                "tokenmill_truncated_ratio", "Share of this run's answers that hit max_tokens (finish reason length)."
+            )
+            cut.add_metric([], client.truncated / client.answers)
+            yield cut
+        limit = GaugeMetricFamily("tokenmill_max_tokens", "The job's sampling.max_tokens.")
+        limit.add_metric([], float(self.m.max_tokens))
+        yield limit
         snap = self.m.last
         gauges: list[tuple[str, str, float | None]] = [
             ("tokenmill_inflight_total", "Requests in flight over all servers.", float(d.inflight)),

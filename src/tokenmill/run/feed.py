@@ -3,6 +3,8 @@
 Reading (file I/O, JSON decoding, a dataset stream) happens off the event loop; the dispatcher pulls from
 :class:`PromptFeed` as an async iterator. Skipped rows travel the same way so the loop writes them in order.
 A bounded number of batches is in flight, so memory does not grow with the dataset.
+
+The feed also counts the rows with several user turns as they are read (the mapper marks them), for the summary.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 
 from tokenmill.records import Prompt, Skip
+from tokenmill.sources.mapping import USER_TURNS
 
 BATCH = 256
 MAX_BATCHES = 8
@@ -20,9 +23,11 @@ MAX_BATCHES = 8
 
 @dataclass(slots=True)
 class FeedCounts:
-    """What the feed has seen so far (rows read, rows already done, rows skipped, rows sent)."""
+    """What the feed has seen so far (rows read, rows already done, rows skipped, rows sent, rows with several
+    user turns)."""
 
     rows: int = 0
+    multi_turn: int = 0
     already_done: int = 0
     skipped: int = 0
     sent: int = 0
@@ -64,6 +69,8 @@ class PromptFeed:
                     if self._stop.is_set():
                         return
                     self.counts.rows += 1
+                    if isinstance(row, Prompt) and row.meta is not None and USER_TURNS in row.meta:
+                        self.counts.multi_turn += 1
                     if isinstance(row, Prompt) and row.id in self._done:
                         self.counts.already_done += 1
                         continue

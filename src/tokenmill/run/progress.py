@@ -49,6 +49,8 @@ class Tracker:
         self.total: int | None = None
         self.done_before = 0
         self.skipped = 0
+        self.rows_read = 0  # input rows read so far, and those with several user turns (the feed counts them)
+        self.multi_turn = 0
         self._comp = Window()
         self._tok = Window()
         self._per_server = {s.url: Window() for s in dispatcher.servers}
@@ -123,6 +125,12 @@ class Tracker:
             client_tokens=st.completion_tokens,
             limit=sum(s.limit for s in self.d.servers),
             autotune=mon.tuner.status() if mon is not None and mon.tuner is not None else None,
+            answers=mon.client.answers if mon is not None else 0,
+            truncated=mon.client.truncated if mon is not None else 0,
+            max_tokens=mon.max_tokens if mon is not None else None,
+            rows_read=self.rows_read,
+            multi_turn_rows=self.multi_turn,
+            conversation_turns=mon.conversation_turns if mon is not None else None,
         )
 
 

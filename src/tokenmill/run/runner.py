@@ -65,6 +65,7 @@ from tokenmill.run.summary import Summary, write_summary
 from tokenmill.run.watch import RunMonitor
 from tokenmill.run.work import RecordMaker
 from tokenmill.sources import count_rows, iter_prompts
+from tokenmill.sources.mapping import conversation_policy
 from tokenmill.sources.partition import Split, choose_split
 from tokenmill.storage.restore import RemoteStart, prepare_remote
 from tokenmill.storage.upload import Uploader, UploadStatus
@@ -279,6 +280,8 @@ async def _start_upload(
 def _start_feed(stack: contextlib.AsyncExitStack, run: _Run, out: OutputDir, state: ResumeState) -> PromptFeed:
     if run.split is not None:
         log.info("%s", run.split.describe())
+    if run.job.input.mapping != "prompt":
+        log.info("conversations: %s", conversation_policy(run.job.input.conversation_turns))
     feed = PromptFeed(_input_rows(run.job, run.split), state.done, out.skip)
     stack.callback(feed.close)
     return feed
@@ -358,6 +361,7 @@ class _Housekeeping:
         """What the feed knows of the input, for the progress displays."""
         counts = self.feed.counts
         self.tracker.skipped = counts.skipped
+        self.tracker.rows_read, self.tracker.multi_turn = counts.rows, counts.multi_turn
         if counts.exhausted:
             self.tracker.total = counts.rows
 

@@ -15,7 +15,8 @@ from pathlib import Path
 import orjson
 
 from tokenmill.fmt import duration
-from tokenmill.monitor.snapshot import Snapshot
+from tokenmill.monitor.snapshot import Snapshot, cut_text
+from tokenmill.sources.mapping import conversation_policy
 
 
 @dataclass(slots=True)
@@ -58,6 +59,16 @@ class Summary:
     binding: str | None = None  # the doctor's binding resource when the run ended
     verdicts: list[str] = field(default_factory=list)
     state: str | None = None  # "running" / "finished" / "stopped" / "interrupted": where the run stands
+    answers: int = 0  # answers received this run (every turn of a conversation counts)
+    truncated: int = 0  # of them, cut at max_tokens
+    max_tokens: int | None = None
+    rows_read: int = 0  # input rows read (this run), and those with several user turns
+    multi_turn_rows: int = 0
+    conversation_turns: str | None = None  # what the job does with them
+
+    @property
+    def truncated_share(self) -> float | None:
+        return self.truncated / self.answers if self.answers else None
 
     @classmethod
     def from_snapshot(
@@ -109,7 +120,21 @@ class Summary:
             binding=snap.binding or shown,
             verdicts=[v.line() for v in snap.verdicts],
             state=state,
+            answers=snap.answers,
+            truncated=snap.truncated,
+            max_tokens=snap.max_tokens,
+            rows_read=snap.rows_read,
+            multi_turn_rows=snap.multi_turn_rows,
+            conversation_turns=snap.conversation_turns,
         )
+
+    def _multi_turn(self) -> str:
+        if not self.rows_read:
+            return "-"
+        counted = f"{self.multi_turn_rows:,} of {self.rows_read:,} rows"
+        if not self.multi_turn_rows or self.conversation_turns is None:
+            return counted
+        return f"{counted}: {conversation_policy(self.conversation_turns)}"
 
     def markdown(self) -> str:
         state = self.state or ("finished" if self.finished else "stopped")
@@ -137,6 +162,8 @@ class Summary:
             ("completions/s (client)", f"{self.completions_per_s:,.2f}"),
             ("output tok/s (client-effective)", f"{self.client_tok_s:,.0f}"),
             ("avg output tokens", f"{self.avg_output_tokens:,.1f}"),
+            ("answers cut at max_tokens", cut_text(self.truncated, self.answers, self.max_tokens)),
+            ("rows with several user turns", self._multi_turn()),
             ("binding resource", self.binding or (self.verdicts[0] if self.verdicts else "-")),
         ]
         lines = ["| | |", "|---|---|", *(f"| {k} | {v} |" for k, v in rows), ""]

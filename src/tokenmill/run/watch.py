@@ -39,14 +39,15 @@ def tick_record(
     snap: Snapshot, client: ClientMetrics, inflight_avg: dict[str, float | None] | None = None
 ) -> dict[str, Any]:
     """The ``tick`` record of the event log for one snapshot: :meth:`Snapshot.to_event`, plus what the client's
-    metrics add (finish reasons, errors by type, the output-length histogram, and ``inflight_avg``: each server's
-    in-flight window mean)."""
+    metrics add (finish reasons, errors by type, the output-length histograms of all answers and of those that did
+    not hit max_tokens, and ``inflight_avg``: each server's in-flight window mean)."""
     avg = inflight_avg or {}
     record = snap.to_event()
     record["client"].update(
         finish_reasons=dict(client.finish_reasons),
         errors=dict(client.errors),
         output_len=client.output_len.as_dict(),
+        completed_len=client.completed_len.as_dict(),
     )
     for row in record["servers"]:
         mean = avg.get(row["url"])
@@ -72,6 +73,7 @@ class RunMonitor:
         spec = job.monitor
         self.spec = spec
         self.max_tokens = job.sampling.max_tokens
+        self.conversation_turns = job.input.conversation_turns
         self.seeded = job.sampling.seed is not None
         self._seed_warned: set[str] = set()
         self.dispatcher = dispatcher
@@ -153,6 +155,10 @@ class RunMonitor:
             avg_output_tokens=self.client.avg_output_tokens,
             completions_s=snap.comp_s if snap is not None else None,
             max_tokens=self.max_tokens,
+            answers=self.client.answers,
+            truncated=self.client.truncated,
+            completed_p50=self.client.completed_len.quantile(0.5),
+            completed_p90=self.client.completed_len.quantile(0.9),
         )
         return Observation(tuple(servers), client)
 

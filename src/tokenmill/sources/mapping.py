@@ -9,12 +9,14 @@ Mappings (``input.mapping``):
 - ``prompt``: a plain text column.
 - ``auto``: per row, the first of those fields that is present and not null.
 
-Turns kept (``input.conversation_turns``): ``first`` keeps the system turns before the first user turn and
-that user turn; ``history`` keeps every turn up to and including the last user turn (trailing assistant
-turns are dropped); ``all`` keeps the leading system turns and the first user turn as the prompt and every
-later user turn (original assistant turns dropped) as ``Prompt.followups``, answered one after the other by
-the dispatcher. ``input.system_prompt`` is prepended when the kept turns hold no system turn. Every
-turn is validated (an object with a known role and string content); kept user turns must not be blank.
+Turns kept (``input.conversation_turns``, by default ``all``): ``first`` keeps the system turns before the first
+user turn and that user turn; ``history`` keeps every turn up to and including the last user turn (trailing
+assistant turns are dropped); ``all`` keeps the leading system turns and the first user turn as the prompt and
+every later user turn (original assistant turns dropped) as ``Prompt.followups``, answered one after the other by
+the dispatcher. ``input.system_prompt`` is prepended when the kept turns hold no system turn. Every turn is
+validated (an object with a known role and string content); kept user turns must not be blank.
+A row with several user turns says how many in ``meta["user_turns"]`` (whatever is kept), which the feed counts
+for the start line and the summary.
 
 A chat row becomes ``Prompt(messages=...)`` with only ``role`` and ``content`` per turn, and keeps the
 original row in ``meta["row"]`` for export. That costs memory per prompt held, not per dataset: as Python
@@ -36,6 +38,9 @@ from tokenmill.records import Message, Prompt
 _OPENAI_ROLES = {"system": "system", "user": "user", "assistant": "assistant"}
 _SHAREGPT_ROLES = {**_OPENAI_ROLES, "human": "user", "gpt": "assistant", "chatgpt": "assistant"}
 _JSON_TYPES = {dict: "object", list: "array", str: "string", int: "integer", float: "number", bool: "boolean"}
+
+
+USER_TURNS = "user_turns"  # Prompt.meta key: the row's user turns, set when it has more than one
 
 
 class RowProblem(ValueError):
@@ -89,6 +94,10 @@ class RowMapper:
             return Prompt(id=pid, messages=messages, source=source)
         turns = _turns(value, field, sharegpt=kind == "conversations")
         messages = _select(turns, field, self._turns)
+        meta: dict[str, Any] = {"row": row}
+        users = sum(1 for t in turns if t["role"] == "user")
+        if users > 1:
+            meta[USER_TURNS] = users  # counted by the feed: rows with several user turns, whatever is kept
         if self._system is not None and all(m["role"] != "system" for m in messages):
             messages.insert(0, {"role": "system", "content": self._system})
         followups = None
@@ -96,7 +105,7 @@ class RowMapper:
             first_user = next(i for i, m in enumerate(messages) if m["role"] == "user")
             followups = [m for m in messages[first_user + 1 :] if m["role"] == "user"]
             messages = messages[: first_user + 1]
-        return Prompt(id=pid, messages=messages, source=source, meta={"row": row}, followups=followups or None)
+        return Prompt(id=pid, messages=messages, source=source, meta=meta, followups=followups or None)
 
     def _pick(self, row: dict[str, Any]) -> tuple[str, str, object]:
         """(mapping kind, field name, value) for this row: the first candidate field present and not null."""
@@ -153,12 +162,17 @@ def _turn(entry: object, where: str, sharegpt: bool) -> Message:
 
 
 def _select(turns: list[Message], field: str, mode: str) -> list[Message]:
-    """``first``: leading system turns + the first user turn; ``history``/``all``: all up to the last user turn."""
+    """``first``: leading system turns + the first user turn; ``history``: all up to the last user turn;
+    ``all``: leading system turns + everything from the first user turn to the last (a greeting before the
+    first user turn is not the model's answer to anything)."""
     users = [i for i, turn in enumerate(turns) if turn["role"] == "user"]
     if not users:
         raise RowProblem(f"field {field!r} has no user turn")
+    leading = [i for i in range(users[0]) if turns[i]["role"] == "system"]
     if mode == "first":
-        kept = [i for i in range(users[0]) if turns[i]["role"] == "system"] + [users[0]]
+        kept = [*leading, users[0]]
+    elif mode == "all":
+        kept = [*leading, *range(users[0], users[-1] + 1)]
     else:
         kept = list(range(users[-1] + 1))
     for i in kept:
@@ -166,3 +180,15 @@ def _select(turns: list[Message], field: str, mode: str) -> list[Message]:
         if turns[i]["role"] == "user" and (not content or content.isspace()):
             raise RowProblem(f"empty prompt: {field}[{i}] (a user turn) is empty")
     return [turns[i] for i in kept]
+
+
+_POLICY = {
+    "all": "every user turn regenerated, each sent with the answers generated before it",
+    "first": "only the first user turn answered (later turns left out of the record)",
+    "history": "the turns up to the last user turn sent as one prompt, one answer",
+}
+
+
+def conversation_policy(turns: str) -> str:
+    """What a job does with rows of several user turns, as the start line and the summary say it."""
+    return f"{_POLICY.get(turns, turns)} (input.conversation_turns: {turns})"
