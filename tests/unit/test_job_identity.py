@@ -53,10 +53,31 @@ def test_job_json_is_fsynced_then_renamed_into_place(tmp_path: Path, monkeypatch
 
 def test_another_job_in_the_same_output_is_refused_unless_allowed(tmp_path: Path) -> None:
     first = check_job_identity(tmp_path, job(), allow_changed=False)
-    with pytest.raises(ConfigError, match=r"different job \(changed: sampling\).*--allow-changed-job"):
+    with pytest.raises(ConfigError, match=r"different job \(changed: sampling: sampling.temperature 0.7 -> 0.1\)"):
         check_job_identity(tmp_path, job(temperature=0.1), allow_changed=False)
     assert check_job_identity(tmp_path, job(temperature=0.1), allow_changed=True) == first
     assert orjson.loads((tmp_path / "job.json").read_bytes())["job_id"] == first  # the record is not replaced
+
+
+def test_an_output_written_under_the_old_defaults_says_how_to_go_on(tmp_path: Path) -> None:
+    """An output written when max_tokens was 2048 and conversations were answered on their first turn records
+    those values; the same job file (without sampling or conversation_turns) now means 8192 and every turn: the
+    refusal names both values and the settings that resume it as before."""
+    files = {"input": {"path": "in.jsonl"}, "servers": ["http://127.0.0.1:9"], "output": {"dir": "out"}}
+    old = parse_job({**files, "input": {"path": "in.jsonl", "conversation_turns": "first"},
+                     "sampling": {"max_tokens": 2048}})  # fmt: skip
+    check_job_identity(tmp_path, old, allow_changed=False)
+    with pytest.raises(ConfigError) as refused:
+        check_job_identity(tmp_path, parse_job(files), allow_changed=False)
+    text = str(refused.value)
+    assert "sampling.max_tokens 2048 -> 8192" in text and "input.conversation_turns 'first' -> 'all'" in text
+    assert "set input.conversation_turns: first, sampling.max_tokens: 2048 in the job file to go on as before" in text
+    as_before = parse_job({**files, "input": {"path": "in.jsonl", "conversation_turns": "first"},
+                           "sampling": {"max_tokens": 2048}})  # fmt: skip
+    check_job_identity(tmp_path, as_before, allow_changed=False)  # resumes
+    # the old spelling still reads: `regenerate: first` alone means one answer per row
+    assert parse_job({**files, "regenerate": "first"}).input.conversation_turns == "first"
+    assert parse_job({**files, "regenerate": "all"}).input.conversation_turns == "all"
 
 
 def test_the_recorded_job_is_read_back_from_the_output_for_commands_given_the_directory(tmp_path: Path) -> None:

@@ -12,7 +12,13 @@ import orjson
 @click.argument("target", metavar="OUT | PREFIX")
 @click.option("--examples", default=5, show_default=True, help="Worst examples shown per signal.")
 @click.option("--json", "as_json", is_flag=True, help="Print everything as JSON.")
-def inspect_cmd(target: str, examples: int, as_json: bool) -> None:
+@click.option(
+    "--train-max-length",
+    type=click.IntRange(min=1),
+    help="A trainer's maximum sequence length: say what share of records and of tokens (prompt + answer, all "
+    "turns) it would cut.",
+)
+def inspect_cmd(target: str, examples: int, as_json: bool, train_max_length: int | None) -> None:
     """Show how much of OUT's corpus is degenerate, before anyone trains on it.
 
     Counts and rates per signal (truncated, empty, no_answer: reasoning without a final answer, repetition: a
@@ -34,7 +40,13 @@ def inspect_cmd(target: str, examples: int, as_json: bool) -> None:
         result = inspect_output(Path(target), examples)
     else:
         raise click.BadParameter(f"{target} is not a directory (give OUT, or a remote prefix URL)")
+    cut = result.train_cut(train_max_length) if train_max_length is not None else None
     if as_json:
-        click.echo(orjson.dumps(result.as_dict(), option=orjson.OPT_INDENT_2).decode())
+        data = result.as_dict()
+        if cut is not None:
+            data["train_cut"] = cut.as_dict()
+        click.echo(orjson.dumps(data, option=orjson.OPT_INDENT_2).decode())
     else:
         click.echo(result.render())
+        if cut is not None:
+            click.echo("\n" + cut.render())

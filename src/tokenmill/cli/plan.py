@@ -16,7 +16,7 @@ from tokenmill.planner.catalog import bundled_models, load_model
 from tokenmill.planner.flags import parse_flags
 from tokenmill.planner.hardware import GpuCatalog, GpuSpec
 from tokenmill.planner.models import kv_bytes_per_token, param_counts, state_bytes_per_slot
-from tokenmill.planner.plan import Workload, compare, what_if
+from tokenmill.planner.plan import Workload, compare, train_cut, what_if
 from tokenmill.planner.plan import plan as make_plan
 from tokenmill.planner.render import PlanReport, render_plan, report_dict, what_if_dicts, what_if_table
 
@@ -133,6 +133,16 @@ def _list_gpus(console: Console, catalog: GpuCatalog) -> None:
     help="The SGLang release the servers run (e.g. 0.5.10): sizing rules and flag spellings follow it "
     "[default: PlannerConfig.sglang_version]",
 )
+@click.option(
+    "--train-max-length",
+    type=click.IntRange(min=1),
+    help="A trainer's maximum sequence length: the share of records and of tokens (prompt + answer) it would cut",
+)
+@click.option(
+    "--output-sigma",
+    type=click.FloatRange(min=0.01),
+    help="Log-normal sigma of the output lengths for --train-max-length [default: PlannerConfig.workload_output_sigma]",
+)
 @click.option("--what-if/--no-what-if", "with_what_if", default=True, help="Rank alternative configurations")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables")
 @click.option("--list-models", is_flag=True, help="List the bundled models and exit")
@@ -152,6 +162,8 @@ def plan(
     compare_gpus: tuple[str, ...],
     gpu_file: str | None,
     sglang_version: str | None,
+    train_max_length: int | None,
+    output_sigma: float | None,
     with_what_if: bool,
     as_json: bool,
     list_models: bool,
@@ -198,7 +210,15 @@ def plan(
         compare(result, catalog.get(name), config, gpu_count=gpu_count, eta=eta) for name in compare_gpus
     )
     report = PlanReport(result, comparisons, rows, config, eta_source)
+    sigma = output_sigma or config.workload_output_sigma
+    cut = train_cut(workload, train_max_length, sigma) if train_max_length is not None else None
     if as_json:
-        click.echo(json.dumps(report_dict(report), indent=2))
+        data = report_dict(report)
+        if cut is not None:
+            data["train_cut"] = {"max_length": cut.max_length, "records": cut.records, "tokens": cut.tokens,
+                                 "sigma": cut.sigma}  # fmt: skip
+        click.echo(json.dumps(data, indent=2))
     else:
         console.print(render_plan(report))
+        if cut is not None:
+            console.print(cut.text())

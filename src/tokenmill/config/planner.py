@@ -64,6 +64,12 @@ class PlannerConfig(Model):
     workload_prompts: int = Field(default=10000, ge=1, description="Prompt count when none is given")
     workload_input_len: int = Field(default=1024, ge=1, description="Mean prompt tokens when none is given")
     workload_output_len: int = Field(default=1024, ge=1, description="Mean completion tokens when none is given")
+    workload_output_sigma: float = Field(
+        default=0.8,
+        gt=0,
+        description="Log-normal sigma of completion lengths (`plan --train-max-length`: how long the tail is; "
+        "answers of a chat model regenerated at a generous max_tokens have a long one)",
+    )
     dataset_sample_rows: int = Field(default=256, ge=1, description="Rows read to measure prompt lengths")
     calibrate_window_s: float = Field(default=60.0, gt=0, description="How long `calibrate --server` scrapes")
     calibrate_interval_s: float = Field(default=2.0, gt=0, description="Scrape period of `calibrate --server`")

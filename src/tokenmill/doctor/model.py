@@ -184,7 +184,7 @@ class Verdict:
             pred = self.prediction(self.changes[0])
             if pred is not None:
                 text += f" ({pred.text()})"
-        if self.impact is None:
+        if self.impact is None and self.binds:  # a verdict about the corpus (no binds) predicts no throughput
             text += " [no change predicted to help]" if self.changes else ""
         return text
 

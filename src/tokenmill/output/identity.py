@@ -116,6 +116,37 @@ def changed_fields(record: dict[str, Any], job: JobSpec) -> list[str] | None:
     return sorted(k for k in ident if not isinstance(before, dict) or before.get(k) != ident[k])
 
 
+# Defaults that changed, with their old value: an output written before records the old one, and a job file that
+# left the field out means the new one now.
+CHANGED_DEFAULTS: dict[str, Any] = {"sampling.max_tokens": 2048, "input.conversation_turns": "first"}
+
+
+def _leaves(before: Any, now: Any, prefix: str = "") -> list[tuple[str, Any, Any]]:
+    """(dotted key, recorded value, value now) for every leaf that differs."""
+    if isinstance(before, dict) and isinstance(now, dict):
+        out: list[tuple[str, Any, Any]] = []
+        for key in sorted(set(before) | set(now)):
+            out += _leaves(before.get(key), now.get(key), f"{prefix}{key}.")
+        return out
+    return [] if before == now else [(prefix.rstrip("."), before, now)]
+
+
+def _differences(record: dict[str, Any], job: JobSpec) -> str:
+    """The changed values, and how to go on when a changed default explains them."""
+    leaves = _leaves(record.get("identity", {}), _identity(job))
+    if not leaves:
+        return ""
+    text = ": " + ", ".join(f"{key} {before!r} -> {now!r}" for key, before, now in leaves[:6])
+    older = [key for key, before, _ in leaves if key in CHANGED_DEFAULTS and CHANGED_DEFAULTS[key] == before]
+    if older:
+        settings = ", ".join(f"{key}: {CHANGED_DEFAULTS[key]}" for key in older)
+        text += (
+            f". The default of {', '.join(older)} changed since this output was written: set {settings} in the job "
+            "file to go on as before"
+        )
+    return text
+
+
 def check_job_identity(out: Path, job: JobSpec, allow_changed: bool) -> str:
     """Record the job in ``OUT/job.json`` on the first run; refuse a different job later. Returns the job id."""
     old = read_record(out)
@@ -123,9 +154,9 @@ def check_job_identity(out: Path, job: JobSpec, allow_changed: bool) -> str:
         changed = changed_fields(old, job)
         if changed is not None and not allow_changed:
             raise ConfigError(
-                f"{out} holds output of a different job (changed: {', '.join(changed) or 'unknown'}). "
-                "Mixing them would make one corpus from two setups: use a new output.dir, or pass "
-                "--allow-changed-job if this is intended."
+                f"{out} holds output of a different job (changed: {', '.join(changed) or 'unknown'}"
+                f"{_differences(old, job)}). Mixing them would make one corpus from two setups: use a new "
+                "output.dir, or pass --allow-changed-job if this is intended."
             )
         return str(old.get("job_id", ""))
     record = create_record(out, new_record(job))

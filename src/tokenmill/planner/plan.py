@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
+from statistics import NormalDist
 
 from tokenmill.config import PlannerConfig
 from tokenmill.errors import ConfigError, DoesNotFitError
@@ -42,6 +43,39 @@ class Workload:
     @property
     def output_tokens(self) -> float:
         return self.prompts * self.output_len
+
+
+@dataclass(frozen=True, slots=True)
+class TrainCut:
+    """What a trainer with maximum sequence length ``max_length`` would cut of a workload's records."""
+
+    max_length: int
+    records: float  # share of the records longer than max_length
+    tokens: float  # share of all tokens (prompt + answer) past max_length
+    sigma: float  # the log-normal sigma of the output lengths assumed
+
+    def text(self) -> str:
+        return (
+            f"train max length {self.max_length:,}: about {self.records * 100:.1f}% of records longer (cut), "
+            f"{self.tokens * 100:.1f}% of tokens lost (prompts of the mean length, outputs log-normal, "
+            f"sigma {self.sigma:g})"
+        )
+
+
+def train_cut(workload: Workload, max_length: int, sigma: float) -> TrainCut:
+    """The share of records and of tokens a trainer with ``max_length`` would cut: every prompt of the workload's
+    mean length p, outputs log-normal with the workload's mean m and ``sigma``. With k = max_length - p, a record
+    is cut when its output exceeds k, and loses ``E[max(0, O - k)] = m * Phi(d + sigma) - k * Phi(d)``,
+    d = (mu - ln k) / sigma, mu = ln m - sigma^2 / 2 (the log-normal's partial expectation)."""
+    p, m = workload.input_len, workload.output_len
+    room = max_length - p
+    if room <= 0:
+        return TrainCut(max_length, 1.0, (p + m - max_length) / (p + m), sigma)
+    phi = NormalDist().cdf
+    mu = math.log(m) - sigma * sigma / 2
+    d = (mu - math.log(room)) / sigma
+    lost = m * phi(d + sigma) - room * phi(d)
+    return TrainCut(max_length, phi(d), max(0.0, lost) / (p + m), sigma)
 
 
 @dataclass(frozen=True, slots=True)

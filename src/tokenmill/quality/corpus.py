@@ -1,9 +1,10 @@
 """The quality of a whole corpus: its records' signals summed up (``tokenmill inspect``, the report's section,
 ``export --drop``).
 
-One pass over the records, memory bounded by the corpus's size in small numbers (a length and an 8-byte hash
-per record, a few examples): counts per signal, output lengths per finish reason, the worst loops with an
-excerpt of where each starts, and answers given to more than one prompt. Records written before the signals
+One pass over the records, memory bounded by the corpus's size in small numbers (two lengths and an 8-byte
+hash per record, a few examples): counts per signal, output lengths per finish reason, the worst loops with an
+excerpt of where each starts, answers given to more than one prompt, and what a trainer with a given maximum
+sequence length would cut (:meth:`CorpusQuality.train_cut`). Records written before the signals
 existed get them computed on the way.
 """
 
@@ -174,6 +175,52 @@ class Lengths:
         }
 
 
+def sequence_tokens(rec: dict[str, Any]) -> int | None:
+    """Tokens a trainer sees for the record: the prompt plus the answer, all turns (a conversation's last turn was
+    sent with every earlier turn and answer, so its prompt and answer are the whole conversation); None when the
+    record has no token counts."""
+    turns = rec.get("turns")
+    last = turns[-1] if isinstance(turns, list) and turns and isinstance(turns[-1], dict) else rec
+    prompt, completion = last.get("prompt_tokens"), last.get("completion_tokens")
+    if not isinstance(prompt, int) or not isinstance(completion, int):
+        return None
+    return prompt + completion
+
+
+@dataclass(frozen=True, slots=True)
+class TrainCut:
+    """What a trainer with maximum sequence length ``max_length`` would cut of a corpus."""
+
+    max_length: int
+    records: int  # records with token counts
+    cut: int  # of them, longer than max_length
+    tokens: int  # their tokens, prompt and answer
+    tokens_cut: int  # tokens past max_length
+    unknown: int = 0  # records without token counts (not judged)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "max_length": self.max_length,
+            "records": self.records,
+            "records_cut": self.cut,
+            "records_cut_rate": self.cut / self.records if self.records else None,
+            "tokens": self.tokens,
+            "tokens_cut": self.tokens_cut,
+            "tokens_cut_rate": self.tokens_cut / self.tokens if self.tokens else None,
+            "records_without_token_counts": self.unknown,
+        }
+
+    def render(self) -> str:
+        if not self.records:
+            return f"train max length {self.max_length:,}: no record has token counts to judge by"
+        line = (
+            f"train max length {self.max_length:,}: {self.cut:,} of {self.records:,} records "
+            f"({self.cut / self.records * 100:.1f}%) are longer and would be cut; "
+            f"{self.tokens_cut:,} of {self.tokens:,} tokens ({self.tokens_cut / max(self.tokens, 1) * 100:.1f}%) lost"
+        )
+        return line + (f" ({self.unknown:,} records without token counts not judged)" if self.unknown else "")
+
+
 @dataclass(slots=True)
 class CorpusQuality:
     """Everything ``inspect`` shows about a corpus."""
@@ -188,6 +235,18 @@ class CorpusQuality:
     duplicate_groups: dict[str, list[str]] = field(default_factory=dict)  # answer hash -> ids (first few)
     duplicate_sizes: Counter[str] = field(default_factory=Counter)
     source: str = ""
+    sequence_lengths: array[int] = field(default_factory=lambda: array("q"))  # per record with token counts
+    unknown_lengths: int = 0  # records without token counts
+
+    def train_cut(self, max_length: int) -> TrainCut:
+        """What a trainer with maximum sequence length ``max_length`` (prompt + answer, all turns) would cut."""
+        cut = tokens = lost = 0
+        for n in self.sequence_lengths:
+            tokens += n
+            if n > max_length:
+                cut += 1
+                lost += n - max_length
+        return TrainCut(max_length, len(self.sequence_lengths), cut, tokens, lost, self.unknown_lengths)
 
     def rate(self, count: int) -> float | None:
         return count / self.records if self.records else None
@@ -266,6 +325,11 @@ class Tally:
         reason = str(rec.get("finish_reason") or "none")
         if isinstance(tokens, int):
             r.lengths.setdefault(reason, Lengths()).tokens.append(tokens)
+        whole = sequence_tokens(rec)
+        if whole is None:
+            r.unknown_lengths += 1
+        else:
+            r.sequence_lengths.append(whole)
         self._duplicate(rec, q)
         for name in flags:
             if name != "truncated":
