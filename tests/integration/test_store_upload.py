@@ -71,6 +71,7 @@ def run_upload(
     job: str = JOB,
     finished: bool = True,
     allow_existing: bool = False,
+    reopen: str | None = None,
     **upload: Any,
 ) -> UploadStatus:
     """One 'run': open the output, start the uploader, write records, seal, drain."""
@@ -80,6 +81,7 @@ def run_upload(
         sp,
         allow_existing_prefix=allow_existing,
         store=Store(sp.remote or "", sp.storage_options, hook=hook),
+        reopen=reopen,
     )
     out = OutputDir(sp.dir, sp.shard_size, on_seal=up.enqueue)
     out.open()
@@ -139,7 +141,7 @@ def test_a_resumed_run_uploads_exactly_what_is_missing(s3: S3, tmp_path: Path) -
 
 
 def test_an_upload_that_landed_before_a_crash_is_adopted_not_repeated(s3: S3, tmp_path: Path) -> None:
-    run_upload(s3, tmp_path, (0, 20))
+    run_upload(s3, tmp_path, (0, 20), finished=False)
     man = remote_manifest(s3)
     del man["shards"]["completions_000001.jsonl"]  # as if killed between the put and the manifest write
     s3.put(PREFIX + MANIFEST, orjson.dumps(man))
@@ -218,14 +220,54 @@ def test_a_store_down_at_the_end_gives_up_at_the_deadline(s3: S3, tmp_path: Path
     assert "connection refused" in (status.last_error or "")
 
 
-def test_a_finished_corpus_that_gets_more_shards_withdraws_its_marker_first(s3: S3, tmp_path: Path) -> None:
+def marker_object(s3: S3) -> tuple[bytes, str]:
+    """_SUCCESS's body and ETag: the same object, or another one."""
+    head = s3.client().head_object(Bucket=s3.bucket, Key=PREFIX + MARKER)
+    return s3.get(PREFIX + MARKER), str(head["ETag"])
+
+
+def test_a_finished_corpus_is_not_reopened_by_a_run_with_more_shards(s3: S3, tmp_path: Path) -> None:
     run_upload(s3, tmp_path, (0, 10))
-    assert PREFIX + MARKER in s3.objects()
+    before = marker_object(s3)
+    writes: list[str] = []
+    status = run_upload(s3, tmp_path, (10, 10), hook=lambda op, name: writes.append(f"{op} {name}"))
+    said = status.fatal or " ".join(status.conflicts.values())  # refused at the start, or when the shard sealed
+    assert "_SUCCESS says" in said and "finished" in said and "--reopen" in said
+    assert not status.complete and not status.marker and status.was_complete
+    assert marker_object(s3) == before  # the same object: neither withdrawn nor rewritten
+    assert PREFIX + "completions_000001.jsonl" not in s3.objects()
+    assert not [w for w in writes if w.startswith(("put", "delete")) and (w.endswith(MARKER) or "completions_" in w)]
+
+
+def test_a_rerun_of_a_finished_corpus_with_nothing_new_leaves_its_marker_untouched(s3: S3, tmp_path: Path) -> None:
+    run_upload(s3, tmp_path, (0, 25))
+    before = marker_object(s3)
+    writes: list[str] = []
+    status = run_upload(s3, tmp_path, (25, 0), hook=lambda op, name: writes.append(f"{op} {name}"))
+    assert status.complete and status.marker and status.was_complete and not status.reopened
+    assert "_SUCCESS there since an earlier run (untouched)" in status.line()
+    assert marker_object(s3) == before
+    assert not [w for w in writes if w.startswith(("put", "delete")) and w.endswith(MARKER)]
+
+
+def test_a_finished_corpus_reopened_on_request_withdraws_its_marker_first(s3: S3, tmp_path: Path) -> None:
+    run_upload(s3, tmp_path, (0, 10))
     order: list[str] = []
-    status = run_upload(s3, tmp_path, (10, 10), hook=lambda op, name: order.append(f"{op} {name}"))
-    assert status.complete and status.marker
+    status = run_upload(
+        s3, tmp_path, (10, 10), hook=lambda op, name: order.append(f"{op} {name}"), reopen="the input grew"
+    )
+    assert status.complete and status.marker and status.reopened
     assert order.index(f"delete {MARKER}") < order.index("put completions_000001.jsonl")
     assert orjson.loads(s3.get(PREFIX + MARKER))["completions"] == 20
+
+
+def test_a_marker_that_disagrees_with_the_prefix_is_corrected(s3: S3, tmp_path: Path) -> None:
+    run_upload(s3, tmp_path, (0, 10))
+    body = orjson.loads(s3.get(PREFIX + MARKER))
+    s3.put(PREFIX + MARKER, orjson.dumps({**body, "completions": 7}))
+    status = run_upload(s3, tmp_path, (10, 0))
+    assert status.complete and status.marker
+    assert orjson.loads(s3.get(PREFIX + MARKER))["completions"] == 10
 
 
 def test_an_unfinished_run_uploads_its_shards_but_writes_no_marker(s3: S3, tmp_path: Path) -> None:
@@ -266,7 +308,7 @@ def test_delete_after_upload_keeps_resume_and_verify_whole(s3: S3, tmp_path: Pat
     ]
     assert len(remote_shards_of(s3)) == 3
     # a later run resumes: the offloaded ids stay done and the shard names are not reused
-    again = run_upload(s3, tmp_path, (25, 15), delete_after_upload=True)
+    again = run_upload(s3, tmp_path, (25, 15), delete_after_upload=True, reopen="the input grew")
     assert again.complete and again.uploaded == 1
     assert sorted(remote_shards_of(s3)) == [f"completions_00000{i}.jsonl" for i in range(4)]
     assert orjson.loads(s3.get(PREFIX + "completions_000003.jsonl").splitlines()[0])["id"] == "p00030"

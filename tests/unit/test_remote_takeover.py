@@ -275,8 +275,8 @@ def test_a_long_run_folds_its_index_and_a_take_over_needs_no_shard_object(
 
     monkeypatch.setattr(index, "FOLD_AT", 3)
     job = make_job(tmp_path, tmp_path / "a")
-    for end in range(10, 70, 10):  # six runs, a manifest (and an index segment) each
-        one_run(job, ids(0, end))
+    for end in range(10, 70, 10):  # six starts of one run, a manifest (and an index segment) each
+        one_run(job, ids(0, end), finished=end == 60)
     store = store_of(job)
     claim = claim_of(store)
     assert len(claim.shards) == 6 and 1 <= len(claim.index) < 3  # folded: every shard's ids, in few segments

@@ -14,6 +14,7 @@ from tokenmill.logs import setup_logging
 
 if TYPE_CHECKING:
     from tokenmill.run.autotune import Autotuner
+    from tokenmill.run.target import RunTarget
 
 
 def _overrides(**given: Any) -> dict[str, Any]:
@@ -42,10 +43,12 @@ def job_options(fn: Any) -> Any:
     """The common-field overrides shared by run and retry-failed."""
     options = [
         click.option("--servers", multiple=True, help="Server base URL (repeat); replaces the job's list."),
-        click.option("--output", "-o", help="Output directory (overrides output.dir)."),
+        click.option(
+            "--output", "-o", help="Output directory (overrides output.dir; another one than the file's: a trial run)."
+        ),
         click.option("--concurrency", type=int, help="In-flight requests per server."),
-        click.option("--limit", type=int, help="Read at most this many rows (trial runs)."),
-        click.option("--offset", type=int, help="Skip this many rows first."),
+        click.option("--limit", type=int, help="Read at most this many rows (a trial run)."),
+        click.option("--offset", type=int, help="Skip this many rows first (a trial run)."),
         click.option("--api", type=click.Choice(["openai-chat", "openai-completions", "sglang-generate"])),
         click.option("--model", help="Model name sent in requests."),
         click.option("--max-tokens", type=int, help="sampling.max_tokens"),
@@ -78,9 +81,12 @@ def execute(
     partition: tuple[int, int] | None = None,
     repair_remote: bool = False,
     tuner: Autotuner | None = None,
+    target: RunTarget | None = None,
+    reopen: str | None = None,
 ) -> None:
     """Run a job (or one partition of it) and print its summary; exit 0 when finished (and uploaded), 3 when there
-    is more to do."""
+    is more to do. ``target``: where it writes (None: the job as it is); ``reopen``: why it may add to a job its
+    prefix marks finished."""
     from tokenmill.run.runner import run_job, run_sync
 
     log_name = "tokenmill.log" if partition is None else f"tokenmill.p{partition[0]:03d}.log"
@@ -94,6 +100,8 @@ def execute(
             partition=partition,
             repair_remote=repair_remote,
             tuner=tuner,
+            target=target,
+            reopen=reopen,
         )
     )
     click.echo(result.summary.markdown())
@@ -143,6 +151,25 @@ def execute_partitions(job: JobSpec, count: int, ray_address: str, allow_changed
     "they share the prefix.",
 )
 @click.option(
+    "--remote",
+    "remote_url",
+    metavar="URL",
+    help="Upload to this prefix instead of output.remote: a trial run's prefix of its own (it gets its own "
+    "_SUCCESS there).",
+)
+@click.option(
+    "--upload",
+    is_flag=True,
+    help="Upload a trial run to the job's output.remote after all (with --limit/--offset it never writes the "
+    "prefix's _SUCCESS: the run of the whole input does).",
+)
+@click.option(
+    "--reopen",
+    is_flag=True,
+    help="Add to a job whose prefix already holds its _SUCCESS (its input grew since): _SUCCESS is withdrawn, "
+    "with a warning and an event, until the job is done again. Without it such a run stops before generating.",
+)
+@click.option(
     "--repair-remote",
     is_flag=True,
     help="When output.remote disagrees with itself (a listed shard missing or changed, an id in two shards), make "
@@ -157,17 +184,26 @@ def run(
     log_level: str,
     partition_text: str | None,
     repair_remote: bool,
+    remote_url: str | None,
+    upload: bool,
+    reopen: bool,
     **fields: Any,
 ) -> None:
     """Generate a completion for every prompt of JOB_FILE, exactly once.
 
     Rerun the same command after any interruption: the output directory is the record of what is done,
     and the run carries on from there. With output.remote, the remote prefix is the durable record: a fresh
-    machine (or one that lost its disk) takes what is done over from it.
+    machine (or one that lost its disk) takes what is done over from it, and _SUCCESS is written there once,
+    when the whole job is done.
+
+    A trial run (--limit/--offset other than the job file's, or -o another directory than its output.dir)
+    never touches output.remote: no claim, no shard, no _SUCCESS. --remote URL uploads it to a prefix of its
+    own; --upload to the job's prefix. The first log line says where the run writes.
 
     \b
     Example:
-        tokenmill run job.yaml --limit 100 -o trial/
+        tokenmill run job.yaml --limit 100 -o trial/  # a trial: local only
+        tokenmill run job.yaml --limit 100 -o trial/ --remote s3://bucket/trials/t1/
         tokenmill run job.yaml --fleet fleet.yaml     # start the servers, run, stop them
         tokenmill run job.yaml --partition slurm/16   # one task of a 16-task Slurm array
     """
@@ -175,6 +211,7 @@ def run(
 
     from tokenmill.errors import ConfigError
     from tokenmill.fleet.session import FleetLaunch
+    from tokenmill.run.target import AsWritten, decide_target
     from tokenmill.sources.partition import parse_partition
 
     launch = FleetLaunch.pop_options(fields)
@@ -182,12 +219,28 @@ def run(
     if partition is not None and launch.partitions > 1:
         raise ConfigError("give --partition I/N (one partition here) or --partitions N (all of them on Ray), not both")
     job = load_job(job_file, {**_overrides(**fields), **launch.job_overrides()})
+    target = decide_target(job, AsWritten.read(job_file), remote=remote_url, upload=upload)
+    if launch.partitions > 1 and not target.success:
+        raise ConfigError(
+            "--upload of a run with --limit/--offset is for one client: drop --partitions, or --upload (the trial "
+            "then stays local), or give --remote URL (a prefix of the trial's own)"
+        )
+    why = "--reopen" if reopen else None
     launch.run(
         job,
         lambda job, tuner: execute(
-            job, allow_changed_job, live, log_level, allow_existing_prefix, partition, repair_remote, tuner
+            job,
+            allow_changed_job,
+            live,
+            log_level,
+            allow_existing_prefix,
+            partition,
+            repair_remote,
+            tuner,
+            target=target,
+            reopen=why,
         ),
-        lambda job, count, address: execute_partitions(job, count, address, allow_changed_job),
+        lambda job, count, address: execute_partitions(target.apply(job), count, address, allow_changed_job),
     )
 
 
@@ -204,14 +257,19 @@ def retry_failed(
 ) -> None:
     """Re-queue the failed prompts of JOB_FILE's output and run them again.
 
-    The current failed.jsonl is kept as failed.retry-N.jsonl; prompts that fail again are recorded anew.
+    The current failed.jsonl is kept as failed.retry-N.jsonl; prompts that fail again are recorded anew. With
+    output.remote, a job whose prefix holds its _SUCCESS is reopened for them: _SUCCESS is withdrawn (with a
+    warning and an event) before the first new shard is uploaded, and written again at the end. With --limit,
+    --offset or another -o it is a trial run, which never touches output.remote.
     """
     from tokenmill.output import OutputDir
+    from tokenmill.run.target import AsWritten, decide_target
 
     job = load_job(job_file, _overrides(**fields))
+    target = decide_target(job, AsWritten.read(job_file))
     archived = OutputDir(Path(job.output.dir), shard_size=job.output.shard_size).archive_failed()
     if archived is None:
         click.echo("no failed prompts to retry", err=True)
         return
     click.echo(f"failed records moved to {archived}; retrying them", err=True)
-    execute(job, allow_changed_job, live, log_level, allow_existing_prefix)
+    execute(job, allow_changed_job, live, log_level, allow_existing_prefix, target=target, reopen="retry-failed")

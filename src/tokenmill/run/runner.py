@@ -1,7 +1,8 @@
 """One job end to end. ``run_job`` is what ``tokenmill run``, ``tokenmill demo`` and each partition's client call.
 
-Start-up, in this order; each stage registers its own cleanup on one exit stack as it starts, so an error at any
-point unwinds exactly what was started, newest first:
+Its first log line says where it writes (:mod:`tokenmill.run.target`: the job's output and prefix, or a trial
+run's). Start-up, in this order; each stage registers its own cleanup on one exit stack as it starts, so an
+error at any point unwinds exactly what was started, newest first:
 
 1. **requests**: where the prompt ids come from (``input.id_field``; as recorded in ``OUT/job.json`` when the
    output holds a job), the servers, the API key and the request shapes; with ``save_token_ids``, one server is
@@ -18,7 +19,9 @@ point unwinds exactly what was started, newest first:
 5. **upload**: with ``output.remote`` the uploader starts (it claims its writer's manifest) before anything is
    generated. Cleanup on an error: stop the uploader (a normal end drains it after the stack, below).
 6. **feed**: the input streams in a thread (a partition's share only), minus the ids already done. Cleanup:
-   stop the thread.
+   stop the thread. When the prefix holds this job's ``_SUCCESS`` (the job is finished), a run that finds
+   prompts the job does not hold stops here unless it was asked to reopen the job (``--reopen``,
+   ``retry-failed``): ``_SUCCESS`` is never withdrawn by a normal run.
 7. **watch**: the monitor (scrapes, doctor, event log, exporter) and the display. Cleanup: the display's final
    snapshot, then the monitor's last tick and ``end`` record with it.
 8. **housekeeping** every 0.5 s (flush the output, follow the concurrency controller, count the input, tick the
@@ -40,7 +43,7 @@ import logging
 import signal
 import time
 import uuid
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -48,7 +51,7 @@ from typing import Any, TypeVar
 from tokenmill.backends import Backend, BackendOptions, make_backend, probe_token_ids
 from tokenmill.backends.http import open_session
 from tokenmill.config import JobSpec
-from tokenmill.errors import InputError, OutputError
+from tokenmill.errors import InputError, OutputError, StoreConflict
 from tokenmill.monitor.events import events_file
 from tokenmill.monitor.snapshot import Snapshot
 from tokenmill.output import OutputDir, ResumeState, layout
@@ -62,11 +65,13 @@ from tokenmill.run.feed import PromptFeed
 from tokenmill.run.progress import Display, Tracker
 from tokenmill.run.servers import ServerPool
 from tokenmill.run.summary import Summary, write_summary
+from tokenmill.run.target import RunTarget, decide_target
 from tokenmill.run.watch import RunMonitor
 from tokenmill.run.work import RecordMaker
 from tokenmill.sources import count_rows, iter_prompts
 from tokenmill.sources.mapping import conversation_policy
 from tokenmill.sources.partition import Split, choose_split
+from tokenmill.storage.prefix import MARKER
 from tokenmill.storage.restore import RemoteStart, prepare_remote
 from tokenmill.storage.upload import Uploader, UploadStatus
 
@@ -113,6 +118,9 @@ class _Run:
     finished: bool = False
     final: Snapshot | None = None
     dispatch: asyncio.Task[bool] | None = None
+    target: RunTarget | None = None
+    reopen: str | None = None  # why this run may add to a job its prefix marks complete (None: it may not)
+    reopened: bool = False  # it does: the job's _SUCCESS is withdrawn before the first new shard goes up
 
 
 async def run_job(
@@ -127,14 +135,22 @@ async def run_job(
     partition: tuple[int, int] | None = None,
     tuner: Autotuner | None = None,  # run --fleet --autotune: fed every scrape round by the monitor
     repair_remote: bool = False,
+    target: RunTarget | None = None,
+    reopen: str | None = None,
 ) -> RunResult:
     """Run ``job`` until every prompt is recorded or a stop is requested; safe to rerun after any crash.
 
     ``partition`` = (index, count): this client's share of the input in a split run. ``repair_remote``: make a
-    remote prefix that disagrees with itself match its objects (see :mod:`tokenmill.storage.readback`)."""
+    remote prefix that disagrees with itself match its objects (see :mod:`tokenmill.storage.readback`).
+    ``target``: where the run writes (:func:`tokenmill.run.target.decide_target`; None: the job as it is).
+    ``reopen``: why this run may add to a job whose prefix already holds its ``_SUCCESS`` (``--reopen``,
+    ``retry-failed``); without it such a run stops before generating anything."""
+    target = target or decide_target(job)
+    job = target.apply(job)
+    log.info("%s", target.line())
     original = job
     job = job_with_ids(job)
-    run = _Run(job, clock, partition)
+    run = _Run(job, clock, partition, target=target, reopen=reopen or ("--repair-remote" if repair_remote else None))
     if partition is not None:
         run.split = choose_split(job.input, job.partitioning, *partition)
     backend, servers = await _requests(job)
@@ -144,14 +160,17 @@ async def run_job(
         state = _open_output(run, out, remote, allow_changed_job)
         uploader = await _start_upload(stack, run, out, remote, allow_existing_prefix)
         feed = _start_feed(stack, run, out, state)
+        source = await _gate_finished_job(run, uploader, feed)
         dispatcher = _make_dispatcher(run, backend, servers, out)
         monitor, tracker, display = await _start_watch(stack, run, dispatcher, live, tuner)
+        if run.reopened and uploader is not None:
+            monitor.events.write("reopen", prefix=uploader.store.shown, reason=run.reopen)
         controller = ConcurrencyController(dispatcher.servers, job.control) if dispatcher.adaptive else None
         housekeeping = _Housekeeping(run, out, feed, dispatcher, controller, monitor, tracker, display, on_tick)
         _start_background(stack, run, housekeeping, dispatcher)
         if install_signals:
             _install_signals(stack, run, dispatcher)
-        run.dispatch = asyncio.create_task(dispatcher.run(feed), name="tokenmill-dispatch")
+        run.dispatch = asyncio.create_task(dispatcher.run(source), name="tokenmill-dispatch")
         try:
             run.finished = await run.dispatch
         except asyncio.CancelledError:
@@ -264,6 +283,8 @@ async def _start_upload(
         store=remote.store,
         partition=run.partition,
         sides=sides if run.partition is not None else (*sides, "summary.json"),
+        success=run.target.success if run.target is not None else True,
+        reopen=run.reopen,
     )
     out.on_seal = uploader.enqueue
 
@@ -285,6 +306,50 @@ def _start_feed(stack: contextlib.AsyncExitStack, run: _Run, out: OutputDir, sta
     feed = PromptFeed(_input_rows(run.job, run.split), state.done, out.skip)
     stack.callback(feed.close)
     return feed
+
+
+async def _gate_finished_job(run: _Run, uploader: Uploader | None, feed: PromptFeed) -> AsyncIterator[Prompt]:
+    """The prompts to dispatch. When the prefix already holds this job's ``_SUCCESS`` the job is finished: a run
+    with new work for it (the input grew since, or failed prompts re-queued) reopens it only when asked to
+    (``run.reopen``), and otherwise stops here, before anything is generated. (Shards of this directory that are
+    not at the prefix yet stop the uploader's start the same way.)"""
+    if uploader is None or not uploader.status().was_complete:
+        return feed
+    where = uploader.store.where(MARKER)
+    log.info("%s is there: the job is finished; reading the input for prompts it does not hold", where)
+    try:
+        first: Prompt | None = await anext(feed)
+    except StopAsyncIteration:
+        first = None
+    pending = uploader.status().pending
+    if first is None and not pending:
+        log.info("nothing new for the finished job: %s is left as it is", where)
+        return _prepend(None, feed)
+    if run.reopen is None:
+        raise StoreConflict(
+            f"{where} says this job is finished, but the input holds prompts its records do not (the first: id "
+            f"{first.id if first else '?'}): the job's input grew since {MARKER} was written. A finished job is not "
+            f"reopened silently: rerun with --reopen to add them ({MARKER} is withdrawn until the job is done "
+            "again), or make the new prompts a job of their own (another output.dir and output.remote)"
+        )
+    log.warning(
+        "REOPENING the finished job at %s (%s): %s is withdrawn before the first new shard is uploaded, and written "
+        "again when the job is done",
+        uploader.store.shown,
+        run.reopen,
+        where,
+    )
+    run.reopened = True
+    return _prepend(first, feed)
+
+
+async def _prepend(first: Prompt | None, rest: AsyncIterator[Prompt]) -> AsyncIterator[Prompt]:
+    """``first`` (when there is one), then the rest; nothing at all after an exhausted feed."""
+    if first is None:
+        return
+    yield first
+    async for prompt in rest:
+        yield prompt
 
 
 def _make_dispatcher(run: _Run, backend: Backend, servers: list[str], out: OutputDir) -> Dispatcher:

@@ -20,7 +20,14 @@ The worker's life, in order:
    grow, at most every ``side_interval_s``;
 6. at the end (:meth:`Uploader.finish`): drain the queue for up to ``drain_timeout_s``, write the manifest and
    the other records, and, when the run finished and every shard is up, mark it complete
-   (:mod:`tokenmill.storage.complete`): ``_SUCCESS`` last, or a partition's done marker.
+   (:mod:`tokenmill.storage.complete`): ``_SUCCESS`` last, or a partition's done marker (unless ``success`` is
+   off: a trial whose input is cut, uploading to the job's prefix, leaves ``_SUCCESS`` to a run of the whole
+   input).
+
+``_SUCCESS`` is written once. A prefix that holds this job's ``_SUCCESS`` when the run starts is a finished job:
+shards of this directory that it lacks stop the start unless the run was asked to ``reopen`` the job; a reopened
+job's ``_SUCCESS`` is withdrawn (a warning says so) before its first new shard goes up, and written again at the
+end. A rerun with nothing new leaves it as it is.
 
 A store error is retried with exponential backoff for as long as the run goes on (a store can be down for
 hours during a run of days); only the end of the run puts a deadline on it. Nothing here can stop the run:
@@ -93,6 +100,8 @@ class UploadStatus:
     last_error: str | None = None
     fatal: str | None = None  # the uploader gave up (prefix refused, or an unexpected failure)
     marker: bool = False  # _SUCCESS is written (by this run, or by another partition before)
+    was_complete: bool = False  # the prefix held this job's _SUCCESS when the run started (a finished job)
+    reopened: bool = False  # this run withdrew that _SUCCESS to add new shards (asked for: --reopen, ...)
     done_marker: bool = False  # a partition: its done marker is written
     ready: bool = False  # the prefix was claimed and reconciled
 
@@ -111,7 +120,9 @@ class UploadStatus:
         where = self.remote
         moved = f"{self.uploaded} uploaded now, {self.bytes / 1e6:,.1f} MB at {self.rate_mb_s:,.1f} MB/s"
         if self.complete:
-            tail = ", _SUCCESS written" if self.marker else ", this partition marked done" if self.done_marker else ""
+            kept = self.was_complete and not self.reopened
+            marker = ", _SUCCESS there since an earlier run (untouched)" if kept else ", _SUCCESS written"
+            tail = marker if self.marker else ", this partition marked done" if self.done_marker else ""
             if self.deleted:
                 tail += f"; {self.deleted} local shard(s) deleted after a verified upload"
             return (
@@ -151,9 +162,13 @@ class Uploader:
         store: Store | None = None,
         partition: tuple[int, int] | None = None,
         sides: tuple[str, ...] = (),
+        success: bool = True,
+        reopen: str | None = None,
     ) -> None:
         """``partition`` = (index, count): upload that partition's files; ``sides``: names of local files to copy
-        under ``_tokenmill/`` as they grow (failures, skips, the event log, job.json, ...)."""
+        under ``_tokenmill/`` as they grow (failures, skips, the event log, job.json, ...); ``success``: mark the
+        prefix complete when the run finishes; ``reopen``: why this run may add shards to a job its prefix marks
+        finished (None: it may not)."""
         if not spec.remote and store is None:
             raise StoreError("output.remote is not set")
         self.out_dir = Path(out_dir)
@@ -165,6 +180,8 @@ class Uploader:
         self.names = layout.Names(self.writer)
         self.head_name = writer_manifest(self.writer)
         self.sides = sides
+        self.success = success
+        self.reopen = reopen
         self._side_stamps: dict[str, tuple[int, int]] = {}
         self._last_sides = float("-inf")
         self._unindexed: dict[str, bytes] = {}  # manifest lines of shards the remote index does not hold yet
@@ -177,7 +194,8 @@ class Uploader:
         self._tag: str | None = None
         self._dirty = False
         self._last_manifest = float("-inf")
-        self._marker_seen = False
+        self._done_seen = False  # this partition's done marker is at the prefix
+        self._complete = False  # this job's _SUCCESS is at the prefix
         self._finishing = False
         self._finished_run = False
         self._counts: dict[str, int] = {}
@@ -308,7 +326,8 @@ class Uploader:
         self._retry("clean", self.store.remove_partials)
         remote, self._tag = (claimed.manifest, claimed.tag) if self.writer is None else self._retry("read", self._head)
         self._manifest = remote
-        self._marker_seen = MARKER in listing or (self.writer is not None and done_marker(self.writer) in listing)
+        self._done_seen = self.writer is not None and done_marker(self.writer) in listing
+        self._complete = MARKER in listing and self._retry("read", lambda: complete.is_ours(self.store, self._job_id))
         local = manifest.read(self.out_dir / self.names.manifest).entries
         if remote.shards and not remote.index:  # a manifest an earlier version wrote: index what it lists
             self._unindexed = {n: e.encode() for n, e in local.items() if n in remote.shards}
@@ -334,7 +353,16 @@ class Uploader:
             for item in ahead:
                 self._add(item)
             self._status.ready = True
+            self._status.was_complete = self._complete
             queued = len(self._queue)
+            new = sum(1 for item in self._queue if listing.get(item.name) != item.bytes)  # not there to adopt
+        if self._complete and new and self.reopen is None:
+            raise StoreConflict(
+                f"{self.store.where(MARKER)} says this job is finished, but {new} sealed shard(s) of {self.out_dir} "
+                "are not at the prefix (written by a run that did not upload, e.g. a trial, after the job was "
+                "finished). A finished job is not reopened silently: rerun with --reopen to add them "
+                f"({MARKER} is withdrawn until the job is done again)"
+            )
         self._settled.set()
         if queued:
             log.info("%d shard(s) to upload to %s", queued, self.store.shown)
@@ -391,15 +419,32 @@ class Uploader:
         status = self.status()
         if not (self._finished_run and status.complete):
             return
+        if not self.success:
+            log.info(
+                "every shard is at %s; %s is not written: this run's input was cut (--limit/--offset), the job is "
+                "done when a run of its whole input finishes",
+                self.store.shown,
+                MARKER,
+            )
+            return
         if self.partition is None:
-            if not self._retry("write", lambda: complete.write_success(self.store, self._job_id)):
+            wrote = self._retry("write", lambda: complete.write_success(self.store, self._job_id))
+            if wrote is None:
                 raise StoreConflict(
                     f"{self.store.where(MARKER)} was not written by this job and is not replaced; every shard and "
                     "the manifest are uploaded, but the prefix has no marker of this job"
                 )
             with self._cond:
                 self._status.marker = True
-            log.info("wrote %s", self.store.where(MARKER))
+            if wrote == "kept":
+                log.info("%s is there already and left as it is (nothing new)", self.store.where(MARKER))
+            elif wrote == "corrected":
+                log.warning(
+                    "%s disagreed with the prefix's manifests and failure copies: rewritten with their totals",
+                    self.store.where(MARKER),
+                )
+            else:
+                log.info("wrote %s", self.store.where(MARKER))
             return
         index_, count = self.partition
         whole = self._retry(
@@ -447,6 +492,17 @@ class Uploader:
                     self._conflict(item.name, f"the local file {item.path} is gone and the remote holds no copy of it")
                 return
             self._listed(item, wrote=False, took=0.0)  # it lives at the remote only (taken over): adopted
+            return
+        if self._complete and self.reopen is None:  # a new shard for a finished job: never added silently
+            if self._retry("read", lambda: self.store.sha256(item.name)) == item.sha256:
+                self._listed(item, wrote=False, took=0.0)  # it is there already: adopted, nothing is added
+                return
+            with self._cond:
+                self._conflict(
+                    item.name,
+                    f"{MARKER} says the job is finished, and it is not reopened silently: rerun with --reopen to add "
+                    "this shard",
+                )
             return
         self._withdraw_marker()
         started = time.monotonic()
@@ -536,14 +592,25 @@ class Uploader:
         self._deletable = []
 
     def _withdraw_marker(self) -> None:
-        """A finished corpus gets more shards (retry-failed, a partition run again): take this job's ``_SUCCESS``
-        and the partition's done marker down first."""
-        if not self._marker_seen:
-            return
-        gone = self._retry("delete", lambda: complete.withdraw(self.store, self._job_id, self.writer))
-        for name in gone:
-            log.info("withdrew %s until the new shards are uploaded", self.store.where(name))
-        self._marker_seen = False
+        """New shards are coming: a partition's done marker goes down first; so does this job's ``_SUCCESS`` when
+        the run was asked to reopen the finished job (never otherwise: see :meth:`_upload`)."""
+        if self._done_seen:
+            writer = self.writer
+            assert writer is not None
+            if self._retry("delete", lambda: complete.withdraw_done(self.store, writer)):
+                log.info("withdrew %s until the new shards are uploaded", self.store.where(done_marker(writer)))
+            self._done_seen = False
+        if self._complete:
+            if self._retry("delete", lambda: complete.withdraw_success(self.store, self._job_id)):
+                log.warning(
+                    "REOPENED the finished job at %s (%s): withdrew %s; it is written again when the job is done",
+                    self.store.shown,
+                    self.reopen,
+                    self.store.where(MARKER),
+                )
+                with self._cond:
+                    self._status.reopened = True
+            self._complete = False
 
     # -- helpers (call with the lock held where noted) ---------------------------------------------------
 
@@ -576,6 +643,8 @@ class Uploader:
             last_error=s.last_error,
             fatal=s.fatal,
             marker=s.marker,
+            was_complete=s.was_complete,
+            reopened=s.reopened,
             done_marker=s.done_marker,
             ready=s.ready,
         )
