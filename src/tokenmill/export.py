@@ -30,10 +30,9 @@ from typing import Any, Literal
 import orjson
 
 from tokenmill.errors import ConfigError, OutputError
-from tokenmill.output.records_reader import iter_records
-from tokenmill.output.rounds import iter_live
 from tokenmill.quality.corpus import DuplicateFinder, answer_chars, record_quality, selected
 from tokenmill.records import Message
+from tokenmill.storage.corpus import Corpus, open_corpus
 
 Format = Literal["sharegpt", "openai-messages", "specforge", "parquet", "hf"]
 FORMATS: tuple[Format, ...] = ("sharegpt", "openai-messages", "specforge", "parquet", "hf")
@@ -59,19 +58,48 @@ class ExportOptions:
     min_tokens: int | None = None
     max_tokens: int | None = None
     token_ids: bool = True
+    allow_empty: bool = False  # writing no row at all is an error unless asked for
 
 
 @dataclass(slots=True)
 class ExportCounts:
-    """Rows written and rows left out, by reason."""
+    """What the job completed, what was written, and what was left out and why (also written as JSON beside the
+    export)."""
 
+    source: str = ""
     kept: int = 0
     dropped: Counter[str] = field(default_factory=Counter)
+    completed: int = 0  # live records read: one per completed prompt
+    failed: int = 0  # prompts recorded as failed: never exported
+    regenerated: int = 0  # live records that are a regeneration round's answer
+    read_from: dict[str, int] = field(default_factory=dict)  # the job's own records by where they lived
+    remote_note: str | None = None
 
     def render(self) -> str:
-        lines = [f"kept {self.kept:,}"]
-        lines += [f"dropped {n:,}: {reason}" for reason, n in sorted(self.dropped.items())]
+        where = ", ".join(f"{n:,} {kind}" for kind, n in sorted(self.read_from.items()) if n)
+        lines = [
+            f"wrote {self.kept:,} of {self.completed:,} completed records" + (f" (read: {where})" if where else "")
+        ]
+        if self.regenerated:
+            lines.append(f"  {self.regenerated:,} of them answered again by a regeneration round (the live answer)")
+        lines += [f"left out {n:,}: {reason}" for reason, n in sorted(self.dropped.items())]
+        if self.failed:
+            lines.append(f"not completed {self.failed:,}: failed prompts are never exported (see failed.jsonl)")
+        if self.remote_note:
+            lines.append(f"note: {self.remote_note}; read the local directory only")
         return "\n".join(lines)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "source": self.source,
+            "completed": self.completed,
+            "written": self.kept,
+            "left_out": dict(sorted(self.dropped.items())),
+            "failed": self.failed,
+            "regenerated": self.regenerated,
+            "read_from": dict(sorted(self.read_from.items())),
+            "remote_note": self.remote_note,
+        }
 
 
 def conversation(rec: dict[str, Any], reasoning: bool) -> list[Message]:
@@ -155,40 +183,64 @@ def to_row(rec: dict[str, Any], opts: ExportOptions) -> dict[str, Any]:
     return row
 
 
-def _kept(out: Path, opts: ExportOptions, counts: ExportCounts) -> Iterator[dict[str, Any]]:
+def _kept(corpus: Corpus, opts: ExportOptions, counts: ExportCounts) -> Iterator[dict[str, Any]]:
     duplicates = DuplicateFinder()
-    for rec in iter_live(out):
+    for rec in corpus.iter_live():
+        counts.completed += 1
+        if "round" in rec:
+            counts.regenerated += 1
         reason = drop_reason(rec, opts, duplicates)
         if reason is not None:
             counts.dropped[reason] += 1
             continue
         counts.kept += 1
         yield rec
+    counts.read_from = {("local" if k == "local" else f"from {corpus.remote}"): n for k, n in corpus.read.items()}
 
 
-def export(out: Path, dest: Path, opts: ExportOptions) -> ExportCounts:
-    """Write ``out``'s completions to ``dest`` in ``opts.format``; returns what was kept and dropped."""
-    if not out.is_dir():
-        raise ConfigError(f"{out} is not an output directory")
+def counts_path(dest: Path) -> Path:
+    """Where the counts of an export to ``dest`` are written (beside it)."""
+    return dest.with_name(dest.name + ".counts.json")
+
+
+def export(target: str | Path, dest: Path, opts: ExportOptions) -> ExportCounts:
+    """Write the live completions of ``target`` (an output directory or a remote prefix) to ``dest`` in
+    ``opts.format``; returns what the job completed, what was written and what was left out, also written to
+    :func:`counts_path`. A completed record that cannot be read, or an export of nothing (unless
+    ``opts.allow_empty``), is an :class:`OutputError` and leaves ``dest`` as it was."""
     if opts.format not in FORMATS:
         raise ConfigError(f"unknown export format {opts.format!r}; choose one of {', '.join(FORMATS)}")
-    counts = ExportCounts()
-    counts.dropped["failed (see failed.jsonl)"] = sum(1 for _ in iter_records(out, failed=True))
-    if not counts.dropped["failed (see failed.jsonl)"]:
-        del counts.dropped["failed (see failed.jsonl)"]
+    corpus = open_corpus(target)
+    counts = ExportCounts(source=corpus.shown, failed=corpus.failed, remote_note=corpus.remote_note)
+    tmp = dest.with_name(dest.name + ".tmp")
     try:
         dest.parent.mkdir(parents=True, exist_ok=True)
         if opts.format in ("parquet", "hf"):
-            _write_table(out, dest, opts, counts)
+            _write_table(corpus, dest, opts, counts)
         else:
-            tmp = dest.with_name(dest.name + ".tmp")
-            with tmp.open("wb") as fh:
-                for rec in _kept(out, opts, counts):
-                    fh.write(orjson.dumps(to_row(rec, opts), option=orjson.OPT_APPEND_NEWLINE))
+            try:
+                with tmp.open("wb") as fh:
+                    for rec in _kept(corpus, opts, counts):
+                        fh.write(orjson.dumps(to_row(rec, opts), option=orjson.OPT_APPEND_NEWLINE))
+                _refuse_empty(counts, opts, dest)
+            except BaseException:
+                tmp.unlink(missing_ok=True)
+                raise
             tmp.replace(dest)
+        counts_path(dest).write_bytes(orjson.dumps(counts.as_dict(), option=orjson.OPT_INDENT_2))
     except OSError as exc:
         raise OutputError(f"cannot write {dest}: {exc.strerror or exc}") from exc
     return counts
+
+
+def _refuse_empty(counts: ExportCounts, opts: ExportOptions, dest: Path) -> None:
+    if counts.kept or opts.allow_empty:
+        return
+    why = "the job has no completed record" if not counts.completed else "every record was left out"
+    raise OutputError(
+        f"nothing to export from {counts.source}: {why}\n{counts.render()}\n{dest} is left as it was; pass "
+        "--allow-empty to write an empty export"
+    )
 
 
 def _table_rows(rec: dict[str, Any], opts: ExportOptions) -> dict[str, Any]:
@@ -208,7 +260,7 @@ def _table_rows(rec: dict[str, Any], opts: ExportOptions) -> dict[str, Any]:
     }
 
 
-def _write_table(out: Path, dest: Path, opts: ExportOptions, counts: ExportCounts) -> None:
+def _write_table(corpus: Corpus, dest: Path, opts: ExportOptions, counts: ExportCounts) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -225,16 +277,17 @@ def _write_table(out: Path, dest: Path, opts: ExportOptions, counts: ExportCount
         ]
     )
     with tempfile.TemporaryDirectory(dir=dest.parent) as work:
-        parquet = Path(work) / "data.parquet" if opts.format == "hf" else dest.with_name(dest.name + ".tmp")
+        parquet = Path(work) / "data.parquet"
         with pq.ParquetWriter(parquet, schema) as writer:
             batch: list[dict[str, Any]] = []
-            for rec in _kept(out, opts, counts):
+            for rec in _kept(corpus, opts, counts):
                 batch.append(_table_rows(rec, opts))
                 if len(batch) >= PARQUET_BATCH:
                     writer.write_table(pa.Table.from_pylist(batch, schema=schema))
                     batch = []
             if batch:
                 writer.write_table(pa.Table.from_pylist(batch, schema=schema))
+        _refuse_empty(counts, opts, dest)
         if opts.format == "parquet":
             parquet.replace(dest)
             return

@@ -18,8 +18,9 @@ from tests.e2e.conftest import TOKENMILL, run_cli, write_job
 from tokenmill.config import SimConfig
 from tokenmill.fleet.simprocs import start_sim
 from tokenmill.output.records_reader import iter_records
-from tokenmill.output.rounds import iter_live, rounds
+from tokenmill.output.rounds import rounds
 from tokenmill.sim.text import content_key, degeneration, degeneration_rates, render_chat
+from tokenmill.storage.corpus import open_corpus
 
 PROMPTS = 600
 SEED = 5
@@ -45,7 +46,11 @@ def inspect(out: Path) -> dict[str, Any]:
 
 
 def flagged(out: Path) -> set[str]:
-    return {r["id"] for r in iter_live(out) if {"repetition", "empty", "no_answer"} & set(r["quality"]["flags"])}
+    return {
+        r["id"]
+        for r in open_corpus(out).iter_live()
+        if {"repetition", "empty", "no_answer"} & set(r["quality"]["flags"])
+    }
 
 
 @pytest.fixture
@@ -92,12 +97,12 @@ def test_generate_inspect_regenerate_until_the_rate_is_the_baseline(sim: Any, tm
         log.close()
     partial = {r["id"] for r in iter_records(round_out)}
     assert 10 <= len(partial) < len(injected)
-    assert len(list(iter_live(out))) == PROMPTS  # one live answer per prompt, mid-round too
+    assert len(list(open_corpus(out).iter_live())) == PROMPTS  # one live answer per prompt, mid-round too
     res = run_cli("regenerate", str(job), "--no-live", timeout=300)
     assert res.returncode == 0, res.stderr
     assert "carrying on with round-001" in res.stderr
 
-    live = list(iter_live(out))
+    live = list(open_corpus(out).iter_live())
     assert len(live) == PROMPTS and len({r["id"] for r in live}) == PROMPTS
     regenerated = {r["id"] for r in live if r.get("round") == 1}
     assert regenerated == injected

@@ -102,8 +102,9 @@ def test_specforge_rows_pass_its_loader_rules(out: Path, tmp_path: Path) -> None
     got = rows(dest)
     assert set(got) == {"a", "b", "t", "multi"}
     assert all(specforge_valid(r["conversations"]) for r in got.values())
-    assert counts.kept == 4
-    assert counts.dropped == {"empty completion": 1, "failed (see failed.jsonl)": 1}
+    assert counts.kept == 4 and counts.completed == 5 and counts.failed == 1
+    assert counts.dropped == {"empty completion": 1}
+    assert orjson.loads((tmp_path / "sf.jsonl.counts.json").read_bytes())["written"] == 4
     assert got["a"]["prompt_token_ids"] == [1, 2] and got["a"]["completion_token_ids"] == [3, 4]
     assert got["a"]["conversations"][-1]["reasoning_content"] == "thinking a"
     assert got["t"]["conversations"] == [

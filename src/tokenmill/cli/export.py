@@ -7,13 +7,19 @@ from typing import Any
 
 import click
 
-from tokenmill.export import FORMATS, ExportOptions, export
+from tokenmill.export import FORMATS, ExportOptions, counts_path, export
 
 
 @click.command(name="export")
-@click.argument("out", type=click.Path(file_okay=False, path_type=Path))
+@click.argument("target", metavar="OUT | PREFIX")
 @click.option("--format", "fmt", type=click.Choice(FORMATS), required=True, help="What to write.")
-@click.option("--output", "-o", "dest", type=click.Path(path_type=Path), help="Where (default: OUT/export.<ext>).")
+@click.option(
+    "--output",
+    "-o",
+    "dest",
+    type=click.Path(path_type=Path),
+    help="Where (default: OUT/export.<format>.<ext>; for a PREFIX, export.<format>.<ext> here).",
+)
 @click.option("--reasoning", type=click.Choice(["keep", "drop"]), default="keep", show_default=True)
 @click.option(
     "--drop",
@@ -27,14 +33,24 @@ from tokenmill.export import FORMATS, ExportOptions, export
 @click.option("--min-tokens", type=int, help="Leave out completions with fewer completion tokens.")
 @click.option("--max-tokens", type=int, help="Leave out completions with more completion tokens.")
 @click.option("--no-token-ids", is_flag=True, help="Do not write captured token ids.")
+@click.option("--allow-empty", is_flag=True, help="Write an empty export instead of failing when no record is left.")
 def export_cmd(
-    out: Path, fmt: str, dest: Path | None, no_token_ids: bool, drop: str, drop_truncated: bool, **kw: Any
+    target: str, fmt: str, dest: Path | None, no_token_ids: bool, drop: str, drop_truncated: bool, **kw: Any
 ) -> None:
-    """Write OUT's completions as training data: the conversation with the generated assistant turn(s).
+    """Write the job's completions as training data: the conversation with the generated assistant turn(s).
+
+    Reads every live record of the job wherever it is: OUT's shards, and from the job's output.remote (with the
+    credentials in the environment, as for the run) the shards that live there only (offloaded after upload,
+    taken over by a fresh machine, other partitions'); given the remote PREFIX (s3://..., file://...) it reads the
+    job from the prefix alone, from any machine. A prompt answered again by `tokenmill regenerate` is exported
+    with its latest answer. Prints (and writes to DEST.counts.json) how many records the job completed, how many
+    were written and why any were left out; a completed record that cannot be read fails the export (exit 2),
+    and so does an export of nothing unless --allow-empty.
 
     \b
     Example:
         tokenmill export out/ --format specforge -o train.jsonl --drop degenerate,duplicate
+        tokenmill export s3://bucket/corpora/run-1/ --format sharegpt -o train.jsonl
     """
     from tokenmill.quality.corpus import parse_selectors
 
@@ -42,7 +58,8 @@ def export_cmd(
     if drop_truncated and "truncated" not in selectors:
         selectors = ("truncated", *selectors)
     ext = {"parquet": "parquet", "hf": "hf"}.get(fmt, "jsonl")
-    target = dest or out / f"export.{fmt}.{ext}"
+    name = f"export.{fmt}.{ext}"
+    where = dest or (Path(name) if "://" in target else Path(target) / name)
     opts = ExportOptions(format=fmt, token_ids=not no_token_ids, drop=selectors, **kw)  # type: ignore[arg-type]
-    counts = export(out, target, opts)
-    click.echo(f"wrote {target}\n{counts.render()}")
+    counts = export(target, where, opts)
+    click.echo(f"{where}: {counts.render()}\ncounts in {counts_path(where)}")

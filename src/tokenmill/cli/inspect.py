@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import click
 import orjson
 
@@ -24,22 +22,18 @@ def inspect_cmd(target: str, examples: int, as_json: bool, train_max_length: int
     Counts and rates per signal (truncated, empty, no_answer: reasoning without a final answer, repetition: a
     loop at the answer's end, duplicate: an answer another prompt already got), output lengths per finish
     reason, the worst examples with their ids and the part of the answer that shows the problem. Works on a
-    run in progress; given the job's remote PREFIX (s3://..., credentials from the environment as for the run)
-    it reads the uploaded shards from any machine.
+    run in progress. Reads every live record wherever it is: OUT's shards, and those that live at the job's
+    output.remote only (offloaded, taken over, other partitions'); given the job's remote PREFIX (s3://...,
+    credentials from the environment as for the run) it reads the job from the prefix alone, from any machine.
 
     \b
     Then:
         tokenmill export OUT --format sharegpt --drop degenerate,duplicate
         tokenmill regenerate JOB.yaml --where repetition,empty --sampling seed=1
     """
-    from tokenmill.quality.corpus import inspect_output, inspect_remote
+    from tokenmill.quality.corpus import inspect_output
 
-    if "://" in target:
-        result = inspect_remote(target, examples)
-    elif Path(target).is_dir():
-        result = inspect_output(Path(target), examples)
-    else:
-        raise click.BadParameter(f"{target} is not a directory (give OUT, or a remote prefix URL)")
+    result = inspect_output(target, examples)
     cut = result.train_cut(train_max_length) if train_max_length is not None else None
     if as_json:
         data = result.as_dict()

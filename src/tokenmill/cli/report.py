@@ -41,14 +41,14 @@ def report(out: str, dest: str | None, max_points: int, no_quality: bool) -> Non
     if "://" in out:
         import tempfile
 
-        from tokenmill.quality.corpus import inspect_remote
+        from tokenmill.quality.corpus import inspect_output
         from tokenmill.storage.store import Store
         from tokenmill.storage.view import fetch_view
 
         with tempfile.TemporaryDirectory(prefix="tokenmill-report-") as tmp:
             view = fetch_view(Store(out), Path(tmp))
             target = Path(dest or "report.html").absolute()
-            corpus = None if no_quality else inspect_remote(out)
+            corpus = None if no_quality else inspect_output(out)
             path = build_report(view.root, target, max_points, quality=not no_quality, corpus=corpus)
         click.echo(f"report written to {path} (figures as PNG in {path.parent / path.stem})")
         return

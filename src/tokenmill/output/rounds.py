@@ -9,8 +9,9 @@ OUT/regenerate/round-001/                the round's own output directory (shard
 Nothing is rewritten: sealed shards stay as they were (uploaded copies too). The **live** answer of a prompt is
 its record in the latest round that completed it, else its record in OUT itself; earlier answers are kept
 aside in place. A prompt whose regeneration failed keeps its earlier answer (the failure is in the round's
-``failed.jsonl``). Everything that reads a corpus (``inspect``, ``export``, ``verify``, ``regenerate``) goes
-through :func:`iter_live`, so no prompt ever has two live answers.
+``failed.jsonl``). Everything that reads a corpus (``inspect``, ``export``, ``report``, ``regenerate``) goes
+through :func:`merge_live` (:mod:`tokenmill.storage.corpus` reads the records wherever they are), and ``verify``
+through :func:`superseding`, so no prompt ever has two live answers.
 """
 
 from __future__ import annotations
@@ -109,11 +110,6 @@ def superseding(out: Path, found: list[Round] | None = None) -> dict[str, int]:
     """Prompt id -> the latest round that answered it (the prompts whose live answer is not in ``out``)."""
     sources = [(r.number, _reader(r.out)) for r in (rounds(out) if found is None else found)]
     return latest_rounds(sources)
-
-
-def iter_live(out: Path) -> Iterator[dict[str, Any]]:
-    """Every prompt's live completion record: ``out``'s own, then the rounds' (each with ``"round": n``)."""
-    return merge_live(iter_records(out), [(r.number, _reader(r.out)) for r in rounds(out)])
 
 
 RoundRecords = tuple[int, Callable[[], Iterable[dict[str, Any]]]]

@@ -16,15 +16,13 @@ from array import array
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from functools import partial
 from pathlib import Path
 from typing import Any
 
 from tokenmill.errors import ConfigError
 from tokenmill.fmt import UNKNOWN, num
-from tokenmill.output.records_reader import iter_records
-from tokenmill.output.rounds import RoundRecords, iter_live, merge_live
 from tokenmill.quality.signals import FLAGS, combined, final_answer, signals
+from tokenmill.storage.corpus import open_corpus
 
 DEGENERATE = ("repetition", "empty", "no_answer")
 """Signals that make an answer waste to train on (``truncated`` alone may be a long, good answer)."""
@@ -400,25 +398,8 @@ def inspect_records(
     return tally.finish()
 
 
-def inspect_output(out: Path, examples: int = EXAMPLES) -> CorpusQuality:
-    """The quality of an output directory's live completions (a run in progress too: whole lines only)."""
-    if not out.is_dir():
-        raise ConfigError(f"{out} is not an output directory")
-    failed = sum(1 for _ in iter_records(out, failed=True))
-    return inspect_records(iter_live(out), str(out), failed, examples)
-
-
-def inspect_remote(url: str, examples: int = EXAMPLES) -> CorpusQuality:
-    """The quality of the live completions of the job at remote prefix ``url`` (its sealed shards and its
-    regeneration rounds' prefixes; credentials from the environment, as for the run)."""
-    from tokenmill.storage.complete import totals
-    from tokenmill.storage.records import iter_remote_records, round_prefixes
-    from tokenmill.storage.store import Store
-
-    store = Store(url)
-    listing = store.list()
-    sources: list[RoundRecords] = []
-    for number, prefix in round_prefixes(store, listing).items():
-        sources.append((number, partial(iter_remote_records, Store(prefix))))
-    live = merge_live(iter_remote_records(store, listing), sources)
-    return inspect_records(live, store.shown, totals(store)["failed"], examples)
+def inspect_output(target: str | Path, examples: int = EXAMPLES) -> CorpusQuality:
+    """The quality of the live completions of an output directory or a remote prefix, wherever its records are
+    (:func:`~tokenmill.storage.corpus.open_corpus`; a run in progress too: whole lines only)."""
+    corpus = open_corpus(target)
+    return inspect_records(corpus.iter_live(), corpus.shown, corpus.failed, examples)

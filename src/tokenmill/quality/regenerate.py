@@ -16,8 +16,9 @@ import yaml
 
 from tokenmill.config import InputSpec, JobSpec, SamplingSpec
 from tokenmill.errors import ConfigError
-from tokenmill.output.rounds import Round, iter_live
+from tokenmill.output.rounds import Round
 from tokenmill.quality.corpus import DuplicateFinder, answer_chars, record_quality, selected
+from tokenmill.storage.corpus import open_corpus
 from tokenmill.storage.prefix import DIR as REMOTE_OWN_DIR
 
 _SAMPLING_FIELDS = frozenset(SamplingSpec.model_fields) - {"extra_body"}
@@ -65,7 +66,7 @@ def choose(out: Path, selectors: tuple[str, ...]) -> tuple[list[dict[str, Any]],
     rows: list[dict[str, Any]] = []
     counts: Counter[str] = Counter()
     duplicates = DuplicateFinder()
-    for rec in iter_live(out):
+    for rec in open_corpus(out).iter_live():
         quality = record_quality(rec)
         repeat = "duplicate" in selectors and (
             duplicates.seen(str(rec.get("id")), quality["answer_hash"], answer_chars(rec)) is not None

@@ -88,6 +88,7 @@ class Store:
             )
         self.url = url if url.endswith("/") else url + "/"
         self.shown = display_url(self.url)
+        self.options: dict[str, Any] = dict(storage_options or {})  # for the stores of prefixes under this one
         self._hook = hook
         try:
             from fsspec.core import url_to_fs
@@ -168,6 +169,19 @@ class Store:
             except FileNotFoundError:
                 return None
             return Tagged(bytes(data), str(tag) if tag else None)
+
+        return self._call("read", name, run)
+
+    def get(self, name: str) -> bytes | None:
+        """An object's bytes (one request, no replace tag), or None when it does not exist."""
+
+        def run() -> bytes | None:
+            path = self._path(name)
+            self._fs.invalidate_cache(path)
+            try:
+                return bytes(self._fs.cat_file(path))
+            except FileNotFoundError:
+                return None
 
         return self._call("read", name, run)
 
