@@ -37,6 +37,20 @@ def _lines(path: Path) -> Iterator[tuple[int, bytes]]:
         raise OutputError(f"cannot read {path}: {exc.strerror or exc}") from exc
 
 
+def iter_file(path: Path) -> Iterator[dict[str, Any]]:
+    """The records of one JSONL file of the output (whole lines only; none when it does not exist); a bad line
+    names file and line."""
+    if not path.exists():
+        return
+    for lineno, line in _lines(path):
+        try:
+            obj = orjson.loads(line)
+        except ValueError as exc:
+            raise OutputError(f"{path}:{lineno} is not valid JSON ({exc}); run `tokenmill verify`") from exc
+        if isinstance(obj, dict):
+            yield obj
+
+
 def iter_records(root: Path, failed: bool = False) -> Iterator[dict[str, Any]]:
     """Completion records (or, with ``failed``, the records of failed.jsonl and of each partition's failed
     file); a bad line names file and line."""
@@ -49,10 +63,4 @@ def iter_records(root: Path, failed: bool = False) -> Iterator[dict[str, Any]]:
                 path = sealed
             else:
                 continue
-        for lineno, line in _lines(path):
-            try:
-                obj = orjson.loads(line)
-            except ValueError as exc:
-                raise OutputError(f"{path}:{lineno} is not valid JSON ({exc}); run `tokenmill verify`") from exc
-            if isinstance(obj, dict):
-                yield obj
+        yield from iter_file(path)

@@ -27,15 +27,16 @@ from typing import Any
 
 import orjson
 
-from tokenmill.config import MASKED
 from tokenmill.errors import OutputError, StoreError
 from tokenmill.output import layout, manifest, offload
 from tokenmill.output.identity import read_record
+from tokenmill.output.records_reader import iter_file
 from tokenmill.output.rounds import merge_live, rounds
 from tokenmill.output.scan import scan_bytes
 from tokenmill.storage.prefix import DIR, MANIFEST, RemoteManifest, manifest_writers, shard_of, writer_manifest
 from tokenmill.storage.records import round_prefixes
 from tokenmill.storage.store import Store, display_url
+from tokenmill.storage.verify import remote_target
 
 log = logging.getLogger(__name__)
 
@@ -222,32 +223,21 @@ def _job_store(out: Path) -> tuple[Store | None, str | None, str | None]:
     cannot be opened, and the job's id."""
     record = read_record(out) or {}
     job_id = record.get("job_id") if isinstance(record.get("job_id"), str) else None
-    spec = record.get("spec")
-    output = spec.get("output") if isinstance(spec, dict) else None
-    url = output.get("remote") if isinstance(output, dict) else None
-    if not url or not isinstance(output, dict):
+    output = (record.get("spec") or {}).get("output") or {}
+    if not output.get("remote"):
         return None, None, job_id
     try:
-        return Store(str(url), _unmasked(dict(output.get("storage_options") or {}))), None, job_id
+        url, options, _ = remote_target(out)
+        return Store(url, options), None, job_id
     except StoreError as exc:
         return None, f"its output.remote cannot be opened ({exc})", job_id
-
-
-def _unmasked(options: dict[str, Any]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in options.items():
-        if isinstance(value, dict):
-            out[key] = _unmasked(value)
-        elif value != MASKED:
-            out[key] = value
-    return out
 
 
 def _local_failed(out: Path) -> set[str]:
     ids: set[str] = set()
     parts = sorted(layout.list_dir(out).partitions)
     for path in [out / layout.FAILED, *(out / layout.Names(p).failed for p in parts)]:
-        ids.update(str(rec.get("id")) for rec in _file_lines(path, str(path)))
+        ids.update(str(rec.get("id")) for rec in iter_file(path))
     return ids
 
 
@@ -384,20 +374,7 @@ def _local_lines(ref: ShardRef) -> Iterator[dict[str, Any]]:
             path = sealed
     if not path.exists():
         raise OutputError(f"{path} is gone; its {_records(ref)} are not read: run `tokenmill verify` on the directory")
-    return _file_lines(path, str(path))
-
-
-def _file_lines(path: Path, where: str) -> Iterator[dict[str, Any]]:
-    try:
-        fh = path.open("rb")
-    except FileNotFoundError:
-        return
-    except OSError as exc:
-        raise OutputError(f"cannot read {where}: {exc.strerror or exc}") from exc
-    with fh:
-        for lineno, line in enumerate(fh, 1):
-            if line.endswith(b"\n"):  # a torn last line (a write cut short) is not a record
-                yield _decode(line, where, lineno)
+    return iter_file(path)
 
 
 def _data_lines(data: bytes, where: str) -> Iterator[dict[str, Any]]:
