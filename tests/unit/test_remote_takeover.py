@@ -216,8 +216,10 @@ def test_success_is_written_once_by_whichever_partition_finds_all_done(tmp_path:
     marker = orjson.loads(store.read(MARKER).data)  # type: ignore[union-attr]
     assert (marker["shards"], marker["completions"], marker["failed"]) == (5, 45, 1)
     assert set(first.written) <= second.done  # partition 1 knew what partition 0 did, from the prefix alone...
+    markers = {n: store.read(n) for n in (MARKER, done_marker(0), done_marker(1))}
     again = one_run(jobs[1], ids(0, 45), partition=(1, 2))  # ...and a rerun sees what every partition did
     assert again.written == [] and again.done >= {*ids(0, 45), "x0"}
+    assert again.status.marker and {n: store.read(n) for n in markers} == markers  # nothing new: none rewritten
     assert audit_prefix(store, [*ids(0, 45), "x0"]).ok
 
 

@@ -7,7 +7,9 @@ Record kinds (every record has ``kind``, ``t`` = wall-clock seconds and ``run`` 
 - ``tick``: one snapshot, encoded by :meth:`tokenmill.monitor.snapshot.Snapshot.to_event` (``client`` numbers,
   ``servers`` rows, the doctor's current verdicts in short), plus the client metrics the run's watch adds;
 - ``verdicts``: the doctor's shown verdicts changed (full verdicts, possibly none);
-- ``end``: the run ended (finished or stopped) after ``elapsed_s``.
+- ``end``: the run ended (finished or stopped) after ``elapsed_s``;
+- ``reopen``: the run adds to a job its prefix marked finished, asked to (``reason``: ``--reopen``,
+  ``retry-failed``, ``--repair-remote``); the prefix's ``_SUCCESS`` is withdrawn until the job is done again.
 
 The ``format`` of a ``start`` record (:data:`EVENT_FORMAT`) says how that run's ticks are encoded; a start record
 without one is format 1, whose ticks :func:`tokenmill.monitor.snapshot.upgrade_tick` reads.

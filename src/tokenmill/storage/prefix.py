@@ -12,7 +12,8 @@ PREFIX/_tokenmill/failed.jsonl, ...    the local failed/skipped records, event l
                                        copied as they grow (``failed.p002.jsonl`` for partition 2)
 PREFIX/_tokenmill/done.p002.json       partition 2 finished with every shard uploaded (its counts)
 PREFIX/_SUCCESS                        the final marker, written once, last, when the whole job is complete
-                                       and every shard is uploaded; withdrawn when a later run adds shards
+                                       and every shard is uploaded; withdrawn only by a run asked to reopen
+                                       the finished job (its input grew: ``run --reopen``; ``retry-failed``)
 
 Everything but the shards starts with ``_`` so that readers which skip such names (Spark, Hadoop, most dataset
 loaders) see only the shards. A prefix is claimed by creating the claim with a put-if-absent: of two jobs that
