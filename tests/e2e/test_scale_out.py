@@ -57,7 +57,7 @@ def make_job(tmp: Path, fleet: list[SimProcess], s3: S3, data: Path, **upload: A
 
 
 def start(job: Path, out: Path, *args: str) -> subprocess.Popen[str]:
-    cmd = [*TOKENMILL, "run", str(job), "--no-live", "-o", str(out), *args]
+    cmd = [*TOKENMILL, "run", str(job), "--no-live", "-o", str(out), "--upload", *args]  # -o alone: a trial
     out.parent.mkdir(parents=True, exist_ok=True)
     log = (out.parent / f"{out.name}.log").open("w")
     return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, text=True, env={**os.environ, **TEST_ENV})

@@ -160,8 +160,8 @@ def execute_partitions(job: JobSpec, count: int, ray_address: str, allow_changed
 @click.option(
     "--upload",
     is_flag=True,
-    help="Upload a trial run to the job's output.remote after all (with --limit/--offset it never writes the "
-    "prefix's _SUCCESS: the run of the whole input does).",
+    help="Upload a trial run to the job's output.remote after all, e.g. -o a fresh directory that carries the job "
+    "on (with --limit/--offset it never writes the prefix's _SUCCESS: the run of the whole input does).",
 )
 @click.option(
     "--reopen",
