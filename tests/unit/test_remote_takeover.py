@@ -285,3 +285,53 @@ def test_a_long_run_folds_its_index_and_a_take_over_needs_no_shard_object(
     state = read_remote(store)
     assert not state.problems and state.writers[None].from_bodies == 0  # every id from the index
     assert state.done()[0] == set(ids(0, 60))
+
+
+def test_unlisted_uploads_are_scanned_as_they_are_read_never_all_held_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tokenmill.storage import readback
+
+    job = make_job(tmp_path, tmp_path / "a")
+    one_run(job, ids(0, 100), finished=False)  # 10 shards up
+    store = store_of(job)
+    claim, tag = claim_of(store), store.read(MANIFEST).tag  # type: ignore[union-attr]
+    claim.shards.clear()  # as if the writer died before listing any of them: every object is read
+    claim.index.clear()
+    store.replace_bytes(MANIFEST, claim.encode(), tag)
+    read, scanned, ahead = [0], [0], [0]
+    plain_read, plain_scan = store.read, readback.scan_bytes
+
+    def counted_read(name: str) -> Any:
+        got = plain_read(name)
+        read[0] += name.startswith("completions_")
+        return got
+
+    def counted_scan(data: bytes, kind: Any, where: str) -> Any:
+        if kind == "ok":
+            ahead[0] = max(ahead[0], read[0] - scanned[0])
+            scanned[0] += 1
+        return plain_scan(data, kind, where)
+
+    monkeypatch.setattr(store, "read", counted_read)
+    monkeypatch.setattr(readback, "scan_bytes", counted_scan)
+    state = readback.read_remote(store, workers=2)
+    assert not state.problems and state.writers[None].from_bodies == 10
+    assert state.done()[0] == set(ids(0, 100))
+    assert read[0] == scanned[0] == 10
+    assert ahead[0] <= 3  # the workers' reads and the next one, not the ten bodies
+
+
+def test_a_take_over_leaves_out_the_remote_failures_a_shard_completes(tmp_path: Path) -> None:
+    from tokenmill.output.manifest import ManifestEntry
+    from tokenmill.output.takeover import take_over
+
+    root = tmp_path / "out"
+    root.mkdir()
+    (root / layout.FAILED).write_bytes(orjson.dumps({"id": "p0009", "status": "failed"}) + b"\n")  # local: kept
+    entries = [ManifestEntry("completions_000000.jsonl", 3, 30, "0" * 64, ids(0, 3), 3, 3, 1.0)]
+    remote = b"".join(orjson.dumps({"id": rid, "status": "failed"}) + b"\n" for rid in ("p0001", "p0007", "p0009"))
+    taken = take_over(root, None, entries, lambda shard: f"file:///r/{shard}", remote)
+    failed = [orjson.loads(line)["id"] for line in (root / layout.FAILED).read_bytes().splitlines()]
+    assert failed == ["p0009", "p0007"]  # p0001 was retried and completed; p0009 is already recorded here
+    assert (taken.shards, taken.completions, taken.failed) == (1, 3, 1)

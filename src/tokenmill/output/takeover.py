@@ -61,7 +61,8 @@ def take_over(
     ``where(shard)`` is the shard's remote URL, for ``offloaded.jsonl``."""
     names = layout.Names(partition)
     entries = sorted(entries, key=lambda e: e.shard)
-    completed = {rid for e in entries for rid in e.ids}
+    remote_failed = {rid for line in failed.splitlines() if (rid := _key(line, "id")) is not None}
+    completed = {rid for e in entries for rid in e.ids if rid in remote_failed}  # not a set of every id
     n_failed = _join(root / names.failed, failed, "id", completed)
     n_skipped = _join(root / names.skipped, skipped, "source", set())
     offload.record_many(root, [(e.shard, e.sha256, where(e.shard)) for e in entries])

@@ -21,8 +21,9 @@ disagrees to ``_tokenmill/aside/`` (kept, never deleted); the prompts concerned 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Literal, TypeVar
 
@@ -205,9 +206,10 @@ def _resolve(state: RemoteState, wanted: list[WriterState], foreign: set[str], w
         for local in (layout.Names(ws.writer).failed, layout.Names(ws.writer).skipped):
             if side_name(local) in listing:
                 bodies.append((ws, side_name(local), None))
-    read = _parallel(workers, [name for _, name, _ in bodies], store.read)
-    for ws, name, expected in bodies:
-        got = read[name]
+    # Each object is dropped once scanned: at most ``workers`` bodies are held at a time, not every one read (a
+    # writer killed after many uploads leaves many unlisted shards, 5 MB each or more at long answers).
+    read = _streamed(workers, [name for _, name, _ in bodies], store.read)
+    for (ws, name, expected), got in zip(bodies, read, strict=True):
         if name.startswith("_"):
             if got is not None and name == side_name(layout.Names(ws.writer).failed):
                 ws.failed, ws.failed_data = scan_bytes(got.data, "failed", store.where(name)), got.data
@@ -298,6 +300,24 @@ def repair(state: RemoteState) -> list[str]:
     for line in changes:
         log.warning("remote repaired: %s", line)
     return changes
+
+
+def _streamed(workers: int, items: list[T], fn: Callable[[T], R]) -> Iterator[R]:
+    """``fn(item)`` of every item, in order, computed ``workers`` at a time; at most ``workers`` results wait
+    to be taken, so a caller that drops each one holds no more than that."""
+    if len(items) <= 1:
+        yield from map(fn, items)
+        return
+    with ThreadPoolExecutor(min(workers, len(items))) as pool:
+        ahead: deque[Future[R]] = deque(pool.submit(fn, item) for item in items[:workers])
+        queued = iter(items[workers:])
+        while ahead:
+            result = ahead.popleft().result()
+            for item in queued:
+                ahead.append(pool.submit(fn, item))
+                break
+            yield result
+            del result
 
 
 def _parallel(workers: int, items: list[T], fn: Callable[[T], R]) -> dict[T, R]:
