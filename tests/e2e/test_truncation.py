@@ -57,6 +57,21 @@ def test_answers_longer_than_the_default_max_tokens_are_shown_cut(fleet: list[Si
     suggested = int(truncated["changes"][0].removeprefix("--max-tokens "))
     assert suggested > DEFAULT_MAX_TOKENS
     assert "doctor: answers cut at max_tokens" in res.stderr
+    # a trainer at 1,000 tokens cuts every record (answers of ~the whole max_tokens); at their longest, none
+    inspect = run_cli("inspect", str(out), "--train-max-length", "1000")
+    assert inspect.returncode == 0, inspect.stderr
+    assert "train max length 1,000: 60 of 60 records (100.0%) are longer and would be cut" in inspect.stdout
+    longest = max(r["prompt_tokens"] + r["completion_tokens"] for r in done)
+    inspect = run_cli("inspect", str(out), "--json", "--train-max-length", str(longest))
+    assert orjson.loads(inspect.stdout)["train_cut"]["records_cut"] == 0
+
+
+def test_plan_says_what_a_train_max_length_cuts() -> None:
+    res = run_cli("plan", "-m", "qwen3-32b", "-g", "h100", "--no-what-if", "--input-len", "300", "--output-len",
+                  "2700", "--train-max-length", "4096", "--json")  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    cut = orjson.loads(res.stdout)["train_cut"]
+    assert cut["max_length"] == 4096 and 0.05 < cut["records"] < 0.5 and 0 < cut["tokens"] < cut["records"]
 
 
 def _conversations(path: Path, n: int) -> Path:

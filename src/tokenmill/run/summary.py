@@ -93,7 +93,7 @@ class Summary:
         gpus = sum(s.gpus for s in servers)
         fleet = sum(decoded) if decoded else None
         finished = state == "finished"
-        shown = next((v.binds for v in snap.verdicts[:1] if v.binds), None)
+        shown = next((v.binds for v in snap.verdicts if v.binds), None)  # a verdict about the corpus binds nothing
         return cls(
             finished=finished,
             output_dir=output_dir,
