@@ -39,4 +39,4 @@ def test_regenerate_all_then_export_specforge(fleet: list[SimProcess], tmp_path:
     assert len(rows) == 40 and all(specforge_valid(r["conversations"]) for r in rows)
     three = next(r for r in rows if r["id"] == "c2")
     assert [m["role"] for m in three["conversations"]] == ["user", "assistant"] * 3
-    assert "kept 40" in res.stdout
+    assert "wrote 40 of 40 completed records" in res.stdout

@@ -138,3 +138,12 @@ def test_reading_a_run_in_progress_follows_a_shard_sealed_since_the_listing(
     assert (root / "completions_000000.jsonl").exists()
     monkeypatch.setattr(records_reader, "shard_paths", lambda _root: [root / "completions_000000.jsonl.open"])
     assert [r["id"] for r in records_reader.iter_records(root)] == ["r0", "r1", "r2"]
+
+
+def test_a_round_whose_shards_were_offloaded_after_upload_is_finished(out: Path) -> None:
+    rows, _ = choose(out, ("degenerate",))
+    rnd = create(out, rows, {"where": ["degenerate"]})
+    write(rnd.out, [rec("b", "an answer"), rec("c", "a real answer")])
+    for shard in rnd.out.glob("completions_*.jsonl"):
+        shard.unlink()  # delete_after_upload: the shard lives at the remote only, its manifest line stays
+    assert rnd.progress() == (2, 2) and rnd.finished()

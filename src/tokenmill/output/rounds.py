@@ -25,6 +25,7 @@ from typing import Any
 import orjson
 
 from tokenmill.errors import OutputError
+from tokenmill.output import layout, manifest
 from tokenmill.output.fsio import atomic_write, fsync_dir, output_error
 from tokenmill.output.records_reader import iter_records
 
@@ -67,8 +68,13 @@ class Round:
 
     def progress(self) -> tuple[int, int]:
         """(prompts answered or failed, prompts in the round)."""
-        done = {str(r.get("id")) for r in iter_records(self.out)} if self.out.is_dir() else set()
-        failed = {str(r.get("id")) for r in iter_records(self.out, failed=True)} if self.out.is_dir() else set()
+        if not self.out.is_dir():
+            return 0, int(self.header().get("prompts", 0))
+        done = {str(r.get("id")) for r in iter_records(self.out)}
+        for writer in [None, *sorted(layout.list_dir(self.out).partitions)]:  # shards offloaded after upload too
+            for entry in manifest.read(self.out / layout.Names(writer).manifest).entries.values():
+                done.update(entry.ids)
+        failed = {str(r.get("id")) for r in iter_records(self.out, failed=True)}
         return len(done | failed), int(self.header().get("prompts", 0))
 
     def finished(self) -> bool:

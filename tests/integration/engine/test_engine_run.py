@@ -97,6 +97,8 @@ async def test_run_completes_every_prompt_once(
     for rec in done:
         assert (rec["finish_reason"], rec["completion_tokens"]) == ("length", MAX_TOKENS)
         assert (rec["model"], rec["server"]) == ("tiny", engine_server.base_url)
+        assert rec["origin"]["served_model"] == "tiny" and rec["origin"]["engine"] == "vllm"
+        assert rec["origin"]["engine_version"].startswith("0.32") and rec["origin"]["flags_hash"] is None
         assert rec["prompt_tokens"] == len(rec["prompt_token_ids"]) > 0
         assert len(rec["completion_token_ids"]) == MAX_TOKENS
         assert decodes_to(tiny_tokenizer.decode(rec["completion_token_ids"]), rec["completion"])
