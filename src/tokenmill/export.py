@@ -15,6 +15,10 @@ when the run captured them (``save_token_ids``): ``prompt_token_ids``/``completi
 (``drop``: truncated, empty, no_answer, repetition, degenerate, duplicate — the later copies of an answer
 given to several prompts) or outside a completion-token range; empty completions are never exported. The
 counts say what was kept and why the rest was dropped.
+
+A job with ``samples: N`` exports one row per answer (its id ``{id}_gen{k}``, the input row's id in
+``primary_id``, ``sample`` k), or with ``samples="grouped"`` one row per prompt, ``{"id", "answers": [...]}``
+(:mod:`tokenmill.quality.samples`; JSON lines formats only).
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from __future__ import annotations
 import shutil
 import tempfile
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -31,6 +35,7 @@ import orjson
 
 from tokenmill.errors import ConfigError, OutputError
 from tokenmill.quality.corpus import DuplicateFinder, answer_chars, record_quality, selected
+from tokenmill.quality.samples import SampleGroups
 from tokenmill.records import Message
 from tokenmill.storage.corpus import Corpus, open_corpus
 
@@ -38,6 +43,7 @@ Format = Literal["sharegpt", "openai-messages", "specforge", "parquet", "hf"]
 FORMATS: tuple[Format, ...] = ("sharegpt", "openai-messages", "specforge", "parquet", "hf")
 _SHAREGPT_FROM = {"system": "system", "user": "human", "assistant": "gpt"}
 PARQUET_BATCH = 1000
+GROUP_BUFFER = 8192  # export --samples grouped: at most this many answers held (quality.samples.SampleGroups)
 DROP_REASONS = {
     "truncated": "truncated (finish_reason length)",
     "empty": "empty completion",
@@ -59,6 +65,8 @@ class ExportOptions:
     max_tokens: int | None = None
     token_ids: bool = True
     allow_empty: bool = False  # writing no row at all is an error unless asked for
+    samples: Literal["answers", "grouped"] = "answers"  # samples: N — one row per answer, or one per prompt
+    group_buffer: int = GROUP_BUFFER  # --samples grouped: answers held at most while their prompt's others come
 
 
 @dataclass(slots=True)
@@ -74,6 +82,8 @@ class ExportCounts:
     regenerated: int = 0  # live records that are a regeneration round's answer
     read_from: dict[str, int] = field(default_factory=dict)  # the job's own records by where they lived
     remote_note: str | None = None
+    groups: int | None = None  # --samples grouped: rows written, one per prompt (None: one row per answer)
+    incomplete_groups: int = 0  # of them, with fewer answers than samples (failed, left out, or held too long)
 
     def render(self) -> str:
         where = ", ".join(f"{n:,} {kind}" for kind, n in sorted(self.read_from.items()) if n)
@@ -83,6 +93,11 @@ class ExportCounts:
         if self.regenerated:
             lines.append(f"  {self.regenerated:,} of them answered again by a regeneration round (the live answer)")
         lines += [f"left out {n:,}: {reason}" for reason, n in sorted(self.dropped.items())]
+        if self.groups is not None:
+            lines.append(
+                f"  grouped into {self.groups:,} rows, one per prompt; {self.incomplete_groups:,} with fewer answers "
+                "than samples (an answer failed, was left out, or came after its group was written)"
+            )
         if self.failed:
             lines.append(f"not completed {self.failed:,}: failed prompts are never exported (see failed.jsonl)")
         if self.remote_note:
@@ -99,6 +114,7 @@ class ExportCounts:
             "regenerated": self.regenerated,
             "read_from": dict(sorted(self.read_from.items())),
             "remote_note": self.remote_note,
+            **({"groups": self.groups, "incomplete_groups": self.incomplete_groups} if self.groups is not None else {}),
         }
 
 
@@ -178,12 +194,16 @@ def to_row(rec: dict[str, Any], opts: ExportOptions) -> dict[str, Any]:
         row["conversations"] = messages
     else:
         row["messages"] = messages
+    if rec.get("sample") is not None:  # samples: N — the id is {primary_id}_gen{sample}
+        row["primary_id"], row["sample"] = rec.get("primary_id"), rec["sample"]
     if opts.token_ids:
         row.update(_token_ids(rec))
     return row
 
 
-def _kept(corpus: Corpus, opts: ExportOptions, counts: ExportCounts) -> Iterator[dict[str, Any]]:
+def _kept(
+    corpus: Corpus, opts: ExportOptions, counts: ExportCounts, left_out: Callable[[dict[str, Any]], None] | None = None
+) -> Iterator[dict[str, Any]]:
     duplicates = DuplicateFinder()
     for rec in corpus.iter_live():
         counts.completed += 1
@@ -192,10 +212,32 @@ def _kept(corpus: Corpus, opts: ExportOptions, counts: ExportCounts) -> Iterator
         reason = drop_reason(rec, opts, duplicates)
         if reason is not None:
             counts.dropped[reason] += 1
+            if left_out is not None:
+                left_out(rec)
             continue
         counts.kept += 1
         yield rec
     counts.read_from = {("local" if k == "local" else f"from {corpus.remote}"): n for k, n in corpus.read.items()}
+
+
+def _jsonl_rows(corpus: Corpus, opts: ExportOptions, counts: ExportCounts) -> Iterator[dict[str, Any]]:
+    """The exported JSON rows: one per kept record, or with ``--samples grouped`` one per prompt."""
+    if opts.samples == "grouped":
+        yield from _grouped(corpus, opts, counts)
+        return
+    for rec in _kept(corpus, opts, counts):
+        yield to_row(rec, opts)
+
+
+def _grouped(corpus: Corpus, opts: ExportOptions, counts: ExportCounts) -> Iterator[dict[str, Any]]:
+    """``--samples grouped``: one row per prompt, its answers' rows in ``answers`` (quality.samples)."""
+    groups = SampleGroups(opts.group_buffer)
+    for rec in _kept(corpus, opts, counts, groups.left_out):
+        groups.add(rec, to_row(rec, opts))
+        yield from groups.take()
+    groups.finish()
+    yield from groups.take()
+    counts.groups, counts.incomplete_groups = groups.written, groups.incomplete
 
 
 def counts_path(dest: Path) -> Path:
@@ -210,6 +252,11 @@ def export(target: str | Path, dest: Path, opts: ExportOptions) -> ExportCounts:
     ``opts.allow_empty``), is an :class:`OutputError` and leaves ``dest`` as it was."""
     if opts.format not in FORMATS:
         raise ConfigError(f"unknown export format {opts.format!r}; choose one of {', '.join(FORMATS)}")
+    if opts.samples == "grouped" and opts.format in ("tokens", "parquet", "hf"):
+        raise ConfigError(
+            f"--samples grouped writes JSON lines (sharegpt, openai-messages, specforge), not {opts.format}: export "
+            "one row per answer and group them by the primary_id column"
+        )
     corpus = open_corpus(target)
     counts = ExportCounts(source=corpus.shown, failed=corpus.failed, remote_note=corpus.remote_note)
     tmp = dest.with_name(dest.name + ".tmp")
@@ -220,8 +267,8 @@ def export(target: str | Path, dest: Path, opts: ExportOptions) -> ExportCounts:
         else:
             try:
                 with tmp.open("wb") as fh:
-                    for rec in _kept(corpus, opts, counts):
-                        fh.write(orjson.dumps(to_row(rec, opts), option=orjson.OPT_APPEND_NEWLINE))
+                    for row in _jsonl_rows(corpus, opts, counts):
+                        fh.write(orjson.dumps(row, option=orjson.OPT_APPEND_NEWLINE))
                 _refuse_empty(counts, opts, dest)
             except BaseException:
                 tmp.unlink(missing_ok=True)
@@ -257,6 +304,8 @@ def _table_rows(rec: dict[str, Any], opts: ExportOptions) -> dict[str, Any]:
         "completion_tokens": rec.get("completion_tokens"),
         "prompt_token_ids": ids.get("prompt_token_ids"),
         "completion_token_ids": ids.get("completion_token_ids"),
+        "primary_id": rec.get("primary_id"),
+        "sample": rec.get("sample"),
     }
 
 
@@ -274,6 +323,8 @@ def _write_table(corpus: Corpus, dest: Path, opts: ExportOptions, counts: Export
             ("completion_tokens", pa.int64()),
             ("prompt_token_ids", pa.list_(pa.int32())),
             ("completion_token_ids", pa.list_(pa.int32())),
+            ("primary_id", pa.string()),  # samples: N — the input row's id (null with one answer per prompt)
+            ("sample", pa.int64()),
         ]
     )
     with tempfile.TemporaryDirectory(dir=dest.parent) as work:

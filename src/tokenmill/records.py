@@ -24,6 +24,9 @@ class Prompt:
     source: str = ""  # "file:line" (or "dataset:index"), for messages that name the row
     meta: dict[str, Any] | None = None  # original row fields kept for export (optional)
     followups: list[Message] | None = None  # later user turns, each answered in turn (regenerate: all)
+    primary_id: str | None = None  # samples > 1: the input row's own id (``id`` is ``{primary_id}_gen{sample}``)
+    sample: int | None = None  # samples > 1: which of the row's answers this is (0..samples-1)
+    seed: int | None = None  # samples > 1: the seed sent with this prompt's requests (sources.samples)
 
     def payload(self) -> list[Message] | str:
         """The prompt as sent: messages for chat, text otherwise."""
@@ -102,10 +105,14 @@ class Completion:
     completion_token_ids: list[int] | None = None
     turns: list[dict[str, Any]] | None = None  # regenerate: all — one entry per user turn, in order
     quality: dict[str, Any] | None = None  # flags, repetition score, answer hash (tokenmill.quality.signals)
+    primary_id: str | None = None  # samples > 1: the input row's id; null for a job of one answer per prompt
+    sample: int | None = None  # samples > 1: k of ``{primary_id}_gen{k}``
     status: str = "ok"
 
 
 @dataclass(slots=True)
+    origin: dict[str, Any] | None = None  # served model, engine, version, flags hash (tokenmill.monitor.origin)
+    fields: dict[str, Any] | None = None  # the input row's own columns (input.keep_fields)
 class Failure:
     """A prompt that could not be completed, with the reason (written to ``failed.jsonl``)."""
 

@@ -30,8 +30,11 @@ class _OpenAIBase(Backend):
         common.update(options.sampling.extra_body)
         self._common_fields = common  # the same for every request: built once, copied per body
 
-    def _common(self) -> dict[str, Any]:
-        return dict(self._common_fields)
+    def _common(self, prompt: Prompt) -> dict[str, Any]:
+        body = dict(self._common_fields)
+        if prompt.seed is not None:  # samples: N, each sample with its own seed
+            body["seed"] = prompt.seed
+        return body
 
     def _token_ids(self, obj: dict[str, Any], choice: dict[str, Any]) -> tuple[list[int] | None, list[int] | None]:
         """The prompt and completion ids, when asked for; MisconfiguredError when the server left them out."""
@@ -60,7 +63,7 @@ class OpenAIChat(_OpenAIBase):
         messages: list[Message] = (
             prompt.messages if prompt.messages is not None else [{"role": "user", "content": prompt.text}]
         )
-        body = self._common()
+        body = self._common(prompt)
         body["messages"] = messages
         return body
 
@@ -91,7 +94,7 @@ class OpenAICompletions(_OpenAIBase):
         self.renderer = PromptRenderer(self.kind, options.tokenizer)
 
     def body(self, prompt: Prompt) -> dict[str, Any]:
-        body = self._common()
+        body = self._common(prompt)
         body["prompt"] = self.renderer.text(prompt)
         return body
 

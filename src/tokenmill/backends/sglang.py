@@ -43,6 +43,8 @@ class SGLangGenerate(Backend):
     def body(self, prompt: Prompt) -> dict[str, Any]:
         text = self.renderer.text(prompt)
         body = dict(self._common_fields)
+        if prompt.seed is not None:  # samples: N, each sample with its own seed
+            body["sampling_params"] = {**body["sampling_params"], "sampling_seed": prompt.seed}
         if self.options.save_token_ids and self.options.tokenizer:
             body["input_ids"] = self.renderer.encode(text)
         else:

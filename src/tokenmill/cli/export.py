@@ -33,6 +33,14 @@ from tokenmill.export import FORMATS, ExportOptions, counts_path, export
 @click.option("--min-tokens", type=int, help="Leave out completions with fewer completion tokens.")
 @click.option("--max-tokens", type=int, help="Leave out completions with more completion tokens.")
 @click.option("--no-token-ids", is_flag=True, help="Do not write captured token ids.")
+@click.option(
+    "--samples",
+    type=click.Choice(["answers", "grouped"]),
+    default="answers",
+    show_default=True,
+    help="A job with samples: N: one row per answer (id {id}_gen{k}, with primary_id and sample), or grouped: one "
+    "row per prompt with its answers in a list (JSON lines formats).",
+)
 @click.option("--allow-empty", is_flag=True, help="Write an empty export instead of failing when no record is left.")
 def export_cmd(
     target: str, fmt: str, dest: Path | None, no_token_ids: bool, drop: str, drop_truncated: bool, **kw: Any

@@ -22,7 +22,7 @@ def _input_ids(job_file: str, out: Path | None, record: dict[str, Any] | None = 
     job = job_with_ids(load_job(job_file), out, record=record)
     # bad rows are reported by the check (as rows missing from skipped.jsonl), not raised
     spec = job.input.model_copy(update={"on_bad_row": "skip"})
-    for item in iter_prompts(spec):
+    for item in iter_prompts(spec, samples=job.samples, seed=job.sampling.seed):
         yield item if isinstance(item, Skip) else item.id
 
 
@@ -35,8 +35,10 @@ def _verify_prefix(url: str | None, job_file: str | None) -> Any:
     from tokenmill.storage.store import Store
 
     options: dict[str, Any] = {}
+    samples = 1
     if job_file:
         job = load_job(job_file)
+        samples = job.samples
         if url is None or url.rstrip("/") == (job.output.remote or "").rstrip("/"):
             url, options = job.output.remote, dict(job.output.storage_options)
     if not url:
@@ -44,7 +46,7 @@ def _verify_prefix(url: str | None, job_file: str | None) -> Any:
     store = Store(url, options)
     claimed = read_claim(store) if job_file else None
     record = claimed[0].job if claimed is not None else None
-    return audit_prefix(store, _input_ids(job_file, None, record) if job_file else None)
+    return audit_prefix(store, _input_ids(job_file, None, record) if job_file else None, samples)
 
 
 @click.command()
@@ -88,10 +90,12 @@ def verify(target: str | None, job_file: str | None, remote: bool, remote_url: s
             raise ConfigError("give the output directory OUT, a remote PREFIX, or --remote with --input JOB.yaml")
         report = _verify_prefix(target or remote_url, job_file)
     else:
+        from tokenmill.config import load_job
         from tokenmill.output import verify as run_verify
 
         out = Path(target)
-        report = run_verify(out, _input_ids(job_file, out) if job_file else None)
+        samples = load_job(job_file).samples if job_file else 1
+        report = run_verify(out, _input_ids(job_file, out) if job_file else None, samples)
         if remote or remote_url:
             from tokenmill.storage.store import Store
             from tokenmill.storage.verify import remote_target, verify_remote

@@ -94,6 +94,12 @@ class SamplingSpec(Model):
         default_factory=dict, description="Merged into every request body (e.g. chat_template_kwargs)"
     )
 
+    keep_fields: list[str] | Literal["all"] = Field(
+        default="all",
+        description="The input's own columns recorded with each completion (record field `fields`; `tokenmill "
+        "export --keep-fields` carries them into the training file): all (every column but the prompt and the "
+        "id), or a list of names ([] for none)",
+    )
     def as_dict(self) -> dict[str, Any]:
         """The parameters as recorded in each completion (no Nones)."""
         out = {k: v for k, v in self.model_dump().items() if v is not None and k != "extra_body"}
@@ -260,6 +266,13 @@ class JobSpec(Model):
         default=None, description="Tokenizer path for client-side chat templates (sglang-generate)"
     )
     sampling: SamplingSpec = Field(default_factory=SamplingSpec)
+    samples: int = Field(
+        default=1,
+        ge=1,
+        description="Answers per prompt: with N > 1 each input row becomes N prompts, {id}_gen0 .. {id}_gen{N-1}, "
+        "each recorded exactly once, with a seed of its own (sampling.seed + k when the job sets sampling.seed, "
+        "else derived from the id and k); 1 keeps the ids as they are",
+    )
     api_key_env: str | None = Field(default=None, description="Name of the env var holding the API key")
     concurrency: int | Literal["auto"] = Field(
         default="auto",

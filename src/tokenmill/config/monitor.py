@@ -103,6 +103,12 @@ class MonitorSpec(Model):
     enabled: bool = Field(default=True, description="Scrape the servers' /metrics (off: client-side numbers only)")
     scrape_interval_s: float = Field(default=3.0, ge=0.2, description="Seconds between two scrapes of a server")
     scrape_timeout_s: float = Field(default=2.0, gt=0, description="A scrape slower than this counts as failed")
+    origin_wait_s: float = Field(
+        default=10.0,
+        ge=0,
+        description="At start, how long the run waits for each server to say what it serves (model, engine, "
+        "version, flags: every record's origin); a slower one is asked in the background",
+    )
     rate_window_s: float = Field(default=30.0, gt=0, description="Window over which rates (tok/s, ...) are taken")
     event_interval_s: float = Field(
         default=10.0, gt=0, description="Seconds between two snapshots in OUT/events.jsonl (the report's data)"

@@ -1,7 +1,8 @@
 """``OUT/job.json``: the job an output directory belongs to, recorded on the first run, and the refusal of a
 different job later (mixing two setups in one corpus).
 
-The fingerprint covers what changes a completion (input, api, model, sampling, save_token_ids), not the fields
+The fingerprint covers what changes a completion (input, api, model, sampling, save_token_ids, and samples
+when it is not 1), not the fields
 that only select rows (offset, limit, on_bad_row), so trial runs with ``--limit`` extend the same output.
 """
 
@@ -28,12 +29,16 @@ JOB_FILE = "job.json"
 FINGERPRINT_FIELDS = ("input", "api", "model", "sampling", "save_token_ids")
 # Input fields that only select rows (trial runs): changing them between runs is fine.
 SELECTION_FIELDS = ("offset", "limit", "on_bad_row")
+# Input fields that only add to the records beside the completion: changing them between runs is fine too.
+RECORDING_FIELDS = ("keep_fields",)
 
 
 def _identity(job: JobSpec) -> dict[str, Any]:
     data = job.model_dump(mode="json", include=set(FINGERPRINT_FIELDS))
-    for key in SELECTION_FIELDS:
+    for key in (*SELECTION_FIELDS, *RECORDING_FIELDS):
         data["input"].pop(key, None)
+    if job.samples != 1:  # other ids and seeds; left out at 1 so outputs written before samples existed resume
+        data["samples"] = job.samples
     return data
 
 
@@ -113,7 +118,8 @@ def changed_fields(record: dict[str, Any], job: JobSpec) -> list[str] | None:
         return None
     ident = _identity(job)
     before = record.get("identity", {})
-    return sorted(k for k in ident if not isinstance(before, dict) or before.get(k) != ident[k])
+    keys = set(ident) | (set(before) if isinstance(before, dict) else set())  # samples: only there when not 1
+    return sorted(k for k in keys if not isinstance(before, dict) or before.get(k) != ident.get(k))
 
 
 # Defaults that changed, with their old value: an output written before records the old one, and a job file that

@@ -19,6 +19,7 @@ from tokenmill.output import layout, manifest, offload, rounds
 from tokenmill.output.manifest import ManifestRead
 from tokenmill.output.scan import Scan, scan
 from tokenmill.records import Skip
+from tokenmill.sources.samples import split_sample_id
 
 LISTED_PER_KIND = 20  # problems listed per kind; the totals always count them all
 
@@ -34,6 +35,7 @@ HINTS: dict[str, str] = {
     "layout": "files only another program could have left: keep one open shard, move the others aside",
     "duplicate": "an id was recorded more than once (a second writer, or files copied in): keep one record",
     "missing": "input ids with no completion, failure or skip: rerun the job to generate them",
+    "samples-missing": "input rows with fewer answers than samples asks for: rerun the job to generate the rest",
     "unexpected": "ids in the output that are not in this input: check that --input names the same job",
     "remote-missing": "a sealed shard is not at the remote prefix: rerun the same command to upload it",
     "remote-mismatch": "the remote object differs from the local shard: find out who wrote it; it is never "
@@ -123,12 +125,18 @@ class VerifyReport:
                 f"  input          {c['input_ids']:,} ids, {c['input_skipped']:,} rows skipped: "
                 f"{c['missing']:,} missing, {c['unexpected']:,} unexpected"
             )
+            if "input_rows" in c:
+                lines.append(
+                    f"  samples        {c['input_rows']:,} rows x {c['samples']}: {c['rows_short']:,} with fewer "
+                    f"than {c['samples']} answers"
+                )
         return lines
 
 
-def verify(out: Path, input_ids: Iterable[str | Skip] | None = None) -> VerifyReport:
+def verify(out: Path, input_ids: Iterable[str | Skip] | None = None, samples: int = 1) -> VerifyReport:
     """Check the output directory ``out``; with ``input_ids`` (ids, or Skips for rows the input skipped)
-    also check that each input id is recorded exactly once and nothing else is."""
+    also check that each input id is recorded exactly once and nothing else is (with ``samples`` N > 1, the
+    ids of each row's N samples, and which rows have fewer than N answers)."""
     out = Path(out)
     if not out.is_dir():
         raise OutputError(f"{out} is not an output directory (it does not exist or is a file)")
@@ -137,7 +145,7 @@ def verify(out: Path, input_ids: Iterable[str | Skip] | None = None) -> VerifyRe
     checker.run()
     _check_rounds(out, report, checker.recorded - checker.failed_ids)
     if input_ids is not None:
-        checker.match_input(input_ids)
+        checker.match_input(input_ids, samples)
     return report
 
 
@@ -305,17 +313,21 @@ class _Checker:
             else:
                 recorded.add(rid)
 
-    def match_input(self, items: Iterable[str | Skip]) -> None:
+    def match_input(self, items: Iterable[str | Skip], samples: int = 1) -> None:
         """Tick off each input id; what is left over afterwards was not in the input."""
-        match_input(self.report, self.recorded, self.skipped_ids, items)
+        match_input(self.report, self.recorded, self.skipped_ids, items, samples)
 
 
-def match_input(report: VerifyReport, recorded: set[str], skipped_ids: set[str], items: Iterable[str | Skip]) -> None:
+def match_input(
+    report: VerifyReport, recorded: set[str], skipped_ids: set[str], items: Iterable[str | Skip], samples: int = 1
+) -> None:
     """Tick each input id off ``recorded`` (the completed and failed ids; consumed) or ``skipped_ids``; report what
-    is missing, and what is left over afterwards (not in the input)."""
+    is missing, and what is left over afterwards (not in the input). With ``samples`` N > 1 the ids are a row's
+    samples, N in a row (:mod:`tokenmill.sources.samples`): each row with fewer than N answers is reported too."""
     report.checked_input = True
     counts = report.counts
     counts.update(input_ids=0, input_skipped=0, missing=0, unexpected=0, input_repeats=0)
+    rows = _SampleCount(report, samples) if samples > 1 else None
     matched: set[str] = set()
     skipped_now: set[str] = set()
     for item in items:
@@ -333,9 +345,53 @@ def match_input(report: VerifyReport, recorded: set[str], skipped_ids: set[str],
         elif item not in skipped_ids:
             counts["missing"] += 1
             report.add("missing", "input", f"id {item!r}")
+            if rows is not None:
+                rows.missing(item)
+        if rows is not None:
+            rows.see(item)
+    if rows is not None:
+        rows.close()
     for rid in sorted(recorded):
         counts["unexpected"] += 1
         why = " (the input now skips that row)" if rid in skipped_now else ""
         report.add("unexpected", "output", f"id {rid!r}{why}")
     if counts["input_repeats"]:
         report.notes.append(f"the input repeats {counts['input_repeats']:,} id(s); each is generated once")
+
+
+class _SampleCount:
+    """The rows of a job with ``samples`` N, counted as their N ids go by (consecutive, as the input yields them):
+    how many rows there are, and each one with fewer than N answers, with the samples it lacks."""
+
+    def __init__(self, report: VerifyReport, samples: int) -> None:
+        self.report, self.samples = report, samples
+        self.row: str | None = None
+        self.lacking: list[int] = []
+        report.counts.update(input_rows=0, rows_short=0, samples=samples)
+
+    def see(self, item: str) -> None:
+        primary = _primary(item)
+        if primary != self.row:
+            self.close()
+            self.row = primary
+            self.report.counts["input_rows"] += 1
+
+    def missing(self, item: str) -> None:
+        self.see(item)
+        parts = split_sample_id(item)
+        self.lacking.append(parts[1] if parts is not None else -1)
+
+    def close(self) -> None:
+        if self.row is not None and self.lacking:
+            self.report.counts["rows_short"] += 1
+            have = self.samples - len(self.lacking)
+            which = ", ".join(str(k) for k in self.lacking)
+            self.report.add(
+                "samples-missing", "input", f"id {self.row!r}: {have} of {self.samples} answers (missing: {which})"
+            )
+        self.lacking = []
+
+
+def _primary(item: str) -> str:
+    parts = split_sample_id(item)
+    return parts[0] if parts is not None else item

@@ -10,6 +10,7 @@ existed get them computed on the way.
 
 from __future__ import annotations
 
+import hashlib
 import heapq
 import statistics
 from array import array
@@ -235,6 +236,9 @@ class CorpusQuality:
     source: str = ""
     sequence_lengths: array[int] = field(default_factory=lambda: array("q"))  # per record with token counts
     unknown_lengths: int = 0  # records without token counts
+    sampled: int = 0  # records that are one of several samples of a prompt (samples: N)
+    sample_duplicates: int = 0  # of them, answers an earlier sample of the same prompt already gave
+    sample_duplicate_ids: list[tuple[str, str]] = field(default_factory=list)  # (earlier, later) ids, first few
 
     def train_cut(self, max_length: int) -> TrainCut:
         """What a trainer with maximum sequence length ``max_length`` (prompt + answer, all turns) would cut."""
@@ -266,6 +270,14 @@ class CorpusQuality:
             "duplicates": [
                 {"answer_hash": h, "records": n, "ids": self.duplicate_groups[h]} for h, n in biggest if n > 1
             ],
+        } | ({"sample_duplicates": self._sample_duplicates()} if self.sampled else {})
+
+    def _sample_duplicates(self) -> dict[str, Any]:
+        return {
+            "sampled_records": self.sampled,
+            "count": self.sample_duplicates,
+            "rate": self.sample_duplicates / self.sampled,
+            "examples": [{"first": a, "repeated_by": b} for a, b in self.sample_duplicate_ids],
         }
 
     def render(self) -> str:
@@ -290,6 +302,14 @@ class CorpusQuality:
                 lines.append(f"  {e.id}{score}  {e.where}")
                 if e.excerpt:
                     lines.append("    " + " ".join(e.excerpt.split())[:160])
+        if self.sampled:
+            rate = self.sample_duplicates / self.sampled * 100
+            lines += [
+                "",
+                f"answers repeated within a prompt's samples: {self.sample_duplicates:,} of "
+                f"{self.sampled:,} sampled records ({rate:.2f}%)",
+            ]
+            lines += [f"  {b} repeats {a}" for a, b in self.sample_duplicate_ids]
         groups = [(h, n) for h, n in self.duplicate_sizes.most_common(EXAMPLES) if n > 1]
         if groups:
             lines += ["", "answers given to more than one prompt:"]
@@ -305,6 +325,7 @@ class Tally:
     def __init__(self, source: str = "", examples: int = EXAMPLES) -> None:
         self.result = CorpusQuality(source=source)
         self._dups = DuplicateFinder()
+        self._sample_dups = DuplicateFinder()  # keyed by (prompt, answer): repeats among one prompt's samples
         self._examples = examples
         self._heaps: dict[str, list[tuple[float, int, Example]]] = {}
         self._n = 0
@@ -339,8 +360,13 @@ class Tally:
 
     def _duplicate(self, rec: dict[str, Any], q: dict[str, Any]) -> None:
         h = q.get("answer_hash")
+        primary = rec.get("primary_id")
+        if primary is not None:
+            self.result.sampled += 1
         if not isinstance(h, str) or "empty" in q["flags"] or "no_answer" in q["flags"]:
             return
+        if primary is not None:
+            self._sample_duplicate(rec, str(primary), h)
         first = self._dups.seen(str(rec.get("id")), h, answer_chars(rec))
         if first is None:
             return
@@ -352,6 +378,16 @@ class Tally:
         r.duplicate_sizes[h] += 1
         if len(r.duplicate_groups[h]) < DUPLICATE_IDS_SHOWN:
             r.duplicate_groups[h].append(str(rec.get("id")))
+
+    def _sample_duplicate(self, rec: dict[str, Any], primary: str, answer_hash: str) -> None:
+        key = hashlib.blake2b(f"{primary}\0{answer_hash}".encode(), digest_size=8).hexdigest()
+        first = self._sample_dups.seen(str(rec.get("id")), key, answer_chars(rec))
+        if first is None:
+            return
+        r = self.result
+        r.sample_duplicates += 1
+        if len(r.sample_duplicate_ids) < EXAMPLES:
+            r.sample_duplicate_ids.append((first, str(rec.get("id"))))
 
     def _keep(self, name: str, score: float, rec: dict[str, Any], flags: list[str]) -> None:
         heap = self._heaps.setdefault(name, [])

@@ -92,4 +92,6 @@ def round_job(job: JobSpec, rnd: Round, changes: dict[str, Any]) -> JobSpec:
     if remote:
         remote = f"{remote.rstrip('/')}/{REMOTE_OWN_DIR}/regenerate/{rnd.name}/"
     output = job.output.model_copy(update={"dir": str(rnd.out), "remote": remote})
-    return job.model_copy(update={"input": spec, "sampling": sampling_with(job.sampling, changes), "output": output})
+    sampling = sampling_with(job.sampling, changes)
+    # the round answers the records' own ids ({id}_gen{k} with samples: N) once each
+    return job.model_copy(update={"input": spec, "sampling": sampling, "output": output, "samples": 1})

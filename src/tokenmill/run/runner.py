@@ -56,6 +56,7 @@ from tokenmill.monitor.events import events_file
 from tokenmill.monitor.snapshot import Snapshot
 from tokenmill.output import OutputDir, ResumeState, layout
 from tokenmill.output.identity import JOB_FILE, check_job_identity, job_with_ids
+from tokenmill.monitor.origin import Origins, fetch_origin
 from tokenmill.records import Prompt, Skip
 from tokenmill.run.autotune import Autotuner
 from tokenmill.run.control import ConcurrencyController
@@ -161,7 +162,8 @@ async def run_job(
         uploader = await _start_upload(stack, run, out, remote, allow_existing_prefix)
         feed = _start_feed(stack, run, out, state)
         source = await _gate_finished_job(run, uploader, feed)
-        dispatcher = _make_dispatcher(run, backend, servers, out)
+        origins = await _ask_origins(stack, job, servers)
+        dispatcher = _make_dispatcher(run, backend, servers, out, origins)
         monitor, tracker, display = await _start_watch(stack, run, dispatcher, live, tuner)
         if run.reopened and uploader is not None:
             monitor.events.write("reopen", prefix=uploader.store.shown, reason=run.reopen)
@@ -352,11 +354,23 @@ async def _prepend(first: Prompt | None, rest: AsyncIterator[Prompt]) -> AsyncIt
         yield prompt
 
 
-def _make_dispatcher(run: _Run, backend: Backend, servers: list[str], out: OutputDir) -> Dispatcher:
+async def _ask_origins(stack: contextlib.AsyncExitStack, job: JobSpec, servers: list[str]) -> Origins:
+    """What each server serves (every record's origin): asked now, waited for at most monitor.origin_wait_s."""
+    session = await stack.enter_async_context(open_session(job.retry, limit=PROBE_SERVERS))
+    key = job.api_key()
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    origins = Origins(lambda url: fetch_origin(session, url, headers))
+    stack.push_async_callback(origins.close)
+    await origins.prime(servers, job.monitor.origin_wait_s)
+    return origins
+
+
+def _make_dispatcher(run: _Run, backend: Backend, servers: list[str], out: OutputDir, origins: Origins) -> Dispatcher:
     job = run.job
     adaptive = job.concurrency == "auto"
     pool = ServerPool(servers, job.control.initial if adaptive else int(job.concurrency), adaptive=adaptive)
-    records = RecordMaker(model=job.model, sampling=job.sampling.as_dict(), wall=time.time)
+    sampling = job.sampling.as_dict() | ({"samples": job.samples} if job.samples > 1 else {})
+    records = RecordMaker(model=job.model, sampling=sampling, wall=time.time, origin=origins.get)
     return Dispatcher(pool, backend, out, job.retry, records, clock=run.clock)
 
 
@@ -366,6 +380,7 @@ async def _start_watch(
     dispatcher: Dispatcher,
     live: bool | None,
     tuner: Autotuner | None = None,
+    pool.on_new_process = origins.forget
 ) -> tuple[RunMonitor, Tracker, Display]:
     job = run.job
     partition = run.partition[0] if run.partition else None
@@ -505,12 +520,13 @@ def _install_signals(stack: contextlib.AsyncExitStack, run: _Run, dispatcher: Di
 
 
 def _input_rows(job: JobSpec, split: Split | None = None) -> Callable[[], Iterator[Prompt | Skip]]:
-    return lambda: iter_prompts(job.input, split)
+    return lambda: iter_prompts(job.input, split, job.samples, job.sampling.seed)
 
 
 def _count_rows(job: JobSpec, split: Split | None = None) -> int | None:
     try:
-        return count_rows(job.input, split)
+        rows = count_rows(job.input, split)
+        return None if rows is None else rows * job.samples  # samples: N prompts a row
     except Exception:  # an estimate only; the run itself reports real input errors
         return None
 

@@ -51,6 +51,7 @@ class ServerPool:
         self.first_limit = concurrency
         self.adaptive = adaptive  # limits are set by the concurrency controller while running
         self.on_change: Callable[[], None] = lambda: None
+        self.on_new_process: Callable[[str], None] = lambda _url: None  # the server may be another process now
 
     def pick(self, affinity: str | None = None, avoid: str | None = None) -> ServerState | None:
         """The server for the next request (see the module docstring), or None if none has a free slot."""
@@ -80,6 +81,7 @@ class ServerPool:
         server.problem = why
         server.misconfigured = misconfigured
         server.set_aside_at = now
+        self.on_new_process(server.url)
         self.on_change()
 
     def to_probe(self) -> list[ServerState]:
@@ -89,6 +91,7 @@ class ServerPool:
     def answered(self, server: ServerState) -> None:
         log.warning("server %s answers again; sending it work", server.url)
         server.take_back()
+        self.on_new_process(server.url)
         self.on_change()
 
     # ---- the fleet's hooks (the servers file: restarts, re-flags, added servers) ------------------------------
@@ -105,6 +108,7 @@ class ServerPool:
                 s.draining = draining
                 if not draining and not s.misconfigured:
                     s.take_back()
+        self.on_new_process(url)  # drained for a restart or re-flag, or back from one
         self.on_change()
 
     def add_server(self, url: str) -> None:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tokenmill.errors import RequestError
+from tokenmill.monitor.origin import Origin
 from tokenmill.quality.signals import Signals, combined, signals
 from tokenmill.records import Completion, Failure, Generation, Prompt, Turn
 
@@ -45,7 +46,9 @@ class Work:
             return True
         history = self.current.messages or []  # the next user turn, with the answers so far as history
         conversation = [*history, {"role": "assistant", "content": gen.text}, followups[len(turns) - 1]]
-        self.sending = Prompt(id=self.prompt.id, messages=conversation, source=self.prompt.source)
+        self.sending = Prompt(
+            id=self.prompt.id, messages=conversation, source=self.prompt.source, seed=self.prompt.seed
+        )
         self.affinity, self.strikes = server, 0
         return False
 
@@ -77,6 +80,7 @@ class RecordMaker:
     sampling: dict[str, object]
     wall: Callable[[], float]
 
+    origin: Callable[[str], Origin | None] = lambda _server: None  # what the server says it is
     def completion(self, work: Work, gen: Generation, server: str, latency_s: float) -> Completion:
         prompt = work.prompt
         turns = work.turns
@@ -98,7 +102,7 @@ class RecordMaker:
             prompt_tokens=prompt_tokens,
             completion_tokens=completion_tokens,
             model=self.model,
-            sampling=self.sampling,
+            sampling=self.sampling if prompt.seed is None else {**self.sampling, "seed": prompt.seed},
             server=server,
             latency_s=round(latency_s, 4),
             attempts=work.attempts,
@@ -109,8 +113,12 @@ class RecordMaker:
             completion_token_ids=gen.completion_token_ids,
             turns=[t.as_dict() for t in turns] if turns else None,
             quality=quality,
+            primary_id=prompt.primary_id,
+            sample=prompt.sample,
         )
 
+            origin=origin.as_dict() if (origin := self.origin(server)) is not None else None,
+            fields=(prompt.meta or {}).get("fields") or None,
     def failure(self, work: Work, exc: RequestError, server: str) -> Failure:
         return Failure(
             id=work.prompt.id,

@@ -16,6 +16,9 @@ One row's way through:
 Errors that are not about one row (a missing file, a Parquet schema without the prompt column, a file that
 cannot be read on) raise InputError under either policy. An empty input yields nothing.
 
+With ``samples: N`` (:mod:`tokenmill.sources.samples`) each Prompt is then yielded as N prompts,
+``{id}_gen0`` .. ``{id}_gen{N-1}``, after the id check and the partition's choice of rows.
+
 A partition of a split run (:mod:`tokenmill.sources.partition`) gets only its rows: by ids, every row is read
 and the others' dropped; by files, the others' files are never decoded (only counted, to keep the row indexes,
 when the ids are row indexes or a window is set).
@@ -35,16 +38,21 @@ from tokenmill.sources.mapping import RowMapper, RowProblem, json_type, row_id
 from tokenmill.sources.partition import Split, only_partition
 from tokenmill.sources.readers import open_rows, row_count
 from tokenmill.sources.rows import RawRow
+from tokenmill.sources.samples import expand
 
 
-def iter_prompts(spec: InputSpec, split: Split | None = None) -> Iterator[Prompt | Skip]:
-    """Stream the prompts ``spec`` describes (only ``split``'s when given), in input order; see the module
-    docstring for the rules."""
+def iter_prompts(
+    spec: InputSpec, split: Split | None = None, samples: int = 1, seed: int | None = None
+) -> Iterator[Prompt | Skip]:
+    """Stream the prompts ``spec`` describes (only ``split``'s when given), in input order, each row as its
+    ``samples`` prompts (``seed``: the job's ``sampling.seed``; see :mod:`tokenmill.sources.samples`); see the
+    module docstring for the rules."""
     if spec.id_field == AUTO_ID_FIELD:
         spec = spec.model_copy(update={"id_field": resolve_id_field(spec)})
     if split is not None and split.by == "ids":
-        return only_partition(_prompts(spec, None), split.index, split.count)
-    return _prompts(spec, split.owns_file if split is not None else None)
+        # by the row's own id, before the expansion: a row's samples stay on one partition
+        return expand(only_partition(_prompts(spec, None), split.index, split.count), samples, seed)
+    return expand(_prompts(spec, split.owns_file if split is not None else None), samples, seed)
 
 
 def _prompts(spec: InputSpec, owns: Callable[[int], bool] | None) -> Iterator[Prompt | Skip]:

@@ -41,8 +41,8 @@ READ_WORKERS = 4
 _CHUNK = 16  # objects held in memory at once, at most
 
 
-def audit_prefix(store: Store, input_ids: Iterable[str | Skip] | None = None) -> VerifyReport:
-    """Check the prefix of ``store`` (see the module docstring)."""
+def audit_prefix(store: Store, input_ids: Iterable[str | Skip] | None = None, samples: int = 1) -> VerifyReport:
+    """Check the prefix of ``store`` (see the module docstring); ``samples``: the job's answers per row."""
     report = VerifyReport(out=Path(store.shown))
     report.counts.update(
         sealed_shards=0, sealed_records=0, sealed_bytes=0, open_records=0, failed=0, skipped=0, duplicates=0
@@ -85,7 +85,7 @@ def audit_prefix(store: Store, input_ids: Iterable[str | Skip] | None = None) ->
         f"({report.counts['sealed_records']:,} completions, {report.counts['sealed_bytes']:,} bytes), the whole job"
     )
     if input_ids is not None:
-        match_input(report, recorded, skipped_ids, input_ids)
+        match_input(report, recorded, skipped_ids, input_ids, samples)
     return report
 
 
