@@ -9,11 +9,12 @@ Formats (one record per completed prompt; failed prompts are never exported):
 - ``parquet``         one file: id, messages (role/content/reasoning_content), finish_reason, token counts, ids
 - ``hf``              a Hugging Face dataset directory (``datasets.load_from_disk``) with the parquet columns
 
-``reasoning_content`` is kept on assistant turns (``reasoning="keep"``) or dropped. Token ids are written
-when the run captured them (``save_token_ids``): ``prompt_token_ids``/``completion_token_ids`` for one turn,
+``reasoning_content`` is kept on assistant turns (``reasoning="keep"``) or dropped. Every row carries
+``thinking``, the thinking mode the answer was generated with (true, false, or null: none was sent). Token ids
+are written when the run captured them (``save_token_ids``): ``prompt_token_ids``/``completion_token_ids`` for one turn,
 ``turn_token_ids`` (a list per turn) for multi-turn regeneration. Filters drop rows by quality signal
-(``drop``: truncated, empty, no_answer, repetition, degenerate, duplicate — the later copies of an answer
-given to several prompts) or outside a completion-token range; empty completions are never exported. The
+(``drop``: truncated, empty, no_answer, repetition, think_markers, degenerate, duplicate — the later copies of an
+answer given to several prompts) or outside a completion-token range; empty completions are never exported. The
 counts say what was kept and why the rest was dropped.
 
 A job with ``samples: N`` exports one row per answer (its id ``{id}_gen{k}``, the input row's id in
@@ -49,6 +50,7 @@ DROP_REASONS = {
     "empty": "empty completion",
     "no_answer": "reasoning without a final answer",
     "repetition": "repetition (a loop at the answer's end)",
+    "think_markers": "think markers (<think>, </think>) left in the answer",
     "degenerate": "degenerate (loop, empty or no final answer)",
     "duplicate": "duplicate (an answer an earlier record already gave)",
 }
@@ -196,6 +198,7 @@ def to_row(rec: dict[str, Any], opts: ExportOptions) -> dict[str, Any]:
         row["messages"] = messages
     if rec.get("sample") is not None:  # samples: N — the id is {primary_id}_gen{sample}
         row["primary_id"], row["sample"] = rec.get("primary_id"), rec["sample"]
+    row["thinking"] = rec.get("thinking")  # the mode as sent: true, false, or null (nothing sent)
     if opts.token_ids:
         row.update(_token_ids(rec))
     return row
@@ -304,6 +307,7 @@ def _table_rows(rec: dict[str, Any], opts: ExportOptions) -> dict[str, Any]:
         "completion_tokens": rec.get("completion_tokens"),
         "prompt_token_ids": ids.get("prompt_token_ids"),
         "completion_token_ids": ids.get("completion_token_ids"),
+        "thinking": rec.get("thinking"),
         "primary_id": rec.get("primary_id"),
         "sample": rec.get("sample"),
     }
@@ -323,6 +327,7 @@ def _write_table(corpus: Corpus, dest: Path, opts: ExportOptions, counts: Export
             ("completion_tokens", pa.int64()),
             ("prompt_token_ids", pa.list_(pa.int32())),
             ("completion_token_ids", pa.list_(pa.int32())),
+            ("thinking", pa.bool_()),  # the mode as sent (null: nothing sent)
             ("primary_id", pa.string()),  # samples: N — the input row's id (null with one answer per prompt)
             ("sample", pa.int64()),
         ]

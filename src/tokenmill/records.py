@@ -12,6 +12,7 @@ from typing import Any
 import orjson
 
 Message = dict[str, Any]
+THINK_OPEN, THINK_CLOSE = "<think>", "</think>"  # the thinking block's markers (Qwen3, DeepSeek-R1 and others)
 
 
 @dataclass(slots=True)
@@ -24,6 +25,7 @@ class Prompt:
     source: str = ""  # "file:line" (or "dataset:index"), for messages that name the row
     meta: dict[str, Any] | None = None  # original row fields kept for export (optional)
     followups: list[Message] | None = None  # later user turns, each answered in turn (regenerate: all)
+    thinking: bool | None = None  # the thinking mode to send (the job's, or the row's column); None: nothing
     primary_id: str | None = None  # samples > 1: the input row's own id (``id`` is ``{primary_id}_gen{sample}``)
     sample: int | None = None  # samples > 1: which of the row's answers this is (0..samples-1)
     seed: int | None = None  # samples > 1: the seed sent with this prompt's requests (sources.samples)
@@ -46,6 +48,7 @@ class Generation:
     reasoning_content: str | None = None
     prompt_token_ids: list[int] | None = None
     completion_token_ids: list[int] | None = None
+    thinking: bool | None = None  # the thinking mode as sent (None: nothing was sent)
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,6 +108,7 @@ class Completion:
     completion_token_ids: list[int] | None = None
     turns: list[dict[str, Any]] | None = None  # regenerate: all — one entry per user turn, in order
     quality: dict[str, Any] | None = None  # flags, repetition score, answer hash (tokenmill.quality.signals)
+    thinking: bool | None = None  # enable_thinking as sent with the request; null: nothing sent
     primary_id: str | None = None  # samples > 1: the input row's id; null for a job of one answer per prompt
     sample: int | None = None  # samples > 1: k of ``{primary_id}_gen{k}``
     status: str = "ok"

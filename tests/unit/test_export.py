@@ -184,5 +184,5 @@ def test_an_unknown_drop_signal_names_the_choices() -> None:
     from tokenmill.quality.corpus import parse_selectors
 
     assert parse_selectors("degenerate, duplicate", "--drop") == ("degenerate", "duplicate")
-    with pytest.raises(ConfigError, match="truncated, empty, no_answer, repetition, degenerate, duplicate"):
+    with pytest.raises(ConfigError, match="truncated, empty, no_answer, repetition, think_markers, degenerate, duplicate"):
         parse_selectors("loops", "--drop")

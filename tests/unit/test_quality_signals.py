@@ -105,11 +105,11 @@ def test_a_loop_longer_than_the_window_of_its_answer_is_found_at_the_end_only() 
         ("", "stop", None, ["empty"]),
         ("  \n\t ", "stop", None, ["empty"]),
         ("", "stop", "Let me think about this.", ["no_answer"]),
-        ("<think>Let me think.</think>\n\n", "stop", None, ["no_answer"]),
-        ("<think>Let me think. And think more", "length", None, ["truncated", "no_answer"]),
-        ("<think>Let me think.</think>The answer is 4.", "stop", None, []),
-        ("Let me think.</think>The answer is 4.", "stop", None, []),  # the template opened the block
-        ("Let me think.</think>\n", "stop", None, ["no_answer"]),
+        ("<think>Let me think.</think>\n\n", "stop", None, ["no_answer", "think_markers"]),
+        ("<think>Let me think. And think more", "length", None, ["truncated", "no_answer", "think_markers"]),
+        ("<think>Let me think.</think>The answer is 4.", "stop", None, ["think_markers"]),  # inline: no parser
+        ("Let me think.</think>The answer is 4.", "stop", None, ["think_markers"]),  # the template opened the block
+        ("Let me think.</think>\n", "stop", None, ["no_answer", "think_markers"]),
         ("The answer is 4.", "stop", "Two and two.", []),
     ],
 )
@@ -119,7 +119,7 @@ def test_signals(text: str, finish: str, reasoning: str | None, flags: list[str]
 
 def test_a_thinking_block_that_loops_without_closing_is_both_no_answer_and_repetition() -> None:
     s = signals("<think>" + "Wait, let me recount. " * 200, "length")
-    assert s.flags() == ["truncated", "no_answer", "repetition"]
+    assert s.flags() == ["truncated", "no_answer", "repetition", "think_markers"]
 
 
 def test_equal_answers_hash_alike_whatever_whitespace_surrounds_them() -> None:

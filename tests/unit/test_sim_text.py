@@ -101,7 +101,7 @@ def test_degenerate_answers_come_in_the_configured_shares_and_are_what_they_say(
     think = plan_output(content_key(0, "q"), 600, ignore_eos=False, mean=200, sigma=0.6, degeneration="unclosed_think")
     assert think.text.startswith("<think>") and "</think>" not in think.text
     assert (len(think.token_ids), think.finish) == (600, "length")
-    assert signals(think.text, think.finish).flags() == ["truncated", "no_answer"]
+    assert signals(think.text, think.finish).flags() == ["truncated", "no_answer", "think_markers"]
 
 
 def test_normal_answers_are_not_flagged() -> None:

@@ -118,3 +118,18 @@ def test_a_template_that_rejects_one_conversation_fails_only_that_prompt(tmp_pat
     assert templater.render([{"role": "user", "content": "ok"}]).startswith("<|im_start|>user")
     with pytest.raises(PermanentError, match=r"cannot render this conversation .*first turn must be user"):
         templater.render([{"role": "system", "content": "s"}, {"role": "user", "content": "u"}])
+
+
+QWEN3_SWITCH = CHATML + (
+    "{% if add_generation_prompt and enable_thinking is defined and not enable_thinking %}"
+    "<think>\n\n</think>\n\n{% endif %}"
+)
+
+
+def test_render_passes_the_thinking_mode_to_the_template_as_enable_thinking(tmp_path: Path) -> None:
+    templater = ChatTemplater(_save_tokenizer(tmp_path / "qwen3", QWEN3_SWITCH))
+    messages = [{"role": "user", "content": "hi"}]
+    off = templater.render(messages, thinking=False)
+    assert off.endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n")
+    on = templater.render(messages, thinking=True)
+    assert on == templater.render(messages) == off.removesuffix("<think>\n\n</think>\n\n")

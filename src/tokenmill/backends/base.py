@@ -108,6 +108,10 @@ class Backend(ABC):
     def parse(self, obj: dict[str, Any], sent: dict[str, Any]) -> Generation:
         """Turn a decoded 2xx response to ``sent`` into a Generation; KeyError/TypeError/ValueError if malformed."""
 
+    def thinking_sent(self, prompt: Prompt) -> bool | None:
+        """The thinking mode ``body(prompt)`` sends (recorded on the completion); None when it sends none."""
+        return prompt.thinking
+
     def sampling_fields(self) -> dict[str, Any]:
         """Sampling parameters with OpenAI names (no Nones); extra_body merged by the caller."""
         s = self.options.sampling
@@ -166,6 +170,7 @@ class Backend(ABC):
             if not isinstance(obj, dict):
                 raise TypeError("response is not a JSON object")
             gen = self.parse(obj, sent)
+            gen.thinking = self.thinking_sent(prompt)
             if not isinstance(gen.text, str):
                 raise TypeError(f"the generated text is {type(gen.text).__name__}, not a string")
             return gen

@@ -65,6 +65,12 @@ class OpenAIChat(_OpenAIBase):
         )
         body = self._common(prompt)
         body["messages"] = messages
+        if prompt.thinking is not None:  # SGLang and vLLM pass chat_template_kwargs to the model's template
+            kwargs = body.get("chat_template_kwargs")
+            body["chat_template_kwargs"] = {
+                **(kwargs if isinstance(kwargs, dict) else {}),
+                "enable_thinking": prompt.thinking,
+            }
         return body
 
     def parse(self, obj: dict[str, Any], sent: dict[str, Any]) -> Generation:
@@ -97,6 +103,9 @@ class OpenAICompletions(_OpenAIBase):
         body = self._common(prompt)
         body["prompt"] = self.renderer.text(prompt)
         return body
+
+    def thinking_sent(self, prompt: Prompt) -> bool | None:
+        return self.renderer.thinking_sent(prompt)
 
     def parse(self, obj: dict[str, Any], sent: dict[str, Any]) -> Generation:
         choice = obj["choices"][0]

@@ -37,7 +37,13 @@ class PromptRenderer:
         if prompt.messages is None:
             return prompt.text or ""
         where = prompt.source or prompt.id
-        return self.templater(f"sends text, but {where} is a conversation").render(prompt.messages)
+        return self.templater(f"sends text, but {where} is a conversation").render(prompt.messages, prompt.thinking)
+
+    @staticmethod
+    def thinking_sent(prompt: Prompt) -> bool | None:
+        """The thinking mode the rendered text carries: the prompt's for a conversation (through the chat
+        template), None for plain text (sent as it is, no template to pass it to)."""
+        return prompt.thinking if prompt.messages is not None else None
 
     def encode(self, text: str) -> list[int]:
         """Token ids of ``text`` with the model's tokenizer."""

@@ -51,6 +51,9 @@ class SGLangGenerate(Backend):
             body["text"] = text
         return body
 
+    def thinking_sent(self, prompt: Prompt) -> bool | None:
+        return self.renderer.thinking_sent(prompt)
+
     def parse(self, obj: dict[str, Any], sent: dict[str, Any]) -> Generation:
         if "text" not in obj and "output_ids" in obj:
             raise MisconfiguredError(

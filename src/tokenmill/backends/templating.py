@@ -27,14 +27,17 @@ class ChatTemplater:
         self.path = Path(tokenizer_path)
         self._tokenizer = _load(self.path)
 
-    def render(self, messages: list[Message]) -> str:
-        """The conversation as text, ending with the assistant prefix (``add_generation_prompt=True``).
+    def render(self, messages: list[Message], thinking: bool | None = None) -> str:
+        """The conversation as text, ending with the assistant prefix (``add_generation_prompt=True``); a
+        ``thinking`` mode is passed to the template as ``enable_thinking`` (Qwen3's switch; templates without it
+        ignore it), None passes nothing.
 
         A template that rejects a conversation (many raise on, e.g., roles that do not alternate) makes a
         PermanentError: that prompt fails and is recorded, the run goes on.
         """
         try:
-            text = self._tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+            extra = {} if thinking is None else {"enable_thinking": thinking}
+            text = self._tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, **extra)
         except Exception as exc:  # jinja2 errors, raise_exception() in the template, type errors
             raise PermanentError(
                 f"the chat template of {self.path} cannot render this conversation ({type(exc).__name__}: "

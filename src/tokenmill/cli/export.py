@@ -27,7 +27,8 @@ from tokenmill.export import FORMATS, ExportOptions, counts_path, export
     default="",
     metavar="SIGNALS",
     help="Leave out records with these quality signals, comma-separated: truncated, empty, no_answer, repetition, "
-    "degenerate (any of the last three), duplicate (later copies of an answer). See `tokenmill inspect`.",
+    "think_markers (<think> markers left in the answer), degenerate (repetition, empty or no_answer), duplicate "
+    "(later copies of an answer). See `tokenmill inspect`.",
 )
 @click.option("--drop-truncated", is_flag=True, help="Same as --drop truncated.")
 @click.option("--min-tokens", type=int, help="Leave out completions with fewer completion tokens.")

@@ -20,7 +20,8 @@ def inspect_cmd(target: str, examples: int, as_json: bool, train_max_length: int
     """Show how much of OUT's corpus is degenerate, before anyone trains on it.
 
     Counts and rates per signal (truncated, empty, no_answer: reasoning without a final answer, repetition: a
-    loop at the answer's end, duplicate: an answer another prompt already got), output lengths per finish
+    loop at the answer's end, think_markers: <think> markers left in the answer, duplicate: an answer another
+    prompt already got), output lengths per finish
     reason, the worst examples with their ids and the part of the answer that shows the problem. Works on a
     run in progress. Reads every live record wherever it is: OUT's shards, and those that live at the job's
     output.remote only (offloaded, taken over, other partitions'); given the job's remote PREFIX (s3://...,

@@ -16,8 +16,9 @@ from tokenmill.config import JobSpec, load_job
 @click.option(
     "--where",
     metavar="SIGNALS",
-    help="Which answers to replace, comma-separated: truncated, empty, no_answer, repetition, degenerate (any of "
-    "the last three), duplicate (later copies of an answer). Not needed to finish an interrupted round.",
+    help="Which answers to replace, comma-separated: truncated, empty, no_answer, repetition, think_markers "
+    "(<think> markers left in the answer), degenerate (repetition, empty or no_answer), duplicate (later copies "
+    "of an answer). Not needed to finish an interrupted round.",
 )
 @click.option(
     "--sampling",

@@ -146,6 +146,13 @@ class FleetProfile(Model):
         "false or null: left out",
     )
     extra_args: list[str] = Field(default_factory=list, description="Arguments appended verbatim after the flags")
+    reasoning_parser: str | None = Field(
+        default=None,
+        description="The engine's reasoning parser, rendered as --reasoning-parser NAME (SGLang: qwen3, "
+        "deepseek-r1, ...; vLLM: qwen3, deepseek_r1, ...; the simulated server: qwen3, qwen3-thinking, deepseek-r1): "
+        "a thinking model's reasoning then comes back in reasoning_content instead of inline in the answer "
+        "(vLLM before 0.10 also needs flags: {enable-reasoning: true})",
+    )
     command: str | None = Field(
         default=None,
         description="Command template; placeholders {python} {model} {host} {port} {tp} {gpus} {index} {flags} "
@@ -212,6 +219,12 @@ class FleetProfile(Model):
         if len(set(ids)) != len(ids) or min(ids) < 0:
             raise ValueError("GPU ids must be distinct and not negative")
         return ids
+
+    @model_validator(mode="after")
+    def _one_parser(self) -> FleetProfile:
+        if self.reasoning_parser and any(name.lstrip("-") == "reasoning-parser" for name in self.flags):
+            raise ValueError("give the reasoning parser once: reasoning_parser or flags: {reasoning-parser: ...}")
+        return self
 
     @model_validator(mode="after")
     def _layout(self) -> FleetProfile:

@@ -28,6 +28,28 @@ Mapping = Literal["auto", "messages", "conversations", "prompt"]
 ConversationTurns = Literal["first", "history", "all"]
 
 
+ThinkingMode = Literal["on", "off"] | float | None
+"""``thinking``: on, off, a share of the prompts in 0..1 (chosen by a hash of the id), or None (nothing sent)."""
+
+
+ThinkingInline = Literal["stop", "ok"]
+
+
+THINKING_PROBE_MAX_TOKENS = 256  # the start probe's answer: enough for a thinking model to open (and often close)
+
+
+def thinking_mode(value: Any) -> ThinkingMode:
+    """A ``thinking`` value as the job holds it: YAML's ``on``/``off`` (read as booleans), ``on``/``off``, a
+    share in 0..1, or None; anything else is a ValueError saying what is accepted."""
+    if value is None or value in ("on", "off"):
+        return value  # type: ignore[no-any-return]
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if isinstance(value, int | float) and 0.0 <= float(value) <= 1.0:
+        return float(value)
+    raise ValueError(f"thinking must be on, off, a share between 0 and 1, or null (the model's default); got {value!r}")
+
+
 class HFInput(Model):
     """A Hugging Face dataset, read with ``datasets`` in streaming mode."""
 
@@ -63,6 +85,11 @@ class InputSpec(Model):
         description="all: every user turn regenerated in order, each sent with the answers generated before it "
         "(on-policy multi-turn data); first: system + first user turn, one answer; history: everything up to "
         "the last user turn as the prompt, one answer",
+    )
+    thinking_field: str | None = Field(
+        default=None,
+        description="Column saying per row whether thinking is on (true/false or on/off); a row without it (or "
+        "null there) takes the job's `thinking`",
     )
     offset: int = Field(default=0, ge=0, description="Skip this many rows first (trial runs)")
     limit: int | None = Field(default=None, ge=1, description="Read at most this many rows (trial runs)")
@@ -287,6 +314,19 @@ class JobSpec(Model):
         description="Record the prompt and completion token ids as the server produced them (checked against "
         "the first server at start: a server that does not return them is refused, never recorded as null)",
     )
+    thinking: ThinkingMode = Field(
+        default=None,
+        description="The thinking mode sent with every request (chat_template_kwargs.enable_thinking, or the "
+        "client-side chat template's enable_thinking): on, off, a share in 0..1 of the prompts with thinking on "
+        "(chosen by a hash of the row's id, the same in every run), or null: nothing sent, the model's default. "
+        "Recorded on every record as `thinking`",
+    )
+    thinking_inline: ThinkingInline = Field(
+        default="stop",
+        description="With thinking on, a probe at start checks where the reasoning comes back: stop = a run "
+        "whose server leaves it inline in the answer (<think>... in content, no reasoning_content) stops, "
+        "naming --reasoning-parser; ok = inline thinking is intended (e.g. raw text from a completion API)",
+    )
     regenerate: Literal["first", "all"] | None = Field(
         default=None,
         description="Older spelling of input.conversation_turns (which holds the default): all = every user "
@@ -305,6 +345,19 @@ class JobSpec(Model):
     def _urls(cls, v: list[str]) -> list[str]:
         return [normalize_url(u) for u in v]
 
+    @field_validator("thinking", mode="before")
+    @classmethod
+    def _thinking(cls, v: Any) -> ThinkingMode:
+        return thinking_mode(v)
+
+    def may_think(self) -> bool:
+        """Whether any prompt may be sent with thinking on (the mode, a share above 0, or a row column)."""
+        return (
+            self.thinking == "on"
+            or (isinstance(self.thinking, float) and self.thinking > 0)
+            or self.input.thinking_field is not None
+        )
+
     @model_validator(mode="after")
     def _has_servers(self) -> JobSpec:
         if not self.servers and not self.servers_file:
@@ -314,6 +367,13 @@ class JobSpec(Model):
                 "save_token_ids with api: sglang-generate needs a tokenizer: SGLang's /generate returns the "
                 "completion's ids but not the prompt's, so tokenmill tokenises the prompt itself and sends "
                 "input_ids (set tokenizer to the model's path, or use an openai-* api)"
+            )
+        client_template = self.api != "openai-chat"
+        if (self.thinking is not None or self.input.thinking_field) and client_template and not self.tokenizer:
+            raise ValueError(
+                f"thinking with api: {self.api} needs a tokenizer: the mode is passed to the model's chat template, "
+                "which this api renders client-side (set tokenizer to the model's path, or use api: openai-chat, "
+                "which sends chat_template_kwargs.enable_thinking)"
             )
         if self.regenerate == "all":
             if self.input.conversation_turns == "history":

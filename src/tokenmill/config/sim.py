@@ -47,6 +47,20 @@ class SimConfig(Model):
     unclosed_think_rate: float = Field(
         default=0.0, ge=0, le=1, description="Share of answers whose thinking block never closes (runs to max tokens)"
     )
+    thinking: bool = Field(
+        default=False,
+        description="Answer like a thinking model: a <think> block of reasoning before the answer, unless the request "
+        "turns it off (chat_template_kwargs.enable_thinking: false, or a prompt ending in an empty thinking block)",
+    )
+    reasoning_share: float = Field(
+        default=0.6, gt=0, lt=1, description="With thinking: the share of an answer's tokens spent reasoning"
+    )
+    reasoning_parser: Literal["qwen3", "qwen3-thinking", "deepseek-r1"] | None = Field(
+        default=None,
+        description="SGLang's --reasoning-parser: chat answers come back with the reasoning in reasoning_content "
+        "(qwen3: unless enable_thinking is false; qwen3-thinking, deepseek-r1: always, everything before </think>); "
+        "without it the thinking stays inline in content, as SGLang returns it",
+    )
     penalty_loop_cut: float = Field(
         default=10.0,
         ge=1,

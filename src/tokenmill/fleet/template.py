@@ -68,6 +68,12 @@ def flag_args(flags: Mapping[str, FlagValue]) -> list[str]:
     return out
 
 
+def reasoning_args(profile: FleetProfile) -> list[str]:
+    """``--reasoning-parser NAME`` for a profile with ``reasoning_parser`` (the same spelling in SGLang, vLLM and the
+    simulated server), else nothing."""
+    return ["--reasoning-parser", profile.reasoning_parser] if profile.reasoning_parser else []
+
+
 # flags SGLang renamed: both spellings, and the one a release accepts
 _RENAMED: tuple[tuple[frozenset[str], Callable[[str | None], str]], ...] = (
     (frozenset({OLD_STRATEGY_FLAG, NEW_STRATEGY_FLAG}), strategy_flag_for),
@@ -116,7 +122,7 @@ def render(profile: FleetProfile, slot: Slot, python: str | None = None) -> list
     """The argv of one server of ``profile`` at ``slot``."""
     template = profile.command or TEMPLATES[profile.engine]
     interpreter = python or profile.python or sys.executable
-    flags = flag_args(profile.flags) + list(profile.extra_args)
+    flags = flag_args(profile.flags) + reasoning_args(profile) + list(profile.extra_args)
     if profile.engine != "vllm":
         flags = respell(flags, engine_version(profile, interpreter))
     values = {

@@ -39,6 +39,10 @@ def _identity(job: JobSpec) -> dict[str, Any]:
         data["input"].pop(key, None)
     if job.samples != 1:  # other ids and seeds; left out at 1 so outputs written before samples existed resume
         data["samples"] = job.samples
+    if job.thinking is not None:  # changes what is sent; left out unset, so outputs written before it resume
+        data["thinking"] = job.thinking
+    if data["input"].get("thinking_field") is None:
+        data["input"].pop("thinking_field", None)
     return data
 
 

@@ -145,6 +145,11 @@ def excerpt(rec: dict[str, Any], flags: list[str]) -> tuple[str, str]:
         return "…" + body[-EXCERPT_CHARS:], f"reasoning of {len(body):,} characters, no final answer"
     if "empty" in flags:
         return "", "empty answer"
+    if "think_markers" in flags:
+        at = min(i for i in (text.find("<think>"), text.find("</think>"), len(text)) if i >= 0)
+        start = max(0, at - EXCERPT_CHARS // 3)
+        cut = text[start : start + EXCERPT_CHARS]
+        return ("…" if start else "") + cut, f"think marker at character {at:,} of the answer"
     return "…" + text[-EXCERPT_CHARS:], f"the end of {len(text):,} characters"
 
 

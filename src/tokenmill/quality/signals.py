@@ -8,6 +8,10 @@
   (a model's loop usually does), the share of word 4-grams that repeat an earlier one (a loop that varies a
   little), how well the tail compresses (a loop of characters without spaces). Calibrated on prose and code
   that must not trip it (tests/unit/test_quality_signals.py); docs/quality.md has the numbers.
+- ``think_markers``: a thinking marker (``<think>`` or ``</think>``) left in the answer as returned: the server
+  gave the reasoning back inline (no ``--reasoning-parser``, or a completion API). A trainer that renders the
+  answer through a thinking template would train on the markers; SpecForge's own regeneration rejects such rows.
+  Not *degenerate*: the answer after the block may be good, and inline thinking may be intended.
 - ``answer_hash``: a hash of the answer (leading and trailing whitespace aside), to find the same answer given
   to different prompts across the corpus.
 """
@@ -19,6 +23,8 @@ import zlib
 from dataclasses import dataclass
 from typing import Any
 
+from tokenmill.records import THINK_CLOSE, THINK_OPEN
+
 PROBE = 32  # characters at the answer's end that a loop repeats a period earlier
 PERIODIC_MIN_CHARS = 300  # an exact repeat at the end at least this long (about 75 tokens) scores LOOP_SCORE
 MIN_PERIODS = 3  # ... made of at least this many periods
@@ -29,9 +35,8 @@ LOOP_SCORE = 0.7  # a score at least this: a loop (prose stays below 0.3, librar
 MIN_COMPRESS_BYTES = 256
 WORDED_CHARS = 16  # a tail with fewer than one word per this many characters is checked by compression
 LOOP_COMPRESS_RATIO = 0.08  # compressed/raw at most this scores LOOP_SCORE (prose and code stay above 0.2)
-THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 
-FLAGS = ("truncated", "empty", "no_answer", "repetition")
+FLAGS = ("truncated", "empty", "no_answer", "repetition", "think_markers")
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +49,7 @@ class Signals:
     repetition: bool
     repetition_score: float
     answer_hash: str
+    think_markers: bool = False
 
     def flags(self) -> list[str]:
         """The names of the signals that fire, in :data:`FLAGS` order."""
@@ -151,6 +157,7 @@ def signals(text: str, finish_reason: str | None, reasoning: str | None = None) 
         repetition=looping,
         repetition_score=score,
         answer_hash=answer_hash(answer),
+        think_markers="<" in text and (THINK_OPEN in text or THINK_CLOSE in text),
     )
 
 

@@ -6,7 +6,9 @@ error at any point unwinds exactly what was started, newest first:
 
 1. **requests**: where the prompt ids come from (``input.id_field``; as recorded in ``OUT/job.json`` when the
    output holds a job), the servers, the API key and the request shapes; with ``save_token_ids``, one server is
-   asked for a one-token completion to see that it returns token ids. Nothing is written before this is done.
+   asked for a one-token completion to see that it returns token ids; when prompts may be sent with thinking on,
+   one is asked a question with thinking on to see where its reasoning comes back (inline in the answer stops the
+   run, :mod:`tokenmill.backends.thinking`). Nothing is written before this is done.
 2. **lock**: the writer lock on ``OUT`` is taken (the directory created). Cleanup: close the output, sealing the
    open shard only when the run finished (or only give the lock up, when it was never opened).
 3. **remote**: with ``output.remote``, whose prefix it is and what is done there
@@ -50,6 +52,7 @@ from typing import Any, TypeVar
 
 from tokenmill.backends import Backend, BackendOptions, make_backend, probe_token_ids
 from tokenmill.backends.http import open_session
+from tokenmill.backends.thinking import judge, probe_thinking
 from tokenmill.config import JobSpec
 from tokenmill.errors import InputError, OutputError, StoreConflict
 from tokenmill.monitor.events import events_file
@@ -72,6 +75,8 @@ from tokenmill.run.work import RecordMaker
 from tokenmill.sources import count_rows, iter_prompts
 from tokenmill.sources.mapping import conversation_policy
 from tokenmill.sources.partition import Split, choose_split
+from tokenmill.sources.thinking import describe as describe_thinking
+from tokenmill.sources.thinking import with_thinking
 from tokenmill.storage.prefix import MARKER
 from tokenmill.storage.restore import RemoteStart, prepare_remote
 from tokenmill.storage.upload import Uploader, UploadStatus
@@ -214,6 +219,12 @@ async def _requests(job: JobSpec) -> tuple[Backend, list[str]]:
     if job.save_token_ids:
         async with open_session(job.retry, limit=PROBE_SERVERS) as session:
             await probe_token_ids(job.api, options, session, servers[:PROBE_SERVERS])
+    if job.may_think():
+        async with open_session(job.retry, limit=PROBE_SERVERS) as session:
+            probe = await probe_thinking(job.api, options, session, servers[:PROBE_SERVERS])
+        if probe is not None:
+            fine, message = judge(probe, job.api, job.thinking_inline == "ok")
+            log.log(logging.INFO if fine else logging.WARNING, "%s", message)
     return backend, servers
 
 
@@ -305,7 +316,11 @@ def _start_feed(stack: contextlib.AsyncExitStack, run: _Run, out: OutputDir, sta
         log.info("%s", run.split.describe())
     if run.job.input.mapping != "prompt":
         log.info("conversations: %s", conversation_policy(run.job.input.conversation_turns))
-    feed = PromptFeed(_input_rows(run.job, run.split), state.done, out.skip)
+    said = describe_thinking(run.job.thinking, run.job.input.thinking_field)
+    if said is not None:
+        log.info("%s", said)
+    rows = _input_rows(run.job, run.split)
+    feed = PromptFeed(lambda: with_thinking(rows(), run.job.thinking), state.done, out.skip)
     stack.callback(feed.close)
     return feed
 

@@ -49,6 +49,7 @@ class Work:
         self.sending = Prompt(
             id=self.prompt.id, messages=conversation, source=self.prompt.source, seed=self.prompt.seed
         )
+        self.sending.thinking = self.prompt.thinking  # every turn is sent in the row's mode
         self.affinity, self.strikes = server, 0
         return False
 
@@ -113,6 +114,7 @@ class RecordMaker:
             completion_token_ids=gen.completion_token_ids,
             turns=[t.as_dict() for t in turns] if turns else None,
             quality=quality,
+            thinking=gen.thinking,
             primary_id=prompt.primary_id,
             sample=prompt.sample,
         )

@@ -8,12 +8,14 @@ choice, with the completion's ids as ``response_token_ids`` (chat) or ``token_id
 
 from __future__ import annotations
 
+import dataclasses
 import time
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from tokenmill.records import THINK_CLOSE, THINK_OPEN
 from tokenmill.sim.text import Draft, estimate_tokens, prompt_token_ids, render_chat
 
 Flavor = Literal["openai", "native"]
@@ -47,6 +49,7 @@ class GenSpec:
     rid: str
     stop: tuple[str, ...] = ()
     penalized: bool = False  # a repetition, frequency or presence penalty was asked for (loops are rarer)
+    thinking: bool | None = None  # enable_thinking as the request set it (None: it did not say)
 
     def prompt_ids(self) -> list[int]:
         return list(self.prompt) if isinstance(self.prompt, list) else prompt_token_ids(self.prompt)
@@ -64,7 +67,10 @@ def parse_chat(body: Any, context_length: int) -> GenSpec:
     _reject_unsupported(body)
     text = render_chat(messages)
     limit = _first_int(body, ("max_completion_tokens", "max_tokens"))
-    return _spec(body, text, estimate_tokens(text), limit, context_length, _rid(body.get("rid")))
+    spec = _spec(body, text, estimate_tokens(text), limit, context_length, _rid(body.get("rid")))
+    kwargs = body.get("chat_template_kwargs")
+    enable = kwargs.get("enable_thinking") if isinstance(kwargs, dict) else None
+    return dataclasses.replace(spec, thinking=enable) if isinstance(enable, bool) else spec
 
 
 def parse_completion(body: Any, context_length: int) -> GenSpec:
@@ -194,6 +200,8 @@ def _spec(
     return_ids: bool | None = None,
 ) -> GenSpec:
     seed = params.get(seed_key)
+    # a client-side chat template with thinking off ends the prompt with an empty thinking block (Qwen3's)
+    closed = isinstance(prompt, str) and prompt.rstrip().endswith(THINK_CLOSE)
     stop = params.get("stop")
     stops = (stop,) if isinstance(stop, str) else tuple(x for x in stop if isinstance(x, str)) if stop else ()
     return GenSpec(
@@ -207,6 +215,7 @@ def _spec(
         rid=rid,
         stop=stops if isinstance(stop, str | list) else (),
         penalized=_penalized(params),
+        thinking=False if closed else None,
     )
 
 
@@ -235,10 +244,31 @@ def _usage(spec: GenSpec, draft: Draft) -> dict[str, Any]:
     }
 
 
-def chat_response(spec: GenSpec, draft: Draft, model: str) -> dict[str, Any]:
+def split_reasoning(text: str, parser: str | None, thinking: bool | None) -> tuple[str | None, str]:
+    """(reasoning_content, content) as SGLang's reasoning parser splits a whole answer (non-streaming): without a
+    parser the text stays whole; ``qwen3`` reads everything before ``</think>`` as reasoning unless the request set
+    enable_thinking false (a template without a thinking switch, like the tiny test models', forces it), and
+    ``qwen3-thinking`` and ``deepseek-r1`` always do; with no ``</think>`` the whole text is reasoning (cut off),
+    and the content is empty. Leading ``<think>`` tags are dropped; an empty reasoning is None."""
+    if parser is None:
+        return None, text
+    forced = parser != "qwen3" or thinking is not False
+    if not forced and THINK_OPEN not in text:
+        return None, text
+    body = text
+    while body.startswith(THINK_OPEN):
+        body = body[len(THINK_OPEN) :]
+    reasoning, closed, content = body.partition(THINK_CLOSE)
+    if not closed:
+        reasoning, content = body, ""
+    return reasoning or None, content
+
+
+def chat_response(spec: GenSpec, draft: Draft, model: str, reasoning_parser: str | None = None) -> dict[str, Any]:
+    reasoning, content = split_reasoning(draft.text, reasoning_parser, spec.thinking)
     choice: dict[str, Any] = {
         "index": 0,
-        "message": {"role": "assistant", "content": draft.text, "reasoning_content": None, "tool_calls": None},
+        "message": {"role": "assistant", "content": content, "reasoning_content": reasoning, "tool_calls": None},
         "logprobs": None,
         "finish_reason": draft.finish,
         "matched_stop": draft.matched,

@@ -49,6 +49,7 @@ def server_args(cfg: SimConfig, model: StepModel, host: str, port: int) -> dict[
         "decode_log_interval": cfg.decode_log_interval,
         "random_seed": cfg.seed,
         "enable_deterministic_inference": False,  # as a default launch (the simulated answers are seeded anyway)
+        "reasoning_parser": cfg.reasoning_parser,
     }
     if isinstance(model, TwinStepModel):
         args.update(model.server_args())

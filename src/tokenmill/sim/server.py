@@ -235,6 +235,7 @@ class SimServer:
             sigma=cfg.output_len_sigma,
             stop=spec.stop,
             degeneration=degeneration(key, degeneration_rates(cfg, spec.penalized)),
+            think_share=cfg.reasoning_share if cfg.thinking and spec.thinking is not False else None,
         )
         cache = self.prefix_cache
         ids = spec.prompt_ids() if cache is not None else []
@@ -255,7 +256,7 @@ class SimServer:
         spec = api.parse_chat(body, self.cfg.context_length)
         api.check_context(spec, self.cfg.context_length)
         draft, _, _ = await self._run(spec)
-        return api.chat_response(spec, draft, self._model_name(body))
+        return api.chat_response(spec, draft, self._model_name(body), self.cfg.reasoning_parser)
 
     async def _serve_completion(self, body: Any) -> Any:
         spec = api.parse_completion(body, self.cfg.context_length)

@@ -122,6 +122,7 @@ def plan_output(
     sigma: float,
     stop: Sequence[str] = (),
     degeneration: Degeneration | None = None,
+    think_share: float | None = None,
 ) -> Draft:
     """The completion for ``key``: a drawn length capped by ``max_new_tokens`` (then ``finish == "length"``),
     cut at the first stop string as SGLang cuts it (the text ends before the match; the ids keep the token
@@ -129,7 +130,10 @@ def plan_output(
 
     A ``degeneration`` makes the answer one a sampling model sometimes gives: ``loop`` (a phrase repeated until
     ``max_new_tokens``, after a drawn share of normal words), ``empty`` (the end of sequence at once),
-    ``unclosed_think`` (a thinking block that runs to ``max_new_tokens`` without closing)."""
+    ``unclosed_think`` (a thinking block that runs to ``max_new_tokens`` without closing).
+
+    With ``think_share`` the answer is a thinking model's: ``<think>``, reasoning (that share of the drawn length),
+    ``</think>``, then the answer, the same length in all; reasoning cut at ``max_new_tokens`` never closes."""
     rng = random.Random(key)
     natural = draw_length(rng, mean, sigma)
     if degeneration == "empty":
@@ -143,6 +147,13 @@ def plan_output(
         ids[start:] = (phrase * (-(-(n - start) // len(phrase))))[: n - start]
     elif degeneration == "unclosed_think" and n:
         ids[0] = THINK_OPEN_ID
+    elif think_share is not None and n:
+        reasoning = max(1, round(natural * think_share))
+        if finish == "stop":  # an answer that ended by itself closed its thinking first
+            reasoning = min(reasoning, n - 2)
+        ids[0] = THINK_OPEN_ID
+        if 0 <= reasoning + 1 < n:
+            ids[reasoning + 1] = THINK_CLOSE_ID
     text = decode(ids)
     cut = _first_stop(text, stop)
     if cut is not None:

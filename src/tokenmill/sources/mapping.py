@@ -34,6 +34,7 @@ from typing import Any
 
 from tokenmill.config import AUTO_ID_COLUMN, AUTO_ID_FIELD, InputSpec
 from tokenmill.records import Message, Prompt
+from tokenmill.sources.thinking import row_thinking
 
 _OPENAI_ROLES = {"system": "system", "user": "user", "assistant": "assistant"}
 _SHAREGPT_ROLES = {**_OPENAI_ROLES, "human": "user", "gpt": "assistant", "chatgpt": "assistant"}
@@ -83,6 +84,7 @@ class RowMapper:
         self._candidates = list(fields.items()) if spec.mapping == "auto" else [(spec.mapping, fields[spec.mapping])]
         self._system = spec.system_prompt
         self._turns = spec.conversation_turns
+        self._thinking_field = spec.thinking_field
 
         self._thinking_field = spec.thinking_field
         self._keep = spec.keep_fields
@@ -115,6 +117,17 @@ class RowMapper:
             followups = [m for m in messages[first_user + 1 :] if m["role"] == "user"]
             messages = messages[: first_user + 1]
         return Prompt(id=pid, messages=messages, source=source, meta=meta, followups=followups or None)
+
+    def thinking(self, row: dict[str, Any]) -> bool | None:
+        """The row's own thinking mode (``input.thinking_field``); None when there is no such column or the row
+        leaves it out; RowProblem for a value that is not true/false or on/off."""
+        field = self._thinking_field
+        if field is None:
+            return None
+        try:
+            return row_thinking(row.get(field), field)
+        except ValueError as exc:
+            raise RowProblem(str(exc)) from None
 
     def _pick(self, row: dict[str, Any]) -> tuple[str, str, object]:
     def _fields(self, row: dict[str, Any]) -> dict[str, Any]:

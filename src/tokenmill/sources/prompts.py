@@ -67,6 +67,7 @@ def _prompts(spec: InputSpec, owns: Callable[[int], bool] | None) -> Iterator[Pr
             key = str(index) if id_field is None else _unique_id(row, id_field, seen)
             pid = key
             item = mapper.prompt(row, key, raw.source)
+            item.thinking = mapper.thinking(row)
         except RowProblem as problem:
             if spec.on_bad_row == "error":
                 raise BadRowError(raw.source, str(problem), pid) from None

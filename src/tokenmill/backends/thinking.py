@@ -1,0 +1,105 @@
+"""The start probe of a job that may think: one request with thinking on, to see where the reasoning comes back.
+
+A thinking model's reasoning comes back split off (``reasoning_content``, or vLLM's ``reasoning``: the server
+runs a reasoning parser) or inline in the answer (``<think>`` … ``</think>`` in ``content``: SGLang or vLLM
+started without ``--reasoning-parser``, or a completion API, which returns the text as generated). Inline
+thinking left in a training corpus teaches a drafter the markers and the reasoning as the answer, so the run
+stops at start with what to change, unless the job says inline thinking is intended (``thinking_inline: ok``).
+An answer that shows no thinking at all (a model that does not think, or too short an answer) is let through
+with a warning: the ``think_markers`` quality signal still marks any record that has them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Literal
+
+import aiohttp
+
+from tokenmill.backends.base import BackendOptions, make_backend
+from tokenmill.config import THINKING_PROBE_MAX_TOKENS
+from tokenmill.errors import ConfigError, MisconfiguredError, RequestError
+from tokenmill.records import THINK_CLOSE, THINK_OPEN, Generation, Prompt
+
+Where = Literal["separate", "inline", "unseen"]
+
+THINKING_PROBE = Prompt(
+    id="tokenmill-thinking-probe",
+    messages=[{"role": "user", "content": "What is 17 times 23? Think it through, then answer."}],
+    thinking=True,
+)
+PARSER_HINT = (
+    "start the servers with a reasoning parser: SGLang --reasoning-parser qwen3 (or deepseek-r1, ...), vLLM "
+    "--reasoning-parser qwen3 (or deepseek_r1, ...; vLLM before 0.10 also needs --enable-reasoning); in a fleet "
+    "profile, reasoning_parser: qwen3"
+)
+EXCERPT_CHARS = 80
+
+
+@dataclass(frozen=True, slots=True)
+class ThinkingProbe:
+    """What the probe saw: which server answered, where its reasoning was, and the start of its answer."""
+
+    server: str
+    where: Where
+    excerpt: str
+    completion_tokens: int | None
+
+
+def where_reasoning(gen: Generation) -> Where:
+    """Where an answer's reasoning is: split off, inline in the text, or nowhere to be seen."""
+    if gen.reasoning_content and gen.reasoning_content.strip():
+        return "separate"
+    if THINK_OPEN in gen.text or THINK_CLOSE in gen.text:
+        return "inline"
+    return "unseen"
+
+
+async def probe_thinking(
+    kind: str, options: BackendOptions, session: aiohttp.ClientSession, servers: list[str]
+) -> ThinkingProbe | None:
+    """Ask the first server that answers one question with thinking on (at most
+    :data:`~tokenmill.config.THINKING_PROBE_MAX_TOKENS` tokens); None when none answered (the run's own
+    requests then find out). A server that refuses the request as misconfigured is a ConfigError."""
+    update = {"max_tokens": min(options.sampling.max_tokens, THINKING_PROBE_MAX_TOKENS)}
+    probing = dataclasses.replace(options, save_token_ids=False, sampling=options.sampling.model_copy(update=update))
+    backend = make_backend(kind, probing)
+    for server in servers:
+        try:
+            gen = await backend.generate(session, server, THINKING_PROBE)
+        except MisconfiguredError as exc:
+            raise ConfigError(f"{server}: {exc.message}") from exc
+        except RequestError:
+            continue  # down or busy: try the next
+        text = " ".join(gen.text.split())
+        return ThinkingProbe(server, where_reasoning(gen), text[:EXCERPT_CHARS], gen.completion_tokens)
+    return None
+
+
+def judge(probe: ThinkingProbe, api: str, inline_ok: bool) -> tuple[bool, str]:
+    """(all well, what to log) for a probe's finding; inline thinking not intended is a ConfigError that says
+    what to change."""
+    if probe.where == "separate":
+        return True, f"thinking: {probe.server} returns the reasoning apart from the answer (reasoning_content)"
+    if probe.where == "unseen":
+        tokens = "?" if probe.completion_tokens is None else f"{probe.completion_tokens:,}"
+        return False, (
+            f"thinking is on, but the probe's answer from {probe.server} ({tokens} tokens) shows no reasoning, "
+            f"split off or inline ({probe.excerpt!r}): the model may not think, or its template opens the thinking "
+            "block itself; `tokenmill inspect` counts the answers with think markers left in (think_markers)"
+        )
+    if inline_ok:
+        return False, f"thinking: {probe.server} returns the reasoning inline in the answer (thinking_inline: ok)"
+    if api == "openai-chat":
+        fix = PARSER_HINT
+    else:
+        fix = (
+            f"api {api} returns the text as generated, so the reasoning stays in it: use api: openai-chat and "
+            + PARSER_HINT
+        )
+    raise ConfigError(
+        f"{probe.server} returned the thinking inline in the answer ({THINK_OPEN}… in the content, no "
+        f"reasoning_content: {probe.excerpt!r}), so every record would keep it in its answer. To split it off, "
+        f"{fix}. If inline thinking is what you want, set thinking_inline: ok in the job"
+    )
