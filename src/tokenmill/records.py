@@ -111,12 +111,12 @@ class Completion:
     thinking: bool | None = None  # enable_thinking as sent with the request; null: nothing sent
     primary_id: str | None = None  # samples > 1: the input row's id; null for a job of one answer per prompt
     sample: int | None = None  # samples > 1: k of ``{primary_id}_gen{k}``
+    origin: dict[str, Any] | None = None  # served model, engine, version, flags hash (tokenmill.monitor.origin)
+    fields: dict[str, Any] | None = None  # the input row's own columns (input.keep_fields)
     status: str = "ok"
 
 
 @dataclass(slots=True)
-    origin: dict[str, Any] | None = None  # served model, engine, version, flags hash (tokenmill.monitor.origin)
-    fields: dict[str, Any] | None = None  # the input row's own columns (input.keep_fields)
 class Failure:
     """A prompt that could not be completed, with the reason (written to ``failed.jsonl``)."""
 
