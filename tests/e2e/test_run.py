@@ -12,6 +12,7 @@ import orjson
 import pytest
 
 from tests.e2e.conftest import read_records, run_cli, write_job, write_prompts
+from tests.engines.process import free_port
 from tokenmill.fleet.simprocs import SimProcess, start_sim
 
 
@@ -157,3 +158,17 @@ def test_dead_server_is_set_aside_and_used_again_when_back(tmp_path: Path) -> No
         steady.stop()
         if revived is not None:
             revived.stop()
+
+
+def test_a_server_the_servers_file_marks_down_gets_no_request(fleet: list[SimProcess], tmp_path: Path) -> None:
+    """The job's own reading of its servers_file keeps the `# down` mark: the run never tries that server."""
+    dead = f"http://127.0.0.1:{free_port()}"
+    servers = tmp_path / "servers.txt"
+    servers.write_text(f"{fleet[0].url}\n{dead}  # down\n")
+    data = write_prompts(tmp_path / "in.jsonl", 40)
+    job = write_job(tmp_path / "job.yaml", [], data, tmp_path / "out", servers_file=str(servers))
+    res = run_cli("run", str(job), "--no-live")
+    assert res.returncode == 0, res.stderr
+    assert f"setting server {dead} aside" not in res.stderr  # never tried
+    done, _ = read_records(tmp_path / "out")
+    assert len(done) == 40 and {r["server"] for r in done} == {fleet[0].url}

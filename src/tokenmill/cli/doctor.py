@@ -93,10 +93,9 @@ def doctor(
         return
     urls = [normalize_url(u) for u in servers]
     if servers_file:
-        for line in Path(servers_file).read_text().splitlines():
-            line = line.split("#", 1)[0].strip()
-            if line:
-                urls.append(normalize_url(line))
+        from tokenmill.config.servers import parse_servers
+
+        urls += [ep.url for ep in parse_servers(Path(servers_file).read_text())]  # a server marked down shows as one
     urls = list(dict.fromkeys(urls))
     if not urls:
         raise click.UsageError("give --servers URL (repeatable) or --servers-file")

@@ -14,6 +14,7 @@ from pydantic import Field, ValidationError, field_serializer, field_validator, 
 
 from tokenmill.config.base import Model, format_validation_error, normalize_url, read_mapping, set_dotted
 from tokenmill.config.monitor import MonitorSpec
+from tokenmill.config.servers import Endpoint, parse_servers
 from tokenmill.errors import ConfigError
 
 ApiKind = Literal["openai-chat", "openai-completions", "sglang-generate"]
@@ -384,21 +385,24 @@ class JobSpec(Model):
         return self
 
     def resolved_servers(self) -> list[str]:
-        """Servers from the list and the servers file, deduplicated in order."""
-        urls = list(self.servers)
+        """Servers from the list and the servers file, deduplicated in order (marked ones too: see
+        :meth:`resolved_endpoints`)."""
+        return [ep.url for ep in self.resolved_endpoints()]
+
+    def resolved_endpoints(self) -> list[Endpoint]:
+        """Servers from the list and the servers file with the file's ``# draining`` / ``# down`` marks
+        (:mod:`tokenmill.config.servers`), deduplicated in order."""
+        found: dict[str, Endpoint] = {url: Endpoint(url) for url in self.servers}
         if self.servers_file:
             try:
-                lines = Path(self.servers_file).read_text().splitlines()
+                text = Path(self.servers_file).read_text()
             except OSError as exc:
                 raise ConfigError(f"servers_file {self.servers_file!r} cannot be read: {exc}") from exc
-            for line in lines:
-                line = line.split("#", 1)[0].strip()
-                if line:
-                    urls.append(normalize_url(line))
-        seen: dict[str, None] = dict.fromkeys(urls)
-        if not seen:
+            for ep in parse_servers(text):
+                found[ep.url] = ep if ep.url not in found or not ep.sendable else found[ep.url]
+        if not found:
             raise ConfigError("no servers given: list base URLs under `servers:` or in servers_file")
-        return list(seen)
+        return list(found.values())
 
     def api_key(self) -> str | None:
         """The API key from the named environment variable (never stored in the job file)."""

@@ -22,29 +22,16 @@ import logging
 import os
 import tempfile
 from collections.abc import Iterable
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, Protocol
+from typing import Protocol
 
-from tokenmill.config import normalize_url
+from tokenmill.config.servers import Endpoint, Mark, parse_servers
 
 log = logging.getLogger("tokenmill.fleet")
 
-Mark = Literal["up", "draining", "down"]
+__all__ = ["HEADER", "Endpoint", "Followable", "Mark", "apply", "follow", "parse", "read", "render", "write"]
+
 HEADER = "# tokenmill fleet endpoints: one base URL a line; a `# draining` or `# down` server gets no new requests\n"
-
-
-@dataclass(frozen=True, slots=True)
-class Endpoint:
-    """One server in the endpoints file."""
-
-    url: str
-    mark: Mark = "up"
-
-    @property
-    def sendable(self) -> bool:
-        """Whether a client may send it new requests."""
-        return self.mark == "up"
 
 
 def render(endpoints: Iterable[Endpoint]) -> str:
@@ -56,18 +43,8 @@ def render(endpoints: Iterable[Endpoint]) -> str:
 
 
 def parse(text: str) -> list[Endpoint]:
-    """The endpoints in ``text`` (order kept, the last line wins for a repeated URL)."""
-    found: dict[str, Endpoint] = {}
-    for line in text.splitlines():
-        url, _, comment = line.partition("#")
-        url = url.strip()
-        if not url:
-            continue
-        word = comment.strip().split(" ", 1)[0].lower()
-        mark: Mark = "draining" if word == "draining" else "down" if word == "down" else "up"
-        norm = normalize_url(url)
-        found[norm] = Endpoint(norm, mark)
-    return list(found.values())
+    """The endpoints in ``text`` (:func:`tokenmill.config.servers.parse_servers`, the format's one parser)."""
+    return parse_servers(text)
 
 
 def write(path: Path, endpoints: Iterable[Endpoint]) -> None:

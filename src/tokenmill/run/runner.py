@@ -56,10 +56,10 @@ from tokenmill.backends.thinking import judge, probe_thinking
 from tokenmill.config import JobSpec
 from tokenmill.errors import InputError, OutputError, StoreConflict
 from tokenmill.monitor.events import events_file
+from tokenmill.monitor.origin import Origins, fetch_origin
 from tokenmill.monitor.snapshot import Snapshot
 from tokenmill.output import OutputDir, ResumeState, layout
 from tokenmill.output.identity import JOB_FILE, check_job_identity, job_with_ids
-from tokenmill.monitor.origin import Origins, fetch_origin
 from tokenmill.records import Prompt, Skip
 from tokenmill.run.autotune import Autotuner
 from tokenmill.run.control import ConcurrencyController
@@ -384,18 +384,21 @@ def _make_dispatcher(run: _Run, backend: Backend, servers: list[str], out: Outpu
     job = run.job
     adaptive = job.concurrency == "auto"
     pool = ServerPool(servers, job.control.initial if adaptive else int(job.concurrency), adaptive=adaptive)
+    pool.on_new_process = origins.forget
     sampling = job.sampling.as_dict() | ({"samples": job.samples} if job.samples > 1 else {})
     records = RecordMaker(model=job.model, sampling=sampling, wall=time.time, origin=origins.get)
     return Dispatcher(pool, backend, out, job.retry, records, clock=run.clock)
 
 
+    for ep in job.resolved_endpoints():  # a server the servers file marks draining or down gets no request
+        if not ep.sendable:
+            pool.set_draining(ep.url, True)
 async def _start_watch(
     stack: contextlib.AsyncExitStack,
     run: _Run,
     dispatcher: Dispatcher,
     live: bool | None,
     tuner: Autotuner | None = None,
-    pool.on_new_process = origins.forget
 ) -> tuple[RunMonitor, Tracker, Display]:
     job = run.job
     partition = run.partition[0] if run.partition else None

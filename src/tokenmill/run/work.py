@@ -80,8 +80,8 @@ class RecordMaker:
     model: str
     sampling: dict[str, object]
     wall: Callable[[], float]
-
     origin: Callable[[str], Origin | None] = lambda _server: None  # what the server says it is
+
     def completion(self, work: Work, gen: Generation, server: str, latency_s: float) -> Completion:
         prompt = work.prompt
         turns = work.turns
@@ -117,10 +117,10 @@ class RecordMaker:
             thinking=gen.thinking,
             primary_id=prompt.primary_id,
             sample=prompt.sample,
-        )
-
             origin=origin.as_dict() if (origin := self.origin(server)) is not None else None,
             fields=(prompt.meta or {}).get("fields") or None,
+        )
+
     def failure(self, work: Work, exc: RequestError, server: str) -> Failure:
         return Failure(
             id=work.prompt.id,

@@ -42,8 +42,8 @@ _JSON_TYPES = {dict: "object", list: "array", str: "string", int: "integer", flo
 
 
 USER_TURNS = "user_turns"  # Prompt.meta key: the row's user turns, set when it has more than one
-
 FIELDS = "fields"  # Prompt.meta key: the row's own columns recorded with its completion (input.keep_fields)
+
 
 class RowProblem(ValueError):
     """Why a row cannot become a prompt (a reason for the user, without the row's location)."""
@@ -85,28 +85,27 @@ class RowMapper:
         self._system = spec.system_prompt
         self._turns = spec.conversation_turns
         self._thinking_field = spec.thinking_field
-
-        self._thinking_field = spec.thinking_field
         self._keep = spec.keep_fields
         ids = AUTO_ID_COLUMN if spec.id_field == AUTO_ID_FIELD else spec.id_field
         self._own = {ids, *fields.values()}  # the id and prompt columns are the record's already
+
     def prompt(self, row: dict[str, Any], pid: str, source: str) -> Prompt:
         """The prompt a row describes; raises RowProblem naming the field and what is wrong with it."""
         kind, field, value = self._pick(row)
-        if kind == "prompt":
         kept = self._fields(row)
+        if kind == "prompt":
             text = _text(value, field)
-            if self._system is None:
             text_meta = {FIELDS: kept} if kept else None
+            if self._system is None:
                 return Prompt(id=pid, text=text, source=source, meta=text_meta)
             messages = [{"role": "system", "content": self._system}, {"role": "user", "content": text}]
             return Prompt(id=pid, messages=messages, source=source, meta=text_meta)
         turns = _turns(value, field, sharegpt=kind == "conversations")
         messages = _select(turns, field, self._turns)
         meta: dict[str, Any] = {"row": row}
-        users = sum(1 for t in turns if t["role"] == "user")
         if kept:
             meta[FIELDS] = kept
+        users = sum(1 for t in turns if t["role"] == "user")
         if users > 1:
             meta[USER_TURNS] = users  # counted by the feed: rows with several user turns, whatever is kept
         if self._system is not None and all(m["role"] != "system" for m in messages):
@@ -118,18 +117,6 @@ class RowMapper:
             messages = messages[: first_user + 1]
         return Prompt(id=pid, messages=messages, source=source, meta=meta, followups=followups or None)
 
-    def thinking(self, row: dict[str, Any]) -> bool | None:
-        """The row's own thinking mode (``input.thinking_field``); None when there is no such column or the row
-        leaves it out; RowProblem for a value that is not true/false or on/off."""
-        field = self._thinking_field
-        if field is None:
-            return None
-        try:
-            return row_thinking(row.get(field), field)
-        except ValueError as exc:
-            raise RowProblem(str(exc)) from None
-
-    def _pick(self, row: dict[str, Any]) -> tuple[str, str, object]:
     def _fields(self, row: dict[str, Any]) -> dict[str, Any]:
         """The row's own columns to record (``input.keep_fields``); a listed column the row lacks is left out."""
         if self._keep == "all":
@@ -147,6 +134,7 @@ class RowMapper:
         except ValueError as exc:
             raise RowProblem(str(exc)) from None
 
+    def _pick(self, row: dict[str, Any]) -> tuple[str, str, object]:
         """(mapping kind, field name, value) for this row: the first candidate field present and not null."""
         for kind, field in self._candidates:
             value = row.get(field)
