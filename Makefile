@@ -44,6 +44,13 @@ test: venv system-deps engine engine-model sglang sglang-models lint typecheck
 bench: venv
 	$(PY) -m bench
 
+# The seed-sized job (654,676 prompts, ~7.6 GB) through a SIGKILL and a lost machine, then the post-run tools
+# timed (bench/fullsize.py; under an hour on 2 cores). Data in $$BENCH_FULL_DIR (default $$TMPDIR/tokenmill-bench-full,
+# ~20 GB free needed); BENCH_QUICK=1 runs 20,000 prompts; FULL_ARGS=--tools-only times the tools again.
+.PHONY: bench-full
+bench-full: venv
+	$(PY) -m bench.fullsize $(FULL_ARGS)
+
 # A few minutes of SIGKILLs, server crashes, HTTP faults, a store outage and a full disk; then verify (chaos/).
 .PHONY: chaos
 chaos: venv

@@ -22,6 +22,12 @@ Sections (each comparison is measured side by side within one run):
   answer) and tokenmill's client CPU per completion with the signals and with them replaced by a constant
   (bench/quality.py).
 
+Not a section (too long for ``make bench``): ``make bench-full`` (bench/fullsize.py) runs a seed-sized job —
+654,676 conversation prompts, answers of ~2,660 tokens, a remote prefix — through a SIGKILL and a lost machine,
+with the peak RSS of every start, then times ``verify``, ``inspect``, ``export``, ``report`` and ``status`` of
+``OUT`` and of the prefix alone; bench/results-fullsize.json. ``python -m bench.fullsize --tools-only`` times
+the tools again on its work directory.
+
 Environment: ``BENCH_SKIP=memory,sim`` skips sections, ``BENCH_ONLY=fleet`` runs only those,
 ``BENCH_QUICK=1`` uses smaller sizes everywhere (a smoke run), ``BENCH_MEMORY_N`` sets the memory run's size.
 """

@@ -7,6 +7,10 @@ request beyond reading it and writing prepared bytes (a few microseconds), so th
 Plain asyncio protocol, HTTP/1.1 keep-alive; ``GET /health`` and ``GET /metrics`` answer 200.
 
     python -m bench.canned --tokens 2000      # prints "canned listening on http://127.0.0.1:PORT"
+
+With ``--mean M``, the answers' lengths are log-normal with mean M tokens (``--sigma``, ``--variants`` answers
+drawn, those past ``--max-tokens`` cut there with ``finish_reason: length``), and each answer starts with the
+server's seed and a request counter, so no two answers are the same (the corpus has no duplicates).
 """
 
 from __future__ import annotations
@@ -14,14 +18,20 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import random
 import signal
 
 VARIANTS = 16
 
 
-def _completion(i: int, tokens: int, rng: random.Random) -> bytes:
+MARK = "0000000000"  # replaced by each request's counter (--mean)
+
+
+def _completion(i: int, tokens: int, rng: random.Random, mark: str = "", finish: str = "stop") -> bytes:
     words = [rng.choice(("lorem", "ipsum", "dolor", "amet", "sit", "elit", "sed", "tempor")) for _ in range(tokens)]
+    if mark:
+        words[0] = mark
     body = {
         "id": f"chatcmpl-canned-{i}",
         "object": "chat.completion",
@@ -31,7 +41,7 @@ def _completion(i: int, tokens: int, rng: random.Random) -> bytes:
             {
                 "index": 0,
                 "message": {"role": "assistant", "content": " ".join(words)},
-                "finish_reason": "stop",
+                "finish_reason": finish,
                 "logprobs": None,
             }
         ],
@@ -54,9 +64,11 @@ def _content_length(head: bytes) -> int:
 
 
 class _Conn(asyncio.Protocol):
-    def __init__(self, answers: list[bytes], small: bytes) -> None:
+    def __init__(self, answers: list[bytes], small: bytes, counter: list[int] | None = None, tag: str = "") -> None:
         self.answers = answers
         self.small = small
+        self.counter = counter  # shared by the server's connections: every answer made unique
+        self.tag = tag.encode()
         self.buf = b""
         self.need = -1  # body bytes still to read for the current request (-1: reading a head)
         self.is_post = False
@@ -85,17 +97,42 @@ class _Conn(asyncio.Protocol):
             assert self.transport is not None
             if self.is_post:
                 self.n += 1
-                self.transport.write(self.answers[self.n % len(self.answers)])
+                if self.counter is None:
+                    self.transport.write(self.answers[self.n % len(self.answers)])
+                else:
+                    self.counter[0] += 1
+                    k = self.counter[0]
+                    answer = self.answers[(k * 7919) % len(self.answers)]
+                    at = answer.find(MARK.encode())
+                    unique = (self.tag + b"x%d" % k).rjust(len(MARK), b"0")[-len(MARK) :]
+                    self.transport.write(answer[:at] + unique + answer[at + len(MARK) :])
             else:
                 self.transport.write(self.small)
 
 
-async def serve(tokens: int, port: int) -> None:
+def _lognormal(mean: float, sigma: float, variants: int, max_tokens: int, seed: int) -> list[bytes]:
+    rng = random.Random(seed)
+    mu = math.log(mean) - sigma * sigma / 2
+    out = []
+    for i in range(variants):
+        n = max(2, round(rng.lognormvariate(mu, sigma)))
+        finish = "length" if n >= max_tokens else "stop"
+        out.append(_response(_completion(i, min(n, max_tokens), rng, MARK, finish)))
+    return out
+
+
+async def serve(tokens: int, port: int, args: argparse.Namespace | None = None) -> None:
     rng = random.Random(0)
-    answers = [_response(_completion(i, tokens, rng)) for i in range(VARIANTS)]
+    counter: list[int] | None = None
+    if args is not None and args.mean:
+        answers = _lognormal(args.mean, args.sigma, args.variants, args.max_tokens, args.seed)
+        counter = [0]
+    else:
+        answers = [_response(_completion(i, tokens, rng)) for i in range(VARIANTS)]
+    tag = str(args.seed) if args is not None else ""
     small = _response(b"ok\n", ctype="text/plain")
     loop = asyncio.get_running_loop()
-    server = await loop.create_server(lambda: _Conn(answers, small), "127.0.0.1", port, backlog=4096)
+    server = await loop.create_server(lambda: _Conn(answers, small, counter, tag), "127.0.0.1", port, backlog=4096)
     port = server.sockets[0].getsockname()[1]
     print(f"canned listening on http://127.0.0.1:{port}", flush=True)
     stop = asyncio.Event()
@@ -109,8 +146,13 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     ap.add_argument("--tokens", type=int, default=2000)
     ap.add_argument("--port", type=int, default=0)
+    ap.add_argument("--mean", type=float, default=0.0, help="log-normal answer lengths with this mean (tokens)")
+    ap.add_argument("--sigma", type=float, default=0.6)
+    ap.add_argument("--variants", type=int, default=512)
+    ap.add_argument("--max-tokens", type=int, default=16_384)
+    ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
-    asyncio.run(serve(args.tokens, args.port))
+    asyncio.run(serve(args.tokens, args.port, args))
 
 
 if __name__ == "__main__":

@@ -2,9 +2,13 @@
 tools timed on it, each with its peak RSS.
 
 The job: 654,676 ShareGPT-style conversation prompts (the generator of ``scripts/make_sample_data.py``, seeded),
-two instant simulated servers whose answers are log-normal with a mean of 2,660 tokens (sigma 0.6), an explicit
+two simulated servers whose answers are log-normal with a mean of 2,660 tokens (sigma 0.6), an explicit
 ``sampling.max_tokens`` of 16,384 (about 0.1 % of the answers reach it) and one generation per row
 (``input.conversation_turns: first``, as the seed's run did), with a remote prefix (``output.remote``).
+
+The servers are :mod:`bench.canned` answering at once from 512 prepared answers of log-normal lengths, each
+made unique by a request counter: ``tokenmill sim --instant`` renders every answer (about 2.4 ms of its CPU for
+2,660 tokens on this 2-core machine), which would make the servers, not tokenmill, take most of the hour.
 
 The prefix is a ``file://`` directory: at this size the prefix holds 7-8 GB of shards, and moto's S3 server
 keeps every object in its own memory (and copies some on the way), which a 24 GB machine shared with the run
@@ -50,7 +54,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -60,13 +65,14 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
-from bench.common import CPUS, HERE, ROOT, rss_mb, sims
+from bench.common import CPUS, HERE, ROOT, Sim, rss_mb
 
 SEED_PROMPTS = 654_676
 QUICK_PROMPTS = 20_000
 OUTPUT_MEAN, OUTPUT_SIGMA = 2660, 0.6
 MAX_TOKENS = 16_384
 SERVERS = 2
+CONCURRENCY = 128  # per server (the canned servers export no SGLang metrics for concurrency: auto to follow)
 KILL_AT = (0.15, 0.35)  # the SIGKILL, as a share of the prompts
 LOST_AT = (0.50, 0.60)  # the machine loss
 # Export formats timed (pre-tokenized training data is a later format: add it here once `export` has it).
@@ -107,9 +113,24 @@ def job_spec(work: Path, urls: Sequence[str], remote: str, options: dict[str, An
         "servers": list(urls),
         "model": "tokenmill-sim",
         "sampling": {"max_tokens": MAX_TOKENS},
+        "concurrency": CONCURRENCY,
         "output": {"dir": str(work / "out"), "remote": remote, "storage_options": options or {}},
         "status_interval_s": 3600,
     }
+
+
+@contextmanager
+def servers() -> Iterator[list[str]]:
+    """The simulated servers: :mod:`bench.canned` with log-normal answer lengths, every answer unique."""
+    args = ["--mean", str(OUTPUT_MEAN), "--sigma", str(OUTPUT_SIGMA), "--max-tokens", str(MAX_TOKENS)]
+    started: list[Sim] = []
+    try:
+        for i in range(SERVERS):
+            started.append(Sim([*args, "--seed", str(i)], ALL_CORES, canned=True))
+        yield [s.url for s in started]
+    finally:
+        for s in started:
+            s.stop()
 
 
 # ---- processes -----------------------------------------------------------------------------------------
@@ -230,9 +251,8 @@ def run_job(work: Path, n: int, seed: int) -> dict[str, Any]:
     os.environ["PYTHONPATH"] = str(snapshot)
     rng = random.Random(seed)
     kill_at, lost_at = round(rng.uniform(*KILL_AT) * n), round(rng.uniform(*LOST_AT) * n)
-    sim_args = ["--instant", "--output-len-mean", str(OUTPUT_MEAN), "--output-len-sigma", str(OUTPUT_SIGMA)]
     try:
-        starts = _three_starts(work, n, sim_args, kill_at, lost_at)
+        starts = _three_starts(work, n, kill_at, lost_at)
     finally:
         if saved is None:
             os.environ.pop("PYTHONPATH", None)
@@ -259,13 +279,13 @@ def _code() -> str:
     return head.stdout.strip() + (" + uncommitted changes in src/" if dirty.stdout.strip() else "")
 
 
-def _three_starts(work: Path, n: int, sim_args: list[str], kill_at: int, lost_at: int) -> list[Measured]:
+def _three_starts(work: Path, n: int, kill_at: int, lost_at: int) -> list[Measured]:
     out, prefix = work / "out", prefix_dir(work)
     starts: list[Measured] = []
     log = work / "run.log"
     log.write_text("")
-    with sims(SERVERS, sim_args, ALL_CORES) as servers:
-        job = job_spec(work, [s.url for s in servers], prefix.as_uri() + "/")
+    with servers() as urls:
+        job = job_spec(work, urls, prefix.as_uri() + "/")
         path = work / "job.yaml"
         path.write_text(yaml.safe_dump(job, sort_keys=False))
         argv = tokenmill("run", str(path), "--no-live", "--log-level", "WARNING")
@@ -406,7 +426,7 @@ def render(results: dict[str, Any]) -> None:
         c = run["corpus"]
         t = Table(
             title=f"Full-size run: {run['prompts']:,} conversation prompts, answers log-normal mean {OUTPUT_MEAN:,} "
-            f"tokens, {SERVERS} instant sims, file:// prefix ({c['completions']:,} completions, "
+            f"tokens, {SERVERS} canned servers, file:// prefix ({c['completions']:,} completions, "
             f"{c['bytes'] / 1e9:.2f} GB in {c['shards']:,} shards, _SUCCESS {'yes' if c['success'] else 'NO'})"
         )
         for col in ("start", "wall s", "completions at end", "peak RSS MB", "sampled peak MB (at s)", "taken over"):
@@ -466,10 +486,9 @@ def s3_tools(work: Path, n: int, seed: int) -> list[Measured]:
             write_prompts(prompts, n)
         shutil.rmtree(work / "out", ignore_errors=True)
         url = "s3://bench/corpus/run-1/"
-        sim_args = ["--instant", "--output-len-mean", str(OUTPUT_MEAN), "--output-len-sigma", str(OUTPUT_SIGMA)]
         log = work / "run.log"
-        with sims(SERVERS, sim_args, ALL_CORES) as servers:
-            job = job_spec(work, [s.url for s in servers], url, {"endpoint_url": endpoint})
+        with servers() as urls:
+            job = job_spec(work, urls, url, {"endpoint_url": endpoint})
             path = work / "job.yaml"
             path.write_text(yaml.safe_dump(job, sort_keys=False))
             m = measure("run", tokenmill("run", str(path), "--no-live", "--log-level", "WARNING"), log, env=env)
