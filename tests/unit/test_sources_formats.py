@@ -97,7 +97,7 @@ def test_parquet_chat_rows_keep_every_column(tmp_path: Path) -> None:
     pq.write_table(pa.table({"conversations": conv, "lang": ["en"]}), path)
     (prompt,) = _prompts(path=str(path))
     assert prompt.messages == [{"role": "user", "content": "hi"}]
-    assert prompt.meta == {"row": {"conversations": conv[0], "lang": "en"}}
+    assert prompt.meta == {"row": {"conversations": conv[0], "lang": "en"}, "fields": {"lang": "en"}}
 
 
 def test_directory_and_glob_are_read_in_sorted_order(tmp_path: Path) -> None:

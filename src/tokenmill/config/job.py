@@ -95,6 +95,12 @@ class InputSpec(Model):
     offset: int = Field(default=0, ge=0, description="Skip this many rows first (trial runs)")
     limit: int | None = Field(default=None, ge=1, description="Read at most this many rows (trial runs)")
     on_bad_row: BadRowPolicy = Field(default="error", description="error: stop with file:line; skip: record")
+    keep_fields: list[str] | Literal["all"] = Field(
+        default="all",
+        description="The input's own columns recorded with each completion (record field `fields`; `tokenmill "
+        "export --keep-fields` carries them into the training file): all (every column but the prompt and the "
+        "id), or a list of names ([] for none)",
+    )
 
     @model_validator(mode="after")
     def _one_source(self) -> InputSpec:
@@ -122,12 +128,6 @@ class SamplingSpec(Model):
         default_factory=dict, description="Merged into every request body (e.g. chat_template_kwargs)"
     )
 
-    keep_fields: list[str] | Literal["all"] = Field(
-        default="all",
-        description="The input's own columns recorded with each completion (record field `fields`; `tokenmill "
-        "export --keep-fields` carries them into the training file): all (every column but the prompt and the "
-        "id), or a list of names ([] for none)",
-    )
     def as_dict(self) -> dict[str, Any]:
         """The parameters as recorded in each completion (no Nones)."""
         out = {k: v for k, v in self.model_dump().items() if v is not None and k != "extra_body"}
@@ -199,6 +199,45 @@ class UploadSpec(Model):
         "skips, the event log, job.json), which let status, report and verify work from the prefix alone and a "
         "fresh machine take the job over; the end of a run always copies them",
     )
+    max_backlog: int | str | None = Field(
+        default=None,
+        description="Sealed shards (a number) or bytes (e.g. 20GB) waiting for upload past which the run pauses "
+        "generation (requests in flight finish) until the store catches up; none: never pause",
+    )
+
+    @field_validator("max_backlog")
+    @classmethod
+    def _backlog(cls, v: int | str | None) -> int | str | None:
+        if isinstance(v, int) and v < 1:
+            raise ValueError("max_backlog must be at least 1 shard")
+        if isinstance(v, str):
+            parse_bytes(v)
+        return v
+
+    def backlog_limit(self) -> tuple[int | None, int | None]:
+        """``max_backlog`` as (shards, bytes): one of them set, or neither."""
+        v = self.max_backlog
+        if v is None:
+            return None, None
+        if isinstance(v, int):
+            return v, None
+        return None, parse_bytes(v)
+
+
+_BYTE_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12, "kib": 1 << 10, "mib": 1 << 20,
+               "gib": 1 << 30, "tib": 1 << 40}  # fmt: skip
+
+
+def parse_bytes(text: str) -> int:
+    """``20GB``, ``512 MiB``, ``1e9`` as bytes (a ValueError naming the accepted units otherwise)."""
+    m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?(?:e[0-9]+)?)\s*([a-zA-Z]*)\s*", text)
+    unit = m.group(2).lower() if m else None
+    if m is None or unit not in _BYTE_UNITS:
+        raise ValueError(f"{text!r} is not a size: write a number of shards (40) or of bytes with a unit (20GB, 512MiB)")
+    size = int(float(m.group(1)) * _BYTE_UNITS[unit])
+    if size < 1:
+        raise ValueError(f"{text!r}: the backlog must be at least one byte")
+    return size
 
 
 MASKED = "***"  # what a secret-looking value is written as in job.json, logs and reports
@@ -230,6 +269,12 @@ class ControlSpec(Model):
     throttle_factor: float = Field(default=0.7, gt=0, lt=1, description="Target multiplier after a 429/503")
     grow_factor: float = Field(
         default=1.25, gt=1, description="Growth per round while a server without a known cap is client-limited"
+    )
+    oversubscribed: float = Field(
+        default=2.0,
+        gt=1,
+        description="A fixed concurrency above this many times what the servers hold (max running + the queue "
+        "above) gets a warning at start: the rest would only wait in the servers' queues",
     )
 
 
