@@ -109,6 +109,8 @@ _DECIMALS = {
     "state_usage": 3,
     "cpu": 3,
     "loop_lag_s": 3,
+    "expected_tok_s": 1,
+    "ceiling_tok_s": 1,
 }
 
 
@@ -141,9 +143,21 @@ class ServerRow:
     gpus: int = 1
     decoded_tokens: float = 0.0  # tokens the server decoded while watched (its counters)
     limit_reason: str | None = None  # why the in-flight target is what it is (concurrency: auto)
+    # what the planner expects of this server (its flags, GPU, the workload so far) and the roofline's ceiling,
+    # decode tok/s on the server's own clock (a twin's time scale applied), so decode_tok_s compares directly
+    expected_tok_s: float | None = None
+    ceiling_tok_s: float | None = None
+    gpu: str | None = None  # the GPU those were planned for
 
     def to_event(self) -> dict[str, Any]:
         return {f.name: _encode(f.name, getattr(self, f.name)) for f in fields(self)}
+
+    @property
+    def expected_share(self) -> float | None:
+        """The server's decode rate as a share of what the planner expects of it."""
+        if self.decode_tok_s is None or not self.expected_tok_s:
+            return None
+        return self.decode_tok_s / self.expected_tok_s
 
     @classmethod
     def from_event(cls, rec: dict[str, Any]) -> ServerRow:
@@ -189,6 +203,17 @@ class Snapshot:
     @property
     def gpus(self) -> int:
         return sum(r.gpus for r in self.servers)
+
+    def expected_shares(self) -> tuple[float, float] | None:
+        """The fleet's decode rate as a share of what the planner expects and of the roofline's ceiling, over
+        the servers the planner has a picture of (None when it has none)."""
+        rows = [r for r in self.servers if r.expected_share is not None and r.ceiling_tok_s]
+        if not rows:
+            return None
+        measured = sum(r.decode_tok_s or 0.0 for r in rows)
+        return measured / sum(r.expected_tok_s or 0.0 for r in rows), measured / sum(
+            r.ceiling_tok_s or 0.0 for r in rows
+        )
 
     @property
     def truncated_share(self) -> float | None:
@@ -290,6 +315,9 @@ def status_line(snap: Snapshot) -> str:
     cut = truncation(snap)
     if cut:
         line += f" | {cut}"
+    expected = expected_text(snap)
+    if expected:
+        line += f" | {expected}"
     if snap.waiting:
         line += " | WAITING: no server is usable"
     if snap.verdicts:
@@ -297,6 +325,16 @@ def status_line(snap: Snapshot) -> str:
     if snap.autotune:
         line += f" | {snap.autotune}"
     return line
+
+
+def expected_text(snap: Snapshot) -> str:
+    """``62% of expected (rtx-pro-6000), 31% of the roofline`` (empty while the planner has no picture)."""
+    shares = snap.expected_shares()
+    if shares is None:
+        return ""
+    gpus = sorted({r.gpu for r in snap.servers if r.gpu and r.expected_share is not None})
+    on = f" ({', '.join(gpus)})" if gpus else ""
+    return f"{shares[0] * 100:.0f}% of expected{on}, {shares[1] * 100:.0f}% of the roofline"
 
 
 def truncation(snap: Snapshot) -> str:
