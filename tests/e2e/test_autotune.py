@@ -132,6 +132,22 @@ def test_run_with_autotune_keeps_the_radix_off_change_and_every_server_gets_its_
     assert report.returncode == 0, report.stderr
     html = (out / "report.html").read_text()
     assert "<h2>Autotune</h2>" in html and "rolled-out" in html
+    # the kept flags are written beside the profile, the diff said, and a second `fleet up` of it starts with them
+    kept = tmp_path / "fleet.tuned.yaml"
+    assert f"autotune's kept flags written to {kept}" in res.stderr and f"+ --max-running-requests {cap}" in res.stderr
+    up = run_cli("fleet", "up", str(fleet_file), "--detach", timeout=120)
+    assert up.returncode == 0 and f"{kept} holds the flags autotune kept" in up.stderr, up.stderr
+    down = run_cli("fleet", "down", str(fleet_file), timeout=120)
+    assert down.returncode == 0, down.stderr
+    up = run_cli("fleet", "up", str(kept), "--detach", timeout=120)
+    assert up.returncode == 0, up.stderr
+    try:
+        urls = [s["url"] for s in (read_json(tmp_path / "fleet" / "state.json") or {})["servers"]]
+        infos = [server_info(u) for u in urls]
+        assert len(infos) == 4
+        assert all(i["disable_radix_cache"] is True and i["max_running_requests"] == cap for i in infos), infos
+    finally:
+        run_cli("fleet", "down", str(kept), timeout=120)
 
 
 def server_info(url: str) -> dict[str, Any]:

@@ -187,7 +187,8 @@ def test_what_the_tuner_leaves_alone() -> None:
     notes = [str(e["text"]) for e in events if e["step"] == "note"]
     assert len(notes) == 3, notes  # the +5 % change is below the threshold: not a word about it
     assert "holds on http://s0 only" in notes[0] and "the planner puts today's cap at 30" in notes[1]
-    assert "too soon to pay back" in notes[2]
+    assert "(autotune.min_verdict_share)" in notes[0]  # every refusal names the key that governs it
+    assert "too soon to pay back (autotune.min_remaining_s)" in notes[2]
 
 
 def test_measure_takes_the_noise_from_the_parts_of_the_window() -> None:

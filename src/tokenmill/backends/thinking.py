@@ -49,7 +49,7 @@ class ThinkingProbe:
 
 def where_reasoning(gen: Generation) -> Where:
     """Where an answer's reasoning is: split off, inline in the text, or nowhere to be seen."""
-    if gen.reasoning_content and gen.reasoning_content.strip():
+    if gen.reasoning_content:  # a parser split it off (even a blank reasoning says the parser is on)
         return "separate"
     if THINK_OPEN in gen.text or THINK_CLOSE in gen.text:
         return "inline"

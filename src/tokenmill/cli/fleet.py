@@ -99,10 +99,18 @@ def up(profile_file: str, state_dir: str | None, detach: bool, ray_address: str 
     in the background.
     """
     from tokenmill.config import load_profile
+    from tokenmill.fleet.tuned import newer_tuned
     from tokenmill.logs import setup_logging
 
     profile = load_profile(profile_file)
     where = _state_dir(profile_file, state_dir)
+    tuned = newer_tuned(profile_file)
+    if tuned is not None:
+        click.echo(
+            f"note: {tuned} holds the flags autotune kept for this profile; "
+            f"start with them by `tokenmill fleet up {tuned}`",
+            err=True,
+        )
     if detach:
         _detach(profile_file, where, ray_address, log_level, profile.start_timeout_s)
         return
@@ -344,4 +352,10 @@ def tune(
         click.echo(f"{change.change}: {change.outcome} (predicted {change.predicted_gain:+.0%}{measured})")
     if not done:
         click.echo("no change was tried")
+    if any(c.outcome == "kept" for c in done):
+        from tokenmill.fleet.session import write_kept
+        from tokenmill.fleet.state import read_state
+
+        flags = (read_state(where).get("profile") or {}).get("flags")
+        write_kept(profile_file, flags if isinstance(flags, dict) else profile.flags, done)
     click.echo(f"every step is in {where / AUTOTUNE_LOG}", err=True)

@@ -32,6 +32,21 @@ DEFAULT_INPUT_LEN = 1024.0
 DEFAULT_OUTPUT_LEN = 1024.0
 
 
+# the roofline's ceiling: every byte at the GPU's peak bandwidth, every FLOP at its peak, no fixed cost a step
+IDEAL = {"eta_bw": 1.0, "eta_request_ratio": 1.0, "eta_compute": 1.0, "t_fixed_ms": 0.0, "t_fixed_no_overlap_ms": 0.0}
+
+
+@dataclass(frozen=True, slots=True)
+class Expected:
+    """The planner's rate for one server as it runs (its flags, GPU, the workload so far) and the roofline's
+    ceiling for the same: output tok/s of the whole server (every GPU of it) on the GPU's own clock."""
+
+    gpu: str
+    tok_s: float
+    ceiling_tok_s: float
+    eta_bw: float  # the bandwidth efficiency the expectation assumes
+
+
 class Predictor(Protocol):
     def __call__(self, obs: ServerObs, client: ClientObs, candidate: Candidate) -> Prediction | None: ...
 
@@ -91,6 +106,7 @@ class PlannerPredictor:
         self._gpus: dict[str, GpuSpec | None] = {}
         self._cache: dict[tuple[object, ...], Prediction | None] = {}
         self._today: dict[tuple[object, ...], PlanPoint | None] = {}
+        self._expected: dict[tuple[object, ...], Expected | None] = {}
 
     def _model(self, name: str) -> ModelSpec | None:
         if name not in self._specs:
@@ -174,6 +190,29 @@ class PlannerPredictor:
             bound=st.bound,
             prefill_share=prefill / (1 + prefill),
         )
+
+    def expected(self, obs: ServerObs, client: ClientObs) -> Expected | None:
+        """What the planner expects of this server (its flags, GPU and the workload so far) and the roofline's
+        ceiling for the same, in output tok/s of the whole server on the GPU's clock; None when it cannot say."""
+        setting = self._setting(obs, client)
+        if setting is None:
+            return None
+        flags = advice.current_flags(obs)
+        key = (setting.key, tuple(flags))
+        if key not in self._expected:
+            _bound(self._expected)
+            self._expected[key] = self._expect(setting, flags)
+        return self._expected[key]
+
+    def _expect(self, s: _Setting, flags: list[str]) -> Expected | None:
+        ideal = s.config.model_copy(update=IDEAL)
+        try:
+            result = self._plan(s.model, s.gpu, flags, s.inp, s.out, s.config)
+            ceiling = self._plan(s.model, s.gpu, flags, s.inp, s.out, ideal)
+        except Exception as exc:
+            log.info("no expected rate: %s", exc)
+            return None
+        return Expected(s.gpu.key, result.output_tok_s, ceiling.output_tok_s, s.config.eta_bw)
 
     def _config(self, version: str | None) -> PlannerConfig:
         """The planner's assumptions for a server of ``version`` (what ``auto`` resolves to, which spellings)."""

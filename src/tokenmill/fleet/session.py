@@ -17,11 +17,12 @@ from pathlib import Path
 from typing import Any
 
 from tokenmill.config import FleetProfile, JobSpec, load_profile
-from tokenmill.errors import ConfigError
+from tokenmill.errors import ConfigError, OutputError
 from tokenmill.fleet.autotune import FleetActuator
 from tokenmill.fleet.state import ENDPOINTS
 from tokenmill.fleet.supervisor import Fleet
-from tokenmill.run.autotune import Autotuner
+from tokenmill.fleet.tuned import KeptChange, keep_tuned
+from tokenmill.run.autotune import Autotuner, Change
 
 log = logging.getLogger("tokenmill.fleet")
 
@@ -35,6 +36,26 @@ def start_fleet(profile: FleetProfile, ray_address: str | None = None, state_dir
     from tokenmill.fleet.local import local_fleet
 
     return local_fleet(profile, state_dir).up()
+
+
+def write_kept(profile_path: str | Path, flags: dict[str, Any], changes: list[Change]) -> None:
+    """After a tuner is done: write the flags the fleet ended on beside the profile when it kept a change, and
+    say where (:mod:`tokenmill.fleet.tuned`); a failure to write is said, never raised (the run is over)."""
+    kept = [
+        KeptChange(c.change, c.predicted_gain, c.measured.gain if c.measured is not None else None)
+        for c in changes
+        if c.outcome == "kept" and not c.dry_run
+    ]
+    if not kept:
+        return
+    try:
+        tuned = keep_tuned(profile_path, flags, kept)
+    except (ConfigError, OutputError) as exc:
+        log.error("autotune kept %s but its flags could not be written beside the profile: %s", kept[0].change, exc)
+        return
+    if tuned is not None:
+        for line in tuned.lines():
+            log.warning("%s", line)
 
 
 @dataclass
@@ -98,7 +119,12 @@ class FleetLaunch:
                 assert self.ray_address is not None
                 execute_partitions(job, self.partitions, self.ray_address)
             else:
-                execute(job, self._tuner(fleet))
+                tuner = self._tuner(fleet)
+                try:
+                    execute(job, tuner)
+                finally:
+                    if tuner is not None and fleet is not None and self.profile_path:
+                        write_kept(self.profile_path, fleet.profile.flags, tuner.changes)
 
     def _tuner(self, fleet: Fleet | None) -> Autotuner | None:
         if not self.autotune or fleet is None:

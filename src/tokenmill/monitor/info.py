@@ -53,6 +53,7 @@ class ServerInfo:
     schedule_conservativeness: float | None = None
     speculative_algorithm: str | None = None
     gpu: str | None = None  # only the simulated twin knows its GPU
+    time_scale: float | None = None  # a simulated server's: its rates are 1/time_scale times the GPU's
     version: str | None = None
     deterministic: bool | None = None  # --enable-deterministic-inference: without it SGLang ignores request seeds
 
@@ -119,6 +120,7 @@ def parse_server_info(info: Mapping[str, Any]) -> ServerInfo:
     strategy, strategy_flag = _strategy(info, ranks, hybrid)
     sim = info.get("tokenmill_sim")
     gpu = _str(sim.get("gpu")) if isinstance(sim, Mapping) else None
+    time_scale = _float(sim.get("time_scale")) if isinstance(sim, Mapping) else None
     return ServerInfo(
         max_running=max_running_from_server_info(info),
         model_path=_str(info.get("model_path")),
@@ -144,6 +146,7 @@ def parse_server_info(info: Mapping[str, Any]) -> ServerInfo:
         schedule_conservativeness=_float(info.get("schedule_conservativeness")),
         speculative_algorithm=_str(info.get("speculative_algorithm")),
         gpu=gpu,
+        time_scale=time_scale if time_scale is not None and time_scale > 0 else None,
         version=_str(info.get("version")),
         deterministic=_bool(info.get("enable_deterministic_inference")),
     )

@@ -209,7 +209,11 @@ class Autotuner:
                     self._note(change, "refused", f"not trying {change} (predicted {pred.gain:+.0%}): {refused}")
                     continue
                 if len(live & set(v.servers)) < self.spec.min_verdict_share * len(live):
-                    self._note(change, "share", f"not trying {change} yet: {v.title} holds on {v.where()} only")
+                    self._note(
+                        change,
+                        "share",
+                        f"not trying {change} yet: {v.title} holds on {v.where()} only (autotune.min_verdict_share)",
+                    )
                     continue
                 return v, change, pred
         return None
@@ -228,7 +232,12 @@ class Autotuner:
             return
         verdict, change, pred = found
         if eta_s is not None and eta_s < self.spec.min_remaining_s:
-            self._note(change, "eta", f"not trying {change}: the run ends in {duration(eta_s)}, too soon to pay back")
+            self._note(
+                change,
+                "eta",
+                f"not trying {change}: the run ends in {duration(eta_s)}, "
+                "too soon to pay back (autotune.min_remaining_s)",
+            )
             return
         canary = next(u for u in fleet if u in verdict.servers and u in live)
         peers = [u for u in fleet if u != canary and u in live]

@@ -15,11 +15,13 @@ import logging
 import time
 from collections.abc import Callable
 from pathlib import Path
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from tokenmill.config import JobSpec
 from tokenmill.doctor import ClientObs, ClientSide, DoctorState, Observation, PlannerPredictor, ServerObs, diagnose
 from tokenmill.errors import ConfigError
+from tokenmill.doctor.predict import Expected
 from tokenmill.monitor.client import ClientMetrics
 from tokenmill.monitor.events import EVENT_FORMAT, EventLog, events_file
 from tokenmill.monitor.fleet import FleetMonitor, ServerView
@@ -96,6 +98,7 @@ class RunMonitor:
         self.predictor = PlannerPredictor(spec.planner_model, spec.gpu, gpu_file=spec.gpu_file)
         self.events = EventLog(out / events_file(partition), run_id, wall)
         self.exporter = Exporter(self, spec.metrics_host, spec.metrics_port) if spec.metrics_port is not None else None
+        self.expected: dict[str, Expected] = {}  # what the planner expects of each server, on its own clock
         self.metrics_url: str | None = None
         self.cpu = CpuMeter(clock)
         self.cpu_share: float | None = None
@@ -233,3 +236,19 @@ class RunMonitor:
         self.events.close()
         if self.exporter is not None:
             await self.exporter.stop()
+        self.expected = await asyncio.to_thread(self._expected, obs)
+    def _expected(self, obs: Observation) -> dict[str, Expected]:
+        """The planner's expected rate and roofline ceiling of each healthy server it can plan, on the server's
+        own clock (a twin at time scale s runs 1/s times the GPU's rate)."""
+        out: dict[str, Expected] = {}
+        for server in obs.servers:
+            if not server.view.healthy:
+                continue
+            exp = self.predictor.expected(server, obs.client)
+            if exp is None:
+                continue
+            info = server.view.info
+            scale = info.time_scale if info is not None and info.time_scale else 1.0
+            out[server.url] = replace(exp, tok_s=exp.tok_s / scale, ceiling_tok_s=exp.ceiling_tok_s / scale)
+        return out
+
