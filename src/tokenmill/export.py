@@ -6,6 +6,8 @@ Formats (one record per completed prompt; failed prompts are never exported):
 - ``openai-messages`` ``{"id", "messages": [{"role", "content"}]}``
 - ``specforge``       ``{"id", "conversations": [{"role", "content"}]}`` — what SpecForge's training loader and
   its regeneration script read and write (system turns first, then user/assistant strictly alternating)
+- ``tokens``          ``{"id", "input_ids", "loss_mask", "token_source", "finish_reason"}`` — pre-tokenized rows
+  (SpecForge ``data.prompts_path``, vLLM speculators), built by :mod:`tokenmill.tokens`
 - ``parquet``         one file: id, messages (role/content/reasoning_content), finish_reason, token counts, ids
 - ``hf``              a Hugging Face dataset directory (``datasets.load_from_disk``) with the parquet columns
 
@@ -39,9 +41,10 @@ from tokenmill.quality.corpus import DuplicateFinder, answer_chars, record_quali
 from tokenmill.quality.samples import SampleGroups
 from tokenmill.records import Message
 from tokenmill.storage.corpus import Corpus, open_corpus
+from tokenmill.tokens import LeftOut, TokenCounts, TokenOptions, TokenRows, job_setting
 
-Format = Literal["sharegpt", "openai-messages", "specforge", "parquet", "hf"]
-FORMATS: tuple[Format, ...] = ("sharegpt", "openai-messages", "specforge", "parquet", "hf")
+Format = Literal["sharegpt", "openai-messages", "specforge", "tokens", "parquet", "hf"]
+FORMATS: tuple[Format, ...] = ("sharegpt", "openai-messages", "specforge", "tokens", "parquet", "hf")
 _SHAREGPT_FROM = {"system": "system", "user": "human", "assistant": "gpt"}
 PARQUET_BATCH = 1000
 GROUP_BUFFER = 8192  # export --samples grouped: at most this many answers held (quality.samples.SampleGroups)
@@ -69,6 +72,7 @@ class ExportOptions:
     allow_empty: bool = False  # writing no row at all is an error unless asked for
     samples: Literal["answers", "grouped"] = "answers"  # samples: N — one row per answer, or one per prompt
     group_buffer: int = GROUP_BUFFER  # --samples grouped: answers held at most while their prompt's others come
+    tokens: TokenOptions = field(default_factory=TokenOptions)  # format tokens: tokenizer, per_turn, max_length
 
 
 @dataclass(slots=True)
@@ -86,6 +90,7 @@ class ExportCounts:
     remote_note: str | None = None
     groups: int | None = None  # --samples grouped: rows written, one per prompt (None: one row per answer)
     incomplete_groups: int = 0  # of them, with fewer answers than samples (failed, left out, or held too long)
+    tokens: TokenCounts | None = None  # format tokens: rows, where their ids came from, what max_length cut
 
     def render(self) -> str:
         where = ", ".join(f"{n:,} {kind}" for kind, n in sorted(self.read_from.items()) if n)
@@ -104,6 +109,8 @@ class ExportCounts:
             lines.append(f"not completed {self.failed:,}: failed prompts are never exported (see failed.jsonl)")
         if self.remote_note:
             lines.append(f"note: {self.remote_note}; read the local directory only")
+        if self.tokens is not None:
+            lines.append(self.tokens.render())
         return "\n".join(lines)
 
     def as_dict(self) -> dict[str, Any]:
@@ -116,6 +123,7 @@ class ExportCounts:
             "regenerated": self.regenerated,
             "read_from": dict(sorted(self.read_from.items())),
             "remote_note": self.remote_note,
+            **({"tokens": self.tokens.as_dict()} if self.tokens is not None else {}),
             **({"groups": self.groups, "incomplete_groups": self.incomplete_groups} if self.groups is not None else {}),
         }
 
@@ -225,11 +233,32 @@ def _kept(
 
 def _jsonl_rows(corpus: Corpus, opts: ExportOptions, counts: ExportCounts) -> Iterator[dict[str, Any]]:
     """The exported JSON rows: one per kept record, or with ``--samples grouped`` one per prompt."""
+    if opts.format == "tokens":
+        yield from _token_rows(corpus, opts, counts)
+        return
     if opts.samples == "grouped":
         yield from _grouped(corpus, opts, counts)
         return
     for rec in _kept(corpus, opts, counts):
         yield to_row(rec, opts)
+
+
+def _token_rows(corpus: Corpus, opts: ExportOptions, counts: ExportCounts) -> Iterator[dict[str, Any]]:
+    """``--format tokens``: each kept record's token rows (:mod:`tokenmill.tokens`); a record that yields none
+    is left out with its reason."""
+    job = corpus.local  # the job's tokenizer and api, as its job.json records them
+    builder = TokenRows(
+        opts.tokens, job_setting(job, "tokenizer") if job else None, job_setting(job, "api") if job else None
+    )
+    counts.tokens = builder.counts
+    for rec in _kept(corpus, opts, counts):
+        try:
+            rows = builder.rows(rec)
+        except LeftOut as why:
+            counts.kept -= 1
+            counts.dropped[str(why)] += 1
+            continue
+        yield from rows
 
 
 def _grouped(corpus: Corpus, opts: ExportOptions, counts: ExportCounts) -> Iterator[dict[str, Any]]:

@@ -27,7 +27,7 @@ SRC = Path(__file__).resolve().parents[2] / "src"
 TIERS: tuple[tuple[str, ...], ...] = (
     ("tokenmill", "errors", "config", "records", "fmt", "logs"),
     ("sources", "backends", "output", "storage", "planner"),
-    ("sim", "monitor", "quality"),
+    ("sim", "monitor", "quality", "tokens"),
     ("doctor",),
     ("run",),
     ("report", "fleet", "export"),

@@ -49,6 +49,51 @@ class ChatTemplater:
         """Token ids of ``text``; no special tokens are added (a rendered template already holds them)."""
         return list(self._tokenizer.encode(text, add_special_tokens=False))
 
+    def render_full(self, messages: list[Message], *, generation_prompt: bool = False) -> str:
+        """The whole conversation as text (a finished one: no assistant prefix unless ``generation_prompt``);
+        a conversation the template rejects is a :class:`PermanentError`, as for :meth:`render`."""
+        try:
+            text = self._tokenizer.apply_chat_template(
+                messages, tokenize=False, add_generation_prompt=generation_prompt
+            )
+        except Exception as exc:  # jinja2 errors, raise_exception() in the template, type errors
+            raise PermanentError(
+                f"the chat template of {self.path} cannot render this conversation ({type(exc).__name__}: {exc})"
+            ) from exc
+        return str(text)
+
+    def encode_offsets(self, text: str) -> tuple[list[int], list[tuple[int, int]]]:
+        """Token ids of ``text`` with each token's character span (a fast tokenizer's offset mapping)."""
+        try:
+            enc = self._tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+        except NotImplementedError as exc:  # slow (Python) tokenizers have no offsets
+            raise ConfigError(
+                f"the tokenizer in {self.path} gives no character offsets (a slow tokenizer); save the model's "
+                "fast tokenizer (tokenizer.json) there"
+            ) from exc
+        return list(enc["input_ids"]), [(int(s), int(e)) for s, e in enc["offset_mapping"]]
+
+    def decode(self, ids: list[int]) -> str:
+        """The text of ``ids``, special tokens shown."""
+        return str(self._tokenizer.decode(ids, skip_special_tokens=False))
+
+    @property
+    def special_tokens(self) -> list[str]:
+        """The tokenizer's special and added token strings (end-of-turn markers among them), longest first."""
+        names = set(self._tokenizer.all_special_tokens) | set(self._tokenizer.get_added_vocab())
+        return sorted((n for n in names if n), key=len, reverse=True)
+
+    def token_id(self, token: str) -> int | None:
+        """The id of one token string, or None when the vocabulary has no such token."""
+        found = self._tokenizer.convert_tokens_to_ids(token)
+        return found if isinstance(found, int) and found != self._tokenizer.unk_token_id else None
+
+    @property
+    def eos_token(self) -> str | None:
+        """The tokenizer's end-of-sequence token (ChatML models: ``<|im_end|>``), if it has one."""
+        token = self._tokenizer.eos_token
+        return str(token) if token else None
+
 
 def _load(path: Path) -> Any:
     missing = [name for name in ("transformers", "jinja2") if importlib.util.find_spec(name) is None]

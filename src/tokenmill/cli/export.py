@@ -43,8 +43,27 @@ from tokenmill.export import FORMATS, ExportOptions, counts_path, export
     "row per prompt with its answers in a list (JSON lines formats).",
 )
 @click.option("--allow-empty", is_flag=True, help="Write an empty export instead of failing when no record is left.")
+@click.option(
+    "--tokenizer",
+    type=click.Path(path_type=Path),
+    help="--format tokens: the model's tokenizer directory (default: the job's `tokenizer`); renders records "
+    "without server token ids through its chat template.",
+)
+@click.option("--per-turn", is_flag=True, help="--format tokens: one row per assistant turn ({id}_turn{k}).")
+@click.option(
+    "--max-length", type=click.IntRange(min=1), help="--format tokens: cut rows to N tokens (counted in the counts)."
+)
 def export_cmd(
-    target: str, fmt: str, dest: Path | None, no_token_ids: bool, drop: str, drop_truncated: bool, **kw: Any
+    target: str,
+    fmt: str,
+    dest: Path | None,
+    no_token_ids: bool,
+    drop: str,
+    drop_truncated: bool,
+    tokenizer: Path | None,
+    per_turn: bool,
+    max_length: int | None,
+    **kw: Any,
 ) -> None:
     """Write the job's completions as training data: the conversation with the generated assistant turn(s).
 
@@ -60,8 +79,10 @@ def export_cmd(
     Example:
         tokenmill export out/ --format specforge -o train.jsonl --drop degenerate,duplicate
         tokenmill export s3://bucket/corpora/run-1/ --format sharegpt -o train.jsonl
+        tokenmill export out/ --format tokens --max-length 4096 -o prompts.jsonl   # input_ids + loss_mask
     """
     from tokenmill.quality.corpus import parse_selectors
+    from tokenmill.tokens import TokenOptions
 
     selectors = parse_selectors(drop, "--drop") if drop else ()
     if drop_truncated and "truncated" not in selectors:
@@ -69,6 +90,7 @@ def export_cmd(
     ext = {"parquet": "parquet", "hf": "hf"}.get(fmt, "jsonl")
     name = f"export.{fmt}.{ext}"
     where = dest or (Path(name) if "://" in target else Path(target) / name)
-    opts = ExportOptions(format=fmt, token_ids=not no_token_ids, drop=selectors, **kw)  # type: ignore[arg-type]
+    tokens = TokenOptions(str(tokenizer) if tokenizer else None, per_turn, max_length)
+    opts = ExportOptions(format=fmt, token_ids=not no_token_ids, drop=selectors, tokens=tokens, **kw)  # type: ignore[arg-type]
     counts = export(target, where, opts)
     click.echo(f"{where}: {counts.render()}\ncounts in {counts_path(where)}")

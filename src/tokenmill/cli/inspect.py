@@ -16,7 +16,22 @@ import orjson
     help="A trainer's maximum sequence length: say what share of records and of tokens (prompt + answer, all "
     "turns) it would cut.",
 )
-def inspect_cmd(target: str, examples: int, as_json: bool, train_max_length: int | None) -> None:
+@click.option(
+    "--tokens",
+    "tokens",
+    is_flag=True,
+    help="The chat template round trip: render each answer with server token ids (save_token_ids) through the "
+    "tokenizer's chat template and say what share of them differ from the server's ids, and where (instead "
+    "of the quality report).",
+)
+@click.option(
+    "--tokenizer",
+    metavar="DIR",
+    help="--tokens: the model's tokenizer directory (default: the job's `tokenizer`).",
+)
+def inspect_cmd(
+    target: str, examples: int, as_json: bool, train_max_length: int | None, tokens: bool, tokenizer: str | None
+) -> None:
     """Show how much of OUT's corpus is degenerate, before anyone trains on it.
 
     Counts and rates per signal (truncated, empty, no_answer: reasoning without a final answer, repetition: a
@@ -31,9 +46,19 @@ def inspect_cmd(target: str, examples: int, as_json: bool, train_max_length: int
     Then:
         tokenmill export OUT --format sharegpt --drop degenerate,duplicate
         tokenmill regenerate JOB.yaml --where repetition,empty --sampling seed=1
+        tokenmill inspect OUT --tokens --tokenizer MODEL_DIR   # server ids vs the chat template
     """
     from tokenmill.quality.corpus import inspect_output
 
+    if tokens:
+        from tokenmill.tokens import check_corpus
+
+        trip = check_corpus(target, tokenizer, examples)
+        if as_json:
+            click.echo(orjson.dumps(trip.as_dict(), option=orjson.OPT_INDENT_2).decode())
+        else:
+            click.echo(trip.render())
+        return
     result = inspect_output(target, examples)
     cut = result.train_cut(train_max_length) if train_max_length is not None else None
     if as_json:
