@@ -184,5 +184,6 @@ def test_an_unknown_drop_signal_names_the_choices() -> None:
     from tokenmill.quality.corpus import parse_selectors
 
     assert parse_selectors("degenerate, duplicate", "--drop") == ("degenerate", "duplicate")
-    with pytest.raises(ConfigError, match="truncated, empty, no_answer, repetition, think_markers, degenerate, duplicate"):
+    choices = "truncated, empty, no_answer, repetition, think_markers, degenerate, duplicate"
+    with pytest.raises(ConfigError, match=choices):
         parse_selectors("loops", "--drop")

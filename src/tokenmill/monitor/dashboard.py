@@ -18,7 +18,7 @@ from rich.table import Table
 from rich.text import Text
 
 from tokenmill.fmt import UNKNOWN, duration, num, pct
-from tokenmill.monitor.snapshot import expected_text, truncation, upload_text, waste_text
+from tokenmill.monitor.snapshot import expected_text, truncation
 from tokenmill.monitor.stats import sparkline
 
 if TYPE_CHECKING:
@@ -120,18 +120,11 @@ def render(snap: Snapshot) -> Group:
         top = max(snap.history)
         parts.append(Text.assemble(("throughput ", "dim"), (sparkline(snap.history), "green"), f"  max {top:,.0f}"))
     parts.append(_table(snap))
-    if snap.waiting:
     expected = expected_text(snap)
     if expected:
         each = ", ".join(f"{r.url} {r.expected_share * 100:.0f}%" for r in snap.servers if r.expected_share is not None)
         parts.append(Text(f"hardware: {expected}; per server: {each}"[:300], style="cyan"))
-    waste, upload = waste_text(snap), upload_text(snap)
-    if waste:
-        parts.append(Text(waste, style="yellow"))
-    if upload:
-        parts.append(Text(upload[:300], style="bold red" if snap.upload_error else "yellow"))
-    if snap.held:
-        parts.append(Text(f"generation paused: {snap.held}"[:300], style="bold red"))
+    if snap.waiting:
         parts.append(Text("no server is usable: waiting and probing; nothing is marked failed", style="bold red"))
     if snap.verdicts:
         v = snap.verdicts[0]
