@@ -87,13 +87,13 @@ class Tracker:
                 row.kv_usage, row.state_usage = v.kv_usage, v.state_usage
                 row.decode_tok_s, row.prompt_tok_s = v.decode_tok_s, v.prompt_tok_s
                 row.gpus, row.decoded_tokens = v.gpus, v.decoded_tokens
+            exp = self.monitor.expected.get(s.url) if self.monitor is not None else None
+            if exp is not None:
+                row.expected_tok_s, row.ceiling_tok_s, row.gpu = exp.tok_s, exp.ceiling_tok_s, exp.gpu
             rows.append(row)
         done = self.done_before + st.completed + st.failed
         comp_s = self._comp.rate()
         eta = None
-            exp = self.monitor.expected.get(s.url) if self.monitor is not None else None
-            if exp is not None:
-                row.expected_tok_s, row.ceiling_tok_s, row.gpu = exp.tok_s, exp.ceiling_tok_s, exp.gpu
         if self.total is not None and comp_s > 0:
             eta = max(0.0, (self.total - done - self.skipped) / comp_s)
         rates = [r.decode_tok_s for r in rows if r.decode_tok_s is not None]

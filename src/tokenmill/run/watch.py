@@ -14,14 +14,14 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable
-from pathlib import Path
 from dataclasses import replace
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tokenmill.config import JobSpec
 from tokenmill.doctor import ClientObs, ClientSide, DoctorState, Observation, PlannerPredictor, ServerObs, diagnose
-from tokenmill.errors import ConfigError
 from tokenmill.doctor.predict import Expected
+from tokenmill.errors import ConfigError
 from tokenmill.monitor.client import ClientMetrics
 from tokenmill.monitor.events import EVENT_FORMAT, EventLog, events_file
 from tokenmill.monitor.fleet import FleetMonitor, ServerView
@@ -96,9 +96,9 @@ class RunMonitor:
         )
         self.doctor = DoctorState(spec.doctor.confirm_rounds)
         self.predictor = PlannerPredictor(spec.planner_model, spec.gpu, gpu_file=spec.gpu_file)
+        self.expected: dict[str, Expected] = {}  # what the planner expects of each server, on its own clock
         self.events = EventLog(out / events_file(partition), run_id, wall)
         self.exporter = Exporter(self, spec.metrics_host, spec.metrics_port) if spec.metrics_port is not None else None
-        self.expected: dict[str, Expected] = {}  # what the planner expects of each server, on its own clock
         self.metrics_url: str | None = None
         self.cpu = CpuMeter(clock)
         self.cpu_share: float | None = None
@@ -183,6 +183,7 @@ class RunMonitor:
         self.cpu_share = self.cpu.sample()
         obs = self.observation(views)
         verdicts = await asyncio.to_thread(diagnose, obs, self.spec.doctor, self.predictor)
+        self.expected = await asyncio.to_thread(self._expected, obs)
         if self.doctor.update(verdicts):
             self._verdicts_changed(self.doctor.shown)
         if self.tuner is not None:
@@ -194,6 +195,21 @@ class RunMonitor:
             self._shown_s[top.rule] = self._shown_s.get(top.rule, 0.0) + now - self._last_round
             self._binds[top.rule] = top.binds
         self._last_round = now
+
+    def _expected(self, obs: Observation) -> dict[str, Expected]:
+        """The planner's expected rate and roofline ceiling of each healthy server it can plan, on the server's
+        own clock (a twin at time scale s runs 1/s times the GPU's rate)."""
+        out: dict[str, Expected] = {}
+        for server in obs.servers:
+            if not server.view.healthy:
+                continue
+            exp = self.predictor.expected(server, obs.client)
+            if exp is None:
+                continue
+            info = server.view.info
+            scale = info.time_scale if info is not None and info.time_scale else 1.0
+            out[server.url] = replace(exp, tok_s=exp.tok_s / scale, ceiling_tok_s=exp.ceiling_tok_s / scale)
+        return out
 
     @property
     def binding(self) -> str | None:
@@ -236,19 +252,3 @@ class RunMonitor:
         self.events.close()
         if self.exporter is not None:
             await self.exporter.stop()
-        self.expected = await asyncio.to_thread(self._expected, obs)
-    def _expected(self, obs: Observation) -> dict[str, Expected]:
-        """The planner's expected rate and roofline ceiling of each healthy server it can plan, on the server's
-        own clock (a twin at time scale s runs 1/s times the GPU's rate)."""
-        out: dict[str, Expected] = {}
-        for server in obs.servers:
-            if not server.view.healthy:
-                continue
-            exp = self.predictor.expected(server, obs.client)
-            if exp is None:
-                continue
-            info = server.view.info
-            scale = info.time_scale if info is not None and info.time_scale else 1.0
-            out[server.url] = replace(exp, tok_s=exp.tok_s / scale, ceiling_tok_s=exp.ceiling_tok_s / scale)
-        return out
-
