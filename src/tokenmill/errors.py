@@ -79,6 +79,11 @@ class TransientError(RequestError):
     retryable = True
 
 
+class RequestTimeout(TransientError):
+    """No answer within ``retry.read_timeout_s``. The dispatcher tells overload (the server holds a queue or keeps
+    answering others) from a server that does not answer."""
+
+
 class ServerFault(TransientError):
     """A transient failure caused by the server's state (down, overloaded): it does not use up attempts."""
 

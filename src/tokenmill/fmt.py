@@ -6,10 +6,10 @@ UNKNOWN = "-"  # a value nobody measured
 
 
 def duration(seconds: float | None) -> str:
-    """``2d03h``, ``1h02m``, ``3m07s``, ``12s``."""
+    """``2d03h``, ``1h02m``, ``3m07s``, ``12s``; a time already past reads ``0s`` (never a negative duration)."""
     if seconds is None:
         return UNKNOWN
-    s = int(seconds)
+    s = max(0, int(seconds))
     if s >= 86400:
         return f"{s // 86400}d{(s % 86400) // 3600:02d}h"
     if s >= 3600:

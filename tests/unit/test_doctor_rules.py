@@ -232,8 +232,10 @@ def test_each_fixture_fires_its_rule(name: str) -> None:
 
 def test_every_rule_is_covered() -> None:
     # built from fixtures above; compute-bound needs the planner's roofline (tests/unit/test_doctor_ranking.py),
-    # truncated the client's answers alone (tests/unit/test_truncation.py)
+    # truncated the client's answers alone (tests/unit/test_truncation.py), queue-timeout the client's timeouts
+    # (tests/unit/test_overload.py), uploads-behind the upload backlog (tests/unit/test_upload_health.py)
     covered = set(FIRES.values()) | {"server-down", "flapping", "client-bound", "compute-bound", "truncated"}
+    covered |= {"queue-timeout", "uploads-behind"}
     assert covered == set(RULE_IDS)
 
 

@@ -6,7 +6,9 @@ HTTP and aiohttp errors are translated here, once, into the request errors of :m
 - connection refused / reset, connect timeout, server disconnect  -> ``ServerFault`` (the server is at fault,
   not the prompt, so the prompt's attempt budget is not spent)
 - 429 and 503 (overloaded, queue full)                            -> ``ServerFault``
-- read timeout, 408, 5xx (but 503), malformed or truncated body   -> ``TransientError`` (spends an attempt)
+- read timeout                                                    -> ``RequestTimeout`` (a ``TransientError``; the
+  dispatcher tells a full server's queue wait from a server that does not answer)
+- 408, 5xx (but 503), malformed or truncated body                 -> ``TransientError`` (spends an attempt)
 - 401 / 403 / 404 / 405 (bad key, wrong path or model)            -> ``MisconfiguredError``: the server, not the
   prompt, is unusable; the dispatcher sets the server aside and stops if every server says so
 - any other 4xx (prompt too long, bad parameter)                  -> ``PermanentError`` with the server's message
@@ -30,6 +32,7 @@ from tokenmill.errors import (
     MisconfiguredError,
     PermanentError,
     RequestError,
+    RequestTimeout,
     ServerFault,
     TransientError,
 )
@@ -158,11 +161,11 @@ class Backend(ABC):
                 status = resp.status
                 raw = await self._read_limited(resp, server)
         except aiohttp.SocketTimeoutError as exc:
-            raise TransientError(f"no response within the read timeout ({exc})", server=server) from exc
+            raise RequestTimeout(f"no response within the read timeout ({exc})", server=server) from exc
         except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError) as exc:
             raise ServerFault(f"connection failed: {type(exc).__name__}: {exc}", server=server) from exc
         except TimeoutError as exc:
-            raise TransientError("request timed out", server=server) from exc
+            raise RequestTimeout("request timed out", server=server) from exc
         if status >= 300:
             raise classify_status(status, raw, server)
         try:

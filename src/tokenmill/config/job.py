@@ -233,7 +233,9 @@ def parse_bytes(text: str) -> int:
     m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?(?:e[0-9]+)?)\s*([a-zA-Z]*)\s*", text)
     unit = m.group(2).lower() if m else None
     if m is None or unit not in _BYTE_UNITS:
-        raise ValueError(f"{text!r} is not a size: write a number of shards (40) or of bytes with a unit (20GB, 512MiB)")
+        raise ValueError(
+            f"{text!r} is not a size: write a number of shards (40) or of bytes with a unit (20GB, 512MiB)"
+        )
     size = int(float(m.group(1)) * _BYTE_UNITS[unit])
     if size < 1:
         raise ValueError(f"{text!r}: the backlog must be at least one byte")

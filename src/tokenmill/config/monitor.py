@@ -34,6 +34,17 @@ class DoctorSpec(Model):
     )
     flap_window_s: float = Field(default=600.0, gt=0, description="Window for counting up/down changes")
     down_after_s: float = Field(default=10.0, ge=0, description="Unreachable this long counts as down")
+    timeout_recent_s: float = Field(
+        default=300.0,
+        gt=0,
+        description="A request that outlived the read timeout in a busy server's queue this recently makes the "
+        "queue-timeout verdict",
+    )
+    upload_behind_s: float = Field(
+        default=600.0,
+        gt=0,
+        description="The oldest sealed shard not yet uploaded this long makes the uploads-behind verdict",
+    )
     client_cpu: float = Field(
         default=0.90, gt=0, description="Client process CPU (share of one core) that makes the client the limit"
     )

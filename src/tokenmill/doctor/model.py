@@ -21,6 +21,10 @@ class ClientSide:
     limit: int | None = None
     usable: bool = True
     problem: str | None = None  # why the dispatcher set it aside
+    timeouts: int = 0  # requests that outlived the read timeout while it was busy (overload), this run
+    timeout_age_s: float | None = None  # seconds since the last of them
+    read_timeout_s: float | None = None  # the job's retry.read_timeout_s
+    abandoned_tokens: float = 0.0  # their output tokens, estimated, thrown away
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +66,11 @@ class ClientObs:
     truncated: int = 0  # of them, cut at max_tokens (finish reason "length")
     completed_p50: float | None = None  # median output tokens of the answers that were not cut
     completed_p90: float | None = None
+    upload_pending: int = 0  # sealed shards not yet uploaded (output.remote)
+    upload_pending_bytes: int = 0
+    upload_oldest_s: float | None = None  # how long the oldest of them has waited
+    upload_error: str | None = None  # the store's last error while shards wait
+    upload_held: str | None = None  # why generation is paused for the backlog (None: it is not)
 
     @property
     def truncated_share(self) -> float | None:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from tokenmill.config import DoctorSpec
 from tokenmill.doctor import advice
 from tokenmill.doctor.model import Candidate, ClientObs, Finding, Observation, ServerObs
-from tokenmill.fmt import UNKNOWN, num, pct
+from tokenmill.fmt import UNKNOWN, duration, num, pct
 from tokenmill.monitor.fleet import ServerView
 from tokenmill.sim.twin import CLIP_MAX_NEW_TOKENS
 
@@ -195,6 +195,53 @@ def truncation(obs: Observation, t: DoctorSpec) -> Finding | None:
         "ones again.",
         candidates=(Candidate(change=change, flags_after=(), kind="client"),) if change else (),
         severity="critical" if share >= 0.25 else "warning",
+    )
+
+
+def queue_timeout(o: ServerObs, c: ClientObs, t: DoctorSpec) -> Finding | None:
+    side, v = o.client, o.view
+    if not side.timeouts or side.timeout_age_s is None or side.timeout_age_s > t.timeout_recent_s:
+        return None
+    timeout = f"{side.read_timeout_s:,.0f} s" if side.read_timeout_s is not None else UNKNOWN
+    return Finding(
+        summary=f"{side.timeouts:,} requests outlived the read timeout ({timeout}) while the server ran "
+        f"{_running(v)} with {num(v.queued)} queued",
+        evidence=(
+            ("requests timed out while it was busy", f"{side.timeouts:,}, the last {side.timeout_age_s:,.0f} s ago"),
+            ("read timeout (retry.read_timeout_s)", timeout),
+            ("running / max running", _running(v)),
+            ("queued", num(v.queued)),
+            ("client in flight / limit", f"{num(side.inflight)}/{side.limit if side.limit else UNKNOWN}"),
+            ("output tokens thrown away (estimated)", num(side.abandoned_tokens)),
+        ),
+        advice="The server is full, not down: requests waited in its queue longer than the read timeout and were "
+        "abandoned with the tokens decoded for them. tokenmill lowers its in-flight cap and retries without "
+        "spending an attempt; lower `concurrency` (or use `concurrency: auto`) so the queue stays short, or raise "
+        "`retry.read_timeout_s` if single answers take that long.",
+        severity="warning",
+    )
+
+
+def uploads_behind(obs: Observation, t: DoctorSpec) -> Finding | None:
+    c = obs.client
+    age = c.upload_oldest_s
+    if not c.upload_pending or age is None or (age < t.upload_behind_s and not c.upload_held):
+        return None
+    held = c.upload_held or "no"
+    return Finding(
+        summary=f"{c.upload_pending:,} sealed shards wait for upload, the oldest for {duration(age)}"
+        + (f"; last store error: {c.upload_error}" if c.upload_error else ""),
+        evidence=(
+            ("shards waiting", f"{c.upload_pending:,} ({num(c.upload_pending_bytes / 1e6)} MB)"),
+            ("oldest waiting", duration(age)),
+            ("last store error", c.upload_error or "-"),
+            ("generation paused", held),
+        ),
+        advice="The store is not taking the shards as fast as they are sealed: check output.remote's reachability "
+        "and credentials (the last error above). Nothing is lost: shards stay on the local disk and upload as soon "
+        "as the store answers. `output.upload.max_backlog` pauses generation past a backlog, so a long outage does "
+        "not fill the disk.",
+        severity="critical" if c.upload_error else "warning",
     )
 
 
@@ -522,6 +569,12 @@ RULES: tuple[Rule, ...] = (
     Rule("truncated", "answers cut at max_tokens", "",  # the corpus's loss, not a throughput limit
          "at least truncated_share of the answers (after truncated_min_answers) hit max_tokens (finish reason "
          "length)", check_client=truncation),
+    Rule("queue-timeout", "queue wait exceeds the read timeout", "client concurrency",
+         "a request outlived retry.read_timeout_s on a server that held a queue or kept answering (overload), "
+         "within timeout_recent_s", check=queue_timeout),
+    Rule("uploads-behind", "uploads behind", "",  # the durable copy's lag, not a throughput limit
+         "sealed shards wait for upload, the oldest for upload_behind_s, or generation is paused for the backlog",
+         check_client=uploads_behind),
     Rule("client-bound", "client bound", "client CPU",
          "client CPU >= client_cpu or event-loop lag >= loop_lag_s, while most servers have no queue",
          check_client=client_bound),

@@ -27,7 +27,8 @@ from tokenmill.monitor.snapshot import upgrade_tick
 _LOG = re.compile(r"events(?:\.p\d{3,})?\.jsonl")
 # client numbers that add up over clients; the others are handled one by one below
 _SUMMED = ("completed", "failed", "skipped", "retries", "inflight", "comp_s", "client_tok_s", "prompt_tokens",
-           "client_tokens", "limit", "cpu", "answers", "truncated", "rows_read", "multi_turn_rows")  # fmt: skip
+           "client_tokens", "limit", "cpu", "answers", "truncated", "rows_read", "multi_turn_rows", "abandoned",
+           "abandoned_tokens", "upload_pending", "upload_pending_bytes")  # fmt: skip
 _ROW_SUMMED = ("inflight", "limit", "completed", "errors", "client_tok_s", "client_tokens", "inflight_avg")
 
 
@@ -61,6 +62,10 @@ def merge_ticks(ticks: list[dict[str, Any]]) -> dict[str, Any]:
     client["loop_lag_s"] = max(lags) if lags else None
     client["waiting"] = any(bool(c.get("waiting")) for c in clients)
     client["last_failure"] = next((c["last_failure"] for c in clients if c.get("last_failure")), None)
+    oldest = [_num(c["upload_oldest_s"]) for c in clients if isinstance(c.get("upload_oldest_s"), int | float)]
+    client["upload_oldest_s"] = max(oldest) if oldest else None
+    for key in ("upload_error", "held"):
+        client[key] = next((c[key] for c in clients if c.get(key)), None)
     for key in ("finish_reasons", "errors"):
         client[key] = _add_dicts(c.get(key) for c in clients)
     for key in ("output_len", "completed_len"):

@@ -3,8 +3,9 @@
 Head: progress, client completions/s and ``client_tok_s`` next to the servers' ``decode_tok_s``, ETA, failures,
 the share of answers cut at max_tokens, and a sparkline of throughput. Table: a row per server (its
 ``decode_tok_s``, else its ``client_tok_s`` while it is not scraped; running / max running, queue, KV and state
-usage, the client's in-flight / limit, errors, health) and a fleet total. Foot: the doctor's verdict, what
---autotune is doing, and the last error.
+usage, the client's in-flight / limit, errors, health) and a fleet total. Foot: requests abandoned on timeouts
+and their wasted tokens, the upload backlog (and a pause for it), the doctor's verdict, what --autotune is
+doing, and the last error.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from rich.table import Table
 from rich.text import Text
 
 from tokenmill.fmt import UNKNOWN, duration, num, pct
-from tokenmill.monitor.snapshot import expected_text, truncation
+from tokenmill.monitor.snapshot import expected_text, truncation, upload_text, waste_text
 from tokenmill.monitor.stats import sparkline
 
 if TYPE_CHECKING:
@@ -124,6 +125,13 @@ def render(snap: Snapshot) -> Group:
     if expected:
         each = ", ".join(f"{r.url} {r.expected_share * 100:.0f}%" for r in snap.servers if r.expected_share is not None)
         parts.append(Text(f"hardware: {expected}; per server: {each}"[:300], style="cyan"))
+    waste, upload = waste_text(snap), upload_text(snap)
+    if waste:
+        parts.append(Text(waste, style="yellow"))
+    if upload:
+        parts.append(Text(upload[:300], style="bold red" if snap.upload_error else "yellow"))
+    if snap.held:
+        parts.append(Text(f"generation paused: {snap.held}"[:300], style="bold red"))
     if snap.waiting:
         parts.append(Text("no server is usable: waiting and probing; nothing is marked failed", style="bold red"))
     if snap.verdicts:

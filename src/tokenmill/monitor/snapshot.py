@@ -13,7 +13,13 @@ One name per quantity, saying whose number it is, everywhere from the monitor's
 - ``answers``: answers received in this run (each turn of a conversation counts), ``truncated``: those that hit
   ``max_tokens`` (finish reason ``length``), :attr:`Snapshot.truncated_share` the one over the other;
 - ``rows_read``, ``multi_turn_rows``: input rows read so far, and those with several user turns (what the job
-  does with them: ``conversation_turns``).
+  does with them: ``conversation_turns``);
+- ``abandoned``, ``abandoned_tokens``: requests given up on a read timeout while their server was overloaded, and
+  their output tokens (estimated: time spent x that server's per-request rate, at most max_tokens), decoded by
+  the servers and thrown away; a server's ``timeouts`` are its share of them;
+- ``upload_pending`` (None without ``output.remote``), ``upload_pending_bytes``, ``upload_oldest_s``,
+  ``upload_error``: sealed shards waiting for upload, their bytes, how long the oldest has waited, and the
+  store's error while it fails; ``held``: why generation is paused (``output.upload.max_backlog``).
 
 The event log's ``tick`` record is :meth:`Snapshot.to_event` (the field names of these classes) and is read
 back by :meth:`Snapshot.from_event`, which also reads the ticks of logs written before these names
@@ -109,6 +115,8 @@ _DECIMALS = {
     "state_usage": 3,
     "cpu": 3,
     "loop_lag_s": 3,
+    "abandoned_tokens": 0,
+    "upload_oldest_s": 1,
     "expected_tok_s": 1,
     "ceiling_tok_s": 1,
 }
@@ -143,6 +151,8 @@ class ServerRow:
     gpus: int = 1
     decoded_tokens: float = 0.0  # tokens the server decoded while watched (its counters)
     limit_reason: str | None = None  # why the in-flight target is what it is (concurrency: auto)
+    timeouts: int = 0  # its requests that outlived the read timeout while it was busy (overload)
+    abandoned_tokens: float = 0.0  # their estimated output tokens
     # what the planner expects of this server (its flags, GPU, the workload so far) and the roofline's ceiling,
     # decode tok/s on the server's own clock (a twin's time scale applied), so decode_tok_s compares directly
     expected_tok_s: float | None = None
@@ -199,6 +209,13 @@ class Snapshot:
     rows_read: int = 0  # input rows read so far (rows already done included)
     multi_turn_rows: int = 0  # of them, rows with several user turns
     conversation_turns: str | None = None  # what the job does with them (input.conversation_turns)
+    abandoned: int = 0  # requests given up on a read timeout while their server was overloaded
+    abandoned_tokens: float = 0.0  # their estimated output tokens, thrown away
+    upload_pending: int | None = None  # sealed shards waiting for upload (None: no output.remote)
+    upload_pending_bytes: int = 0
+    upload_oldest_s: float | None = None  # how long the oldest of them has waited
+    upload_error: str | None = None  # the store's last error, while it fails
+    held: str | None = None  # why generation is paused (None: it is not)
 
     @property
     def gpus(self) -> int:
@@ -315,6 +332,11 @@ def status_line(snap: Snapshot) -> str:
     cut = truncation(snap)
     if cut:
         line += f" | {cut}"
+    for part in (waste_text(snap), upload_text(snap)):
+        if part:
+            line += f" | {part}"
+    if snap.held:
+        line += f" | PAUSED: {snap.held}"
     expected = expected_text(snap)
     if expected:
         line += f" | {expected}"
@@ -335,6 +357,24 @@ def expected_text(snap: Snapshot) -> str:
     gpus = sorted({r.gpu for r in snap.servers if r.gpu and r.expected_share is not None})
     on = f" ({', '.join(gpus)})" if gpus else ""
     return f"{shares[0] * 100:.0f}% of expected{on}, {shares[1] * 100:.0f}% of the roofline"
+
+
+def waste_text(snap: Snapshot) -> str:
+    """``abandoned 12 on timeouts (~23,400 tokens wasted)`` (empty when none was)."""
+    if not snap.abandoned:
+        return ""
+    return f"abandoned {snap.abandoned:,} on timeouts (~{snap.abandoned_tokens:,.0f} tokens wasted)"
+
+
+def upload_text(snap: Snapshot) -> str:
+    """``upload: 3 shard(s) waiting (12.0 MB), oldest 4m10s; store error: ...`` (empty when nothing waits)."""
+    if not snap.upload_pending:
+        return ""
+    size = f" ({snap.upload_pending_bytes / 1e6:,.1f} MB)" if snap.upload_pending_bytes else ""
+    line = f"upload: {snap.upload_pending:,} shard(s) waiting{size}, oldest {duration(snap.upload_oldest_s)}"
+    if snap.upload_error:
+        line += f"; store error: {snap.upload_error}"
+    return line
 
 
 def truncation(snap: Snapshot) -> str:

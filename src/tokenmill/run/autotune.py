@@ -392,15 +392,17 @@ class Autotuner:
             return f"autotune: done ({len(self.changes)} change(s), {len(kept)} kept)"
         if self.phase is Phase.COOLDOWN:
             last = self.changes[-1]
-            return f"autotune: {last.change} {last.outcome}; next look in {duration(self._until - now)}"
+            return f"autotune: {last.change} {last.outcome}; next look in {duration(max(0.0, self._until - now))}"
         assert rec is not None
         pred = f"predicted {rec.predicted_gain:+.0%}"
         if self.phase is Phase.APPLYING:
             return f"autotune: applying {rec.change} to canary {rec.canary} ({pred})"
         if self.phase is Phase.WARMUP:
-            return f"autotune: canary {rec.canary} up with {rec.change}; measuring in {duration(self._until - now)}"
+            left = duration(max(0.0, self._until - now))
+            return f"autotune: canary {rec.canary} up with {rec.change}; measuring in {left}"
         if self.phase is Phase.MEASURING:
-            return f"autotune: measuring {rec.change} on {rec.canary} ({pred}), {duration(self._until - now)} to go"
+            left = duration(max(0.0, self._until - now))
+            return f"autotune: measuring {rec.change} on {rec.canary} ({pred}), {left} to go"
         measured = f"measured {rec.measured.gain:+.0%}, " if rec.measured is not None else ""
         if self.phase is Phase.ROLLING_OUT:
             return f"autotune: {rec.change} {measured}{pred}: rolling out to {len(rec.peers)} server(s)"

@@ -20,6 +20,9 @@ target = capacity + clamp(ceil(queue_frac x capacity), queue_min, queue_max), wi
 monitor's window means, which lag by the whole window and start from an idle server): a scrape caught while
 a burst is still being prefilled must not shrink the target below what the server has shown it can run.
 The standing queue is the latest one or the window mean, whichever is larger.
+
+A server whose requests time out in its queue (:meth:`~tokenmill.run.servers.ServerPool.overloaded`) carries a
+``timeout_cap``: the target never exceeds it.
 """
 
 from __future__ import annotations
@@ -140,6 +143,8 @@ class ConcurrencyController:
                 client_full=state.inflight >= state.limit,
             )
             target, why = next_target(state.limit, obs, self.spec)
+            if state.timeout_cap is not None and target > state.timeout_cap:
+                target, why = state.timeout_cap, f"queue wait > read timeout: capped at {state.timeout_cap}"
             if target != state.limit:
                 log.info("%s: in-flight target %d -> %d (%s)", view.url, state.limit, target, why)
                 state.limit = target

@@ -7,7 +7,13 @@ transient error, schedules a retry after an exponential backoff with jitter. A s
 ``quarantine_after`` times in a row is set aside and probed every ``probe_interval_s`` until it answers again;
 while no server is usable the loop waits and says so, so prompts are never burned as failures. Whether a
 failure spends one of the prompt's attempts is a property of its type (:mod:`tokenmill.errors`): the servers'
-state (refused or dropped connections, 429, 503) does not.
+state (refused or dropped connections, 429, 503) does not. Nor does a read timeout on a server that is busy
+(:meth:`ServerPool.overloaded`): that is its queue outgrowing the read timeout, so the server's in-flight cap is
+lowered, the server is not set aside, and the request's output tokens are counted as abandoned (estimated: its
+time x the per-request rate of that server's completions, at most ``max_tokens``).
+
+:meth:`Dispatcher.hold` (the runner's housekeeping) pauses taking new prompts and says why (uploads too far
+behind); meanwhile retries and requests in flight go on, and the loop waits until it is released.
 """
 
 from __future__ import annotations
@@ -28,7 +34,14 @@ import aiohttp
 from tokenmill.backends.base import Backend
 from tokenmill.backends.http import open_session, probe_health
 from tokenmill.config import RetrySpec
-from tokenmill.errors import MisconfiguredError, PermanentError, ServerError, TokenmillError, TransientError
+from tokenmill.errors import (
+    MisconfiguredError,
+    PermanentError,
+    RequestTimeout,
+    ServerError,
+    TokenmillError,
+    TransientError,
+)
 from tokenmill.records import Completion, Failure, Generation, Prompt, RequestOutcome
 from tokenmill.run.servers import ServerPool, ServerState
 from tokenmill.run.work import RecordMaker, Work
@@ -64,6 +77,9 @@ class DispatchStats:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     waiting_since: float | None = None  # set while no server is usable
+    abandoned: int = 0  # requests given up on a read timeout while their server was overloaded
+    abandoned_tokens: float = 0.0  # their estimated output tokens (decoded by the servers, thrown away)
+    held: str | None = None  # why no new prompt is taken now (None: not held)
     recent_failures: deque[str] = field(default_factory=lambda: deque(maxlen=5))
 
 
@@ -105,6 +121,8 @@ class Dispatcher:
         self._fatal: BaseException | None = None
         self._session: aiohttp.ClientSession | None = None
         self._last_wait_log = -1e18
+        max_tokens = records.sampling.get("max_tokens")
+        self._max_tokens = max_tokens if isinstance(max_tokens, int) else None
 
     # ---- public -------------------------------------------------------------------------------------------
 
@@ -125,6 +143,17 @@ class Dispatcher:
         if self._fatal is None:
             self._fatal = exc
         self.request_stop()
+
+    def hold(self, why: str | None) -> None:
+        """Take no new prompt while ``why`` is set (retries and requests in flight go on); None: go on."""
+        if why == self.stats.held:
+            return
+        if why:
+            log.warning("generation paused: %s (requests in flight finish)", why)
+        else:
+            log.warning("generation resumes (it was paused: %s)", self.stats.held)
+        self.stats.held = why
+        self._wake.set()
 
     def request_stop(self) -> None:
         """Stop taking new prompts; in-flight requests may finish (their results are kept)."""
@@ -160,6 +189,9 @@ class Dispatcher:
             elif source_done:
                 if self._inflight == 0 and self._delayed == 0:
                     return True
+                await self._wait()
+                continue
+            elif self.stats.held is not None:
                 await self._wait()
                 continue
             else:
@@ -265,6 +297,12 @@ class Dispatcher:
             server.consecutive_failures = 0
             server.failed += 1
             self._record_failure(work, exc, server)
+        except RequestTimeout as exc:
+            self._observe(server, start, None, exc)
+            if self.pool.overloaded(server, start, self.clock()):
+                self._on_overload(work, server, exc, self.clock() - start)
+            else:
+                self._on_transient(work, server, exc)
         except TransientError as exc:
             self._observe(server, start, None, exc)
             self._on_transient(work, server, exc)
@@ -293,6 +331,8 @@ class Dispatcher:
     def _on_success(self, work: Work, server: ServerState, gen: Generation, latency: float) -> None:
         server.consecutive_failures = 0
         server.completed += 1
+        server.last_completed_at = self.clock()
+        server.latency_s += latency
         server.prompt_tokens += gen.prompt_tokens or 0
         server.completion_tokens += gen.completion_tokens or 0
         self.stats.prompt_tokens += gen.prompt_tokens or 0
@@ -320,6 +360,29 @@ class Dispatcher:
             self._record_failure(work, exc, server)
             return
         self._requeue(work, self.retry.backoff_s(work.attempts) * self.rng.uniform(0.5, 1.5))
+
+    def _on_overload(self, work: Work, server: ServerState, exc: RequestTimeout, spent_s: float) -> None:
+        """A read timeout on a busy server: retried without spending an attempt, its tokens counted as abandoned."""
+        rate = server.request_rate() or self._fleet_request_rate()
+        tokens = spent_s * rate if rate is not None else 0.0
+        if self._max_tokens is not None:
+            tokens = min(tokens, float(self._max_tokens))
+        server.abandoned_tokens += tokens
+        server.errors += 1
+        self.stats.abandoned += 1
+        self.stats.abandoned_tokens += tokens
+        self.stats.retries += 1
+        self.stats.recent_failures.append(f"{server.url}: {exc.message} (queue wait; overloaded, backing off)")
+        work.last_server = server.url
+        if work.attempts >= HARD_ATTEMPT_FACTOR * self.retry.max_attempts:
+            self._record_failure(work, exc, server)
+            return
+        self._requeue(work, self.retry.backoff_s(1) * self.rng.uniform(0.5, 1.5))
+
+    def _fleet_request_rate(self) -> float | None:
+        tokens = sum(s.completion_tokens for s in self.servers)
+        latency = sum(s.latency_s for s in self.servers)
+        return tokens / latency if latency > 0 and tokens else None
 
     def _requeue(self, work: Work, delay: float) -> None:
         if delay <= 0:

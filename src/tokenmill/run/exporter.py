@@ -66,6 +66,16 @@ class ClientCollector:
         for name, doc, count in (
             ("tokenmill_failures", "Prompts recorded as failed (failed.jsonl) in this run.", st.failed),
             ("tokenmill_retries", "Attempts that failed and were retried.", st.retries),
+            (
+                "tokenmill_abandoned_requests",
+                "Requests given up on a read timeout while their server was overloaded (retried).",
+                st.abandoned,
+            ),
+            (
+                "tokenmill_abandoned_output_tokens",
+                "Estimated output tokens of those requests (time spent x the per-request rate, at most max_tokens).",
+                st.abandoned_tokens,
+            ),
         ):
             fam = CounterMetricFamily(name, doc)
             fam.add_metric([], count)
@@ -96,7 +106,15 @@ class ClientCollector:
             ("tokenmill_eta_seconds", "Estimated seconds to the end.", None if snap is None else snap.eta_s),
             ("tokenmill_client_cpu_ratio", "Client process CPU, share of one core.", self.m.cpu_share),
             ("tokenmill_event_loop_lag_seconds", "How late the monitor's timer fired.", self.m.fleet.loop_lag_s),
+            ("tokenmill_generation_paused", "1 while generation is paused (upload backlog).", float(bool(st.held))),
         ]
+        if snap is not None and snap.upload_pending is not None:
+            gauges += [
+                ("tokenmill_upload_pending_shards", "Sealed shards waiting for upload.", snap.upload_pending),
+                ("tokenmill_upload_pending_bytes", "Bytes of those shards.", snap.upload_pending_bytes),
+                ("tokenmill_upload_oldest_pending_seconds", "How long the oldest has waited.", snap.upload_oldest_s),
+                ("tokenmill_upload_failing", "1 while the store's operations fail.", float(bool(snap.upload_error))),
+            ]
         for name, doc, value in gauges:
             if value is not None:
                 g = GaugeMetricFamily(name, doc)
@@ -122,6 +140,9 @@ class ClientCollector:
             ),
             "prompt": CounterMetricFamily("tokenmill_prompt_tokens", "Prompt tokens sent.", labels=["server"]),
             "errors": CounterMetricFamily("tokenmill_server_errors", "Transient errors.", labels=["server"]),
+            "timeouts": CounterMetricFamily(
+                "tokenmill_server_overload_timeouts", "Read timeouts while the server was busy.", labels=["server"]
+            ),
             "inflight": GaugeMetricFamily("tokenmill_inflight", "Requests in flight.", labels=["server"]),
             "limit": GaugeMetricFamily("tokenmill_inflight_limit", "In-flight limit.", labels=["server"]),
             "usable": GaugeMetricFamily("tokenmill_server_usable", "1 unless set aside.", labels=["server"]),
@@ -132,6 +153,7 @@ class ClientCollector:
             fams["output"].add_metric(lab, s.completion_tokens)
             fams["prompt"].add_metric(lab, s.prompt_tokens)
             fams["errors"].add_metric(lab, s.errors)
+            fams["timeouts"].add_metric(lab, s.timeouts)
             fams["inflight"].add_metric(lab, s.inflight)
             fams["limit"].add_metric(lab, s.limit)
             fams["usable"].add_metric(lab, 1.0 if s.usable else 0.0)

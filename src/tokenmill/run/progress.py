@@ -22,6 +22,7 @@ from tokenmill.monitor.dashboard import render
 from tokenmill.monitor.snapshot import ServerRow, Snapshot, status_line
 from tokenmill.monitor.stats import History, Window
 from tokenmill.run.dispatch import Dispatcher
+from tokenmill.storage.upload import UploadStatus
 
 if TYPE_CHECKING:
     from tokenmill.run.watch import RunMonitor
@@ -51,6 +52,7 @@ class Tracker:
         self.skipped = 0
         self.rows_read = 0  # input rows read so far, and those with several user turns (the feed counts them)
         self.multi_turn = 0
+        self.upload: Callable[[], UploadStatus] | None = None
         self._comp = Window()
         self._tok = Window()
         self._per_server = {s.url: Window() for s in dispatcher.servers}
@@ -79,6 +81,8 @@ class Tracker:
                 problem=s.problem,
                 client_tokens=s.completion_tokens,
                 limit_reason=s.limit_reason,
+                timeouts=s.timeouts,
+                abandoned_tokens=s.abandoned_tokens,
             )
             v = views.get(s.url)
             if v is not None and v.scrapes:
@@ -103,6 +107,7 @@ class Tracker:
             self._next_history = now + self._history_every
             self._history.add(decode_tok_s if decode_tok_s is not None else client_tok_s)
         mon = self.monitor
+        up = self.upload() if self.upload is not None else None  # the uploader's status (set by the runner)
         return Snapshot(
             elapsed_s=now - self.started,
             done=done,
@@ -134,6 +139,13 @@ class Tracker:
             rows_read=self.rows_read,
             multi_turn_rows=self.multi_turn,
             conversation_turns=mon.conversation_turns if mon is not None else None,
+            abandoned=st.abandoned,
+            abandoned_tokens=st.abandoned_tokens,
+            held=st.held,
+            upload_pending=up.pending if up is not None else None,
+            upload_pending_bytes=up.pending_bytes if up is not None else 0,
+            upload_oldest_s=up.oldest_pending_s if up is not None else None,
+            upload_error=(up.last_error or "failing") if up is not None and up.failing else None,
         )
 
 

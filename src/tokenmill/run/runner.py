@@ -62,6 +62,7 @@ from tokenmill.output import OutputDir, ResumeState, layout
 from tokenmill.output.identity import JOB_FILE, check_job_identity, job_with_ids
 from tokenmill.records import Prompt, Skip
 from tokenmill.run.autotune import Autotuner
+from tokenmill.run.backlog import Backlog
 from tokenmill.run.control import ConcurrencyController
 from tokenmill.run.dispatch import Dispatcher
 from tokenmill.run.endpoints import follow
@@ -174,6 +175,9 @@ async def run_job(
             monitor.events.write("reopen", prefix=uploader.store.shown, reason=run.reopen)
         controller = ConcurrencyController(dispatcher.servers, job.control) if dispatcher.adaptive else None
         housekeeping = _Housekeeping(run, out, feed, dispatcher, controller, monitor, tracker, display, on_tick)
+        if uploader is not None:
+            tracker.upload = uploader.status
+            housekeeping.backlog = Backlog(uploader.status, job.output.upload)
         _start_background(stack, run, housekeeping, dispatcher)
         if install_signals:
             _install_signals(stack, run, dispatcher)
@@ -383,16 +387,21 @@ async def _ask_origins(stack: contextlib.AsyncExitStack, job: JobSpec, servers: 
 def _make_dispatcher(run: _Run, backend: Backend, servers: list[str], out: OutputDir, origins: Origins) -> Dispatcher:
     job = run.job
     adaptive = job.concurrency == "auto"
-    pool = ServerPool(servers, job.control.initial if adaptive else int(job.concurrency), adaptive=adaptive)
+    pool = ServerPool(
+        servers,
+        job.control.initial if adaptive else int(job.concurrency),
+        adaptive=adaptive,
+        backoff=job.control.throttle_factor,
+    )
     pool.on_new_process = origins.forget
+    for ep in job.resolved_endpoints():  # a server the servers file marks draining or down gets no request
+        if not ep.sendable:
+            pool.set_draining(ep.url, True)
     sampling = job.sampling.as_dict() | ({"samples": job.samples} if job.samples > 1 else {})
     records = RecordMaker(model=job.model, sampling=sampling, wall=time.time, origin=origins.get)
     return Dispatcher(pool, backend, out, job.retry, records, clock=run.clock)
 
 
-    for ep in job.resolved_endpoints():  # a server the servers file marks draining or down gets no request
-        if not ep.sendable:
-            pool.set_draining(ep.url, True)
 async def _start_watch(
     stack: contextlib.AsyncExitStack,
     run: _Run,
@@ -454,6 +463,7 @@ class _Housekeeping:
         self.run, self.out, self.feed, self.dispatcher = run, out, feed, dispatcher
         self.controller, self.monitor, self.tracker, self.display = controller, monitor, tracker, display
         self.on_tick = on_tick
+        self.backlog: Backlog | None = None  # output.upload.max_backlog: pauses generation past it
 
     def sync_counts(self) -> None:
         """What the feed knows of the input, for the progress displays."""
@@ -477,6 +487,8 @@ class _Housekeeping:
                     return
                 if self.controller is not None:
                     self.controller.follow(self.monitor.fleet)
+                if self.backlog is not None and self.backlog.enabled:
+                    self.dispatcher.hold(self.backlog.why())
                 if total.done() and self.tracker.total is None and not total.cancelled():
                     self.tracker.total = total.result()
                 self.sync_counts()

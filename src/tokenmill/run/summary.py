@@ -15,7 +15,7 @@ from pathlib import Path
 import orjson
 
 from tokenmill.fmt import duration
-from tokenmill.monitor.snapshot import Snapshot, cut_text, expected_text
+from tokenmill.monitor.snapshot import Snapshot, cut_text, expected_text, upload_text
 from tokenmill.sources.mapping import conversation_policy
 
 
@@ -66,6 +66,10 @@ class Summary:
     multi_turn_rows: int = 0
     conversation_turns: str | None = None  # what the job does with them
     expected: str | None = None  # the decode rate as a share of the planner's expectation and of the roofline
+    abandoned: int = 0  # requests given up on a read timeout while their server was overloaded
+    abandoned_tokens: float = 0.0  # their estimated output tokens, decoded and thrown away
+    upload: str | None = None  # the upload backlog (shards waiting, the oldest, the store's error); None: none
+    held: str | None = None  # why generation is paused
 
     @property
     def truncated_share(self) -> float | None:
@@ -128,6 +132,10 @@ class Summary:
             multi_turn_rows=snap.multi_turn_rows,
             conversation_turns=snap.conversation_turns,
             expected=expected_text(snap) or None,
+            abandoned=snap.abandoned,
+            abandoned_tokens=snap.abandoned_tokens,
+            upload=upload_text(snap) or None,
+            held=snap.held,
         )
 
     def _multi_turn(self) -> str:
@@ -137,6 +145,17 @@ class Summary:
         if not self.multi_turn_rows or self.conversation_turns is None:
             return counted
         return f"{counted}: {conversation_policy(self.conversation_turns)}"
+
+    def _wasted(self) -> str:
+        if not self.abandoned:
+            return "-"
+        share = ""
+        if self.client_tokens:
+            share = f", {self.abandoned_tokens / (self.client_tokens + self.abandoned_tokens) * 100:.1f}% of decoded"
+        return (
+            f"{self.abandoned:,} requests, ~{self.abandoned_tokens:,.0f} output tokens wasted{share} (estimated: "
+            "time spent x the server's per-request rate, at most max_tokens)"
+        )
 
     def markdown(self) -> str:
         state = self.state or ("finished" if self.finished else "stopped")
@@ -166,9 +185,14 @@ class Summary:
             ("output tok/s (client-effective)", f"{self.client_tok_s:,.0f}"),
             ("avg output tokens", f"{self.avg_output_tokens:,.1f}"),
             ("answers cut at max_tokens", cut_text(self.truncated, self.answers, self.max_tokens)),
+            ("abandoned on read timeouts (overload)", self._wasted()),
             ("rows with several user turns", self._multi_turn()),
             ("binding resource", self.binding or (self.verdicts[0] if self.verdicts else "-")),
         ]
+        if self.upload:
+            rows.append(("upload backlog", self.upload))
+        if self.held:
+            rows.append(("generation paused", self.held))
         lines = ["| | |", "|---|---|", *(f"| {k} | {v} |" for k, v in rows), ""]
         lines += [
             "| server | completed | errors | output tokens | client tok/s | decode tok/s | GPUs |",

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -26,6 +27,7 @@ from tokenmill.monitor.client import ClientMetrics
 from tokenmill.monitor.events import EVENT_FORMAT, EventLog, events_file
 from tokenmill.monitor.fleet import FleetMonitor, ServerView
 from tokenmill.monitor.stats import CpuMeter, GaugeWindow
+from tokenmill.run.control import queue_for
 from tokenmill.run.exporter import Exporter
 
 if TYPE_CHECKING:
@@ -110,6 +112,7 @@ class RunMonitor:
         self._last_round: float | None = None
         self._next_event = 0.0
         self._job = job
+        self._oversub_checked = False
         self.tuner = tuner
         if tuner is not None:
             tuner.bind(emit=lambda record: self.events.write("autotune", **record), refresh=self.fleet.refresh_info)
@@ -148,7 +151,16 @@ class RunMonitor:
                 continue
             window = self._inflight.setdefault(v.url, GaugeWindow(self.spec.rate_window_s))
             window.add(now, float(s.inflight))
-            side = ClientSide(inflight=window.mean(), limit=s.limit, usable=s.usable, problem=s.problem)
+            side = ClientSide(
+                inflight=window.mean(),
+                limit=s.limit,
+                usable=s.usable,
+                problem=s.problem,
+                timeouts=s.timeouts,
+                timeout_age_s=None if s.last_timeout_at is None else max(0.0, now - s.last_timeout_at),
+                read_timeout_s=self._job.retry.read_timeout_s,
+                abandoned_tokens=s.abandoned_tokens,
+            )
             servers.append(ServerObs(v, side))
         snap = self.last
         client = ClientObs(
@@ -162,6 +174,11 @@ class RunMonitor:
             truncated=self.client.truncated,
             completed_p50=self.client.completed_len.quantile(0.5),
             completed_p90=self.client.completed_len.quantile(0.9),
+            upload_pending=(snap.upload_pending or 0) if snap is not None else 0,
+            upload_pending_bytes=snap.upload_pending_bytes if snap is not None else 0,
+            upload_oldest_s=snap.upload_oldest_s if snap is not None else None,
+            upload_error=snap.upload_error if snap is not None else None,
+            upload_held=snap.held if snap is not None else None,
         )
         return Observation(tuple(servers), client)
 
@@ -176,8 +193,46 @@ class RunMonitor:
                     v.url,
                 )
 
+    def _share_gauges(self, views: list[ServerView]) -> None:
+        """Each server's latest queue and running gauges to the dispatcher (read when a request times out: a
+        server that holds a queue is overloaded, not dead); an unhealthy scrape shows nothing."""
+        states = {s.url: s for s in self.dispatcher.servers}
+        for v in views:
+            state = states.get(v.url)
+            if state is None:
+                continue
+            snap = v.snapshot if v.healthy else None
+            state.queued = snap.queued if snap is not None else None
+            state.running = snap.running if snap is not None else None
+
+    def _warn_oversubscribed(self, views: list[ServerView]) -> None:
+        """A fixed concurrency far above what the servers hold (their max running + the queue the adaptive
+        controller would keep): said once, as soon as every server's cap is known."""
+        if self._oversub_checked or self.dispatcher.adaptive:
+            return
+        caps = [v.max_running for v in views if v.healthy]
+        if not caps or any(not c for c in caps):
+            return
+        self._oversub_checked = True
+        holds = sum(c + queue_for(c, self._job.control) for c in caps if c)
+        wanted = sum(s.limit for s in self.dispatcher.servers if s.url in {v.url for v in views})
+        if wanted > self._job.control.oversubscribed * holds:
+            log.warning(
+                "concurrency %s sends %d requests at once to servers that run %d and keep a queue of %d: the rest "
+                "wait in their queues and may outlive the read timeout (retry.read_timeout_s %.0f s). Lower "
+                "concurrency to about %d per server, or use concurrency: auto",
+                self._job.concurrency,
+                wanted,
+                sum(c for c in caps if c),
+                holds - sum(c for c in caps if c),
+                self._job.retry.read_timeout_s,
+                math.ceil(holds / len(caps)),
+            )
+
     async def _round(self, views: list[ServerView]) -> None:
         self.fleet.sync([s.url for s in self.dispatcher.servers])  # `tokenmill fleet` may add or drain servers
+        self._share_gauges(views)
+        self._warn_oversubscribed(views)
         if self.seeded:
             self._warn_ignored_seed(views)
         self.cpu_share = self.cpu.sample()

@@ -92,6 +92,9 @@ class UploadStatus:
     uploaded: int = 0  # shards this run put
     already: int = 0  # shards found remote with the same content
     pending: int = 0
+    pending_bytes: int = 0  # bytes of the pending shards
+    oldest_pending_s: float | None = None  # how long the oldest pending shard has waited (None: none waits)
+    failing: bool = False  # the store's last operation failed and is being retried (last_error says why)
     conflicts: dict[str, str] = field(default_factory=dict)  # shard -> why it is not uploaded
     bytes: int = 0  # bytes this run put
     put_seconds: float = 0.0  # time spent in those puts
@@ -188,6 +191,7 @@ class Uploader:
         self._cond = threading.Condition()
         self._queue: list[LocalShard] = []
         self._known: set[str] = set()
+        self._queued_at: dict[str, float] = {}  # when each pending shard was first queued (monotonic)
         self._status = UploadStatus(remote=self.store.shown)
         self._job_id = ""
         self._manifest: RemoteManifest | None = None
@@ -399,7 +403,8 @@ class Uploader:
             if item is not None:
                 self._upload(item)
                 with self._cond:
-                    self._queue.pop(0)
+                    done = self._queue.pop(0)
+                    self._queued_at.pop(done.name, None)
             due = self._manifest_due()
             if due is not None and due <= 0:
                 self._write_manifest()
@@ -620,6 +625,7 @@ class Uploader:
             return
         self._known.add(item.name)
         self._queue.append(item)
+        self._queued_at.setdefault(item.name, time.monotonic())
         self._status.local_shards += 1
 
     def _conflict(self, name: str, why: str) -> None:
@@ -629,12 +635,16 @@ class Uploader:
 
     def _snapshot(self) -> UploadStatus:
         s = self._status
+        since = [self._queued_at[i.name] for i in self._queue if i.name in self._queued_at]
         return UploadStatus(
             remote=s.remote,
             local_shards=s.local_shards,
             uploaded=s.uploaded,
             already=s.already,
             pending=len(self._queue),
+            pending_bytes=sum(i.bytes for i in self._queue),
+            oldest_pending_s=max(0.0, time.monotonic() - min(since)) if since else None,
+            failing=self._failing,
             conflicts=dict(s.conflicts),
             bytes=s.bytes,
             put_seconds=s.put_seconds,
