@@ -56,6 +56,7 @@ def test_each_row_becomes_n_prompts_with_ids_and_seeds_of_their_own(tmp_path: Pa
     again = prompts(list(iter_prompts(spec(data), samples=3)))
     assert [p.seed for p in again] == [p.seed for p in got]
     assert len({p.seed for p in got}) == 9  # different rows draw different seeds too
+    assert all(p.seed == sample_seed(p.primary_id or "", p.sample or 0, None) for p in got)
 
 
 def test_a_job_seed_gives_seed_plus_k_and_one_sample_keeps_ids_and_sends_no_seed(tmp_path: Path) -> None:

@@ -50,10 +50,13 @@ def expand(rows: Iterator[Prompt | Skip], samples: int, base_seed: int | None) -
     if samples == 1:
         yield from rows
         return
+    names = [f.name for f in dataclasses.fields(Prompt) if f.name not in ("id", "primary_id", "sample", "seed")]
     for row in rows:
         if isinstance(row, Skip):
             yield row
             continue
+        same = {name: getattr(row, name) for name in names}  # every other field of the row, whatever it holds
+        first = sample_seed(row.id, 0, base_seed)  # one hash a row; sample k's seed is the next k
         for k in range(samples):
-            seed = sample_seed(row.id, k, base_seed)
-            yield dataclasses.replace(row, id=sample_id(row.id, k), primary_id=row.id, sample=k, seed=seed)
+            seed = first + k if base_seed is not None else (first + k) % SEED_RANGE
+            yield Prompt(id=f"{row.id}{_SUFFIX}{k}", primary_id=row.id, sample=k, seed=seed, **same)
