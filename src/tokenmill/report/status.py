@@ -71,7 +71,8 @@ def read_status(out: Path, now: float | None = None, recorded: tuple[int, int] |
     if not (out / "job.json").exists() and not logs:
         raise OutputError(f"{out} is not a tokenmill output directory (no job.json): check the path")
     now = time.time() if now is None else now
-    writers = [(w["start"], w["tick"], w.get("end")) for w in map(last_events, logs) if "start" in w and "tick" in w]
+    found = [last_events(p, ("start", "tick", "end", "upload")) for p in logs]
+    writers = [(w["start"], _uploaded(w), w.get("end")) for w in found if "start" in w and "tick" in w]
     if not writers:
         raise OutputError(
             f"{out} has no event log yet ({EVENTS_FILE}); it is written by `tokenmill run` from this version on"
@@ -95,6 +96,23 @@ def read_status(out: Path, now: float | None = None, recorded: tuple[int, int] |
         state=state,
     )
     return Status(summary=summary, state=state, age_s=age)
+
+
+def _uploaded(events: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The last tick, with the upload backlog the run's ``upload`` record says it ended with (written after the
+    end of a run waited for its uploads, so a drained backlog is not shown as still waiting)."""
+    tick, up = events["tick"], events.get("upload")
+    if up is None or up.get("run") != tick.get("run") or float(up.get("t") or 0) < float(tick.get("t") or 0):
+        return tick
+    client = {
+        **(tick.get("client") or {}),
+        "upload_pending": up.get("pending"),
+        "upload_pending_bytes": up.get("pending_bytes") or 0,
+        "upload_oldest_s": up.get("oldest_pending_s"),
+        "upload_error": up.get("error"),
+        "held": None,
+    }
+    return {**tick, "client": client}
 
 
 def _state(start: dict[str, Any], tick: dict[str, Any], end: dict[str, Any] | None, now: float) -> tuple[str, float]:

@@ -13,7 +13,8 @@ lowered, the server is not set aside, and the request's output tokens are counte
 time x the per-request rate of that server's completions, at most ``max_tokens``).
 
 :meth:`Dispatcher.hold` (the runner's housekeeping) pauses taking new prompts and says why (uploads too far
-behind); meanwhile retries and requests in flight go on, and the loop waits until it is released.
+behind); meanwhile retries, requests in flight and the one prompt already waiting for a slot go on, and the
+loop waits until it is released.
 """
 
 from __future__ import annotations

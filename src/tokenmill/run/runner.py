@@ -202,6 +202,16 @@ async def run_job(
     if partition is None:  # a partitioned run's summary is its driver's
         write_summary(out.root, summary)
     upload = await _finish_upload(uploader, run.finished, state) if uploader is not None else None
+    if upload is not None:  # where the upload ended, for `tokenmill status` (after the monitor's end record)
+        monitor.events.write(
+            "upload",
+            pending=upload.pending,
+            pending_bytes=upload.pending_bytes,
+            oldest_pending_s=upload.oldest_pending_s,
+            error=upload.last_error if upload.pending and upload.failing else None,
+            complete=upload.complete,
+        )
+        monitor.events.close()
     return RunResult(finished=run.finished, summary=summary, resume=state, upload=upload)
 
 
