@@ -5,7 +5,8 @@ Found (``tests/e2e/tokens_job.py: assert_findings``): every prompt's ids (``prom
 what the tokenizer's chat template makes of the conversation, later turns included (the earlier answer
 re-tokenised from its text); a stopped answer's ``response_token_ids`` end with EOS (``<|im_end|>``); an answer
 cut at max_tokens ends without it, which the template adds; and an answer whose ids differ from the template's
-decodes to the same text: the model sampled a split the tokenizer would not make.
+decodes to the same text: the model sampled a split the tokenizer would not make (in one run: 5 of 12 answers
+differed, 1 inside an answer, 4 cut answers).
 """
 
 from __future__ import annotations
