@@ -4,6 +4,7 @@ doctor's uploads-behind verdict, and the backlog as the status line and the summ
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,8 +15,11 @@ from tests.unit.test_doctor_rules import observe, verdicts
 from tokenmill.config import UploadSpec
 from tokenmill.config.job import parse_bytes
 from tokenmill.doctor import ClientObs, Observation
+from tokenmill.monitor.events import EVENT_FORMAT, EVENTS_FILE, EventLog
 from tokenmill.monitor.snapshot import Snapshot, status_line
 from tokenmill.records import Prompt
+from tokenmill.report import load
+from tokenmill.report.html import summary_rows
 from tokenmill.run.backlog import Backlog
 from tokenmill.run.summary import Summary
 from tokenmill.storage.upload import UploadStatus
@@ -110,3 +114,28 @@ def test_the_status_line_and_the_summary_show_the_backlog_and_the_pause() -> Non
     md = Summary.from_snapshot(back, output_dir="o", model="m", api="a", recorded=(10, 0), state="running").markdown()
     assert "| upload backlog | upload: 3 shard(s) waiting (12.0 MB), oldest 4m10s" in md
     assert "| generation paused | 3 shard(s) wait for upload |" in md
+
+
+def _log(out: Path, *, end: dict[str, Any] | None) -> None:
+    snap = Snapshot(
+        elapsed_s=60.0, done=10, total=100, completed=10, failed=0, skipped=0, retries=0, inflight=2, comp_s=1.0,
+        client_tok_s=10.0, eta_s=90.0, servers=[], waiting=False, last_failure=None, upload_pending=3,
+        upload_oldest_s=250.0, upload_error="connection refused", abandoned=4, abandoned_tokens=900.0,
+    )  # fmt: skip
+    events = EventLog(out / EVENTS_FILE, "r1")
+    events.write("start", format=EVENT_FORMAT, model="m", api="openai-chat", servers=[], total=100)
+    events.write("tick", **snap.to_event())
+    if end is not None:
+        events.write("end", elapsed_s=60.0, finished=True)
+        events.write("upload", **end)
+    events.close()
+
+
+def test_the_report_shows_the_backlog_while_it_runs_and_where_the_upload_ended(tmp_path: Path) -> None:
+    _log(tmp_path, end=None)
+    rows = dict(summary_rows(load(tmp_path)))
+    assert rows["upload"].startswith("upload: 3 shard(s) waiting, oldest 4m10s; store error: connection refused")
+    assert rows["abandoned on read timeouts (last run)"] == "abandoned 4 on timeouts (~900 tokens wasted)"
+    (tmp_path / EVENTS_FILE).unlink()
+    _log(tmp_path, end={"pending": 0, "pending_bytes": 0, "oldest_pending_s": None, "error": None, "complete": True})
+    assert dict(summary_rows(load(tmp_path)))["upload"] == "every sealed shard uploaded"

@@ -51,6 +51,7 @@ class RunData:
     runs: list[dict[str, Any]] = field(default_factory=list)  # start records
     last_tick: dict[str, Any] | None = None  # with today's keys, whatever format the log was written in
     ended: dict[str, Any] | None = None  # the last end record, if the last run ended
+    upload: dict[str, Any] | None = None  # where the last run's upload ended (its upload record), if it uploads
     summary: dict[str, Any] | None = None  # summary.json
     ticks_total: int = 0
 
@@ -91,6 +92,7 @@ def load(out: Path, max_points: int = 2000) -> RunData:
             fmt = run_format(rec)
             data.runs.append(rec)
             data.ended = None
+            data.upload = None
             if ticks:
                 ticks.append({"gap": True, "t": t})
             if verdict_records and verdict_records[-1][1]:
@@ -103,6 +105,8 @@ def load(out: Path, max_points: int = 2000) -> RunData:
             verdict_records.append((t, list(rec.get("verdicts") or [])))
         elif kind == "autotune":
             data.autotune.append({**rec, "at": t - data.t0})
+        elif kind == "upload":
+            data.upload = rec
         elif kind == "end":
             data.ended = rec
             if verdict_records and verdict_records[-1][1]:

@@ -9,7 +9,7 @@ from html import escape
 from typing import Any
 
 from tokenmill.fmt import UNKNOWN, duration, pct
-from tokenmill.monitor.snapshot import cut_text
+from tokenmill.monitor.snapshot import cut_text, upload_text, waste_text
 from tokenmill.report.data import RunData, VerdictSpan
 from tokenmill.sources.mapping import conversation_policy
 
@@ -92,12 +92,27 @@ def summary_rows(data: RunData) -> list[tuple[str, str]]:
         ]
     if last is not None:
         rows.append(("answers cut at max_tokens (last run)", cut_text(last.truncated, last.answers, last.max_tokens)))
+        rows.append(("abandoned on read timeouts (last run)", escape(waste_text(last) or "-")))
+        upload = _upload(data.upload) if data.upload is not None else upload_text(last)
+        if upload:
+            rows.append(("upload", escape(upload)))
+        if last.held and data.upload is None:
+            rows.append(("generation paused", escape(last.held)))
         if last.rows_read:
             turns = f"{last.multi_turn_rows:,} of {last.rows_read:,} rows"
             if last.multi_turn_rows and last.conversation_turns:
                 turns += f": {conversation_policy(last.conversation_turns)}"
             rows.append(("rows with several user turns", escape(turns)))
     return rows
+
+
+def _upload(rec: dict[str, Any]) -> str:
+    """Where the last run's upload ended, from its ``upload`` record."""
+    pending = int(rec.get("pending") or 0)
+    if not pending:
+        return "every sealed shard uploaded" if rec.get("complete") else ""
+    error = f"; store error: {rec['error']}" if rec.get("error") else ""
+    return f"{pending:,} shard(s) not uploaded at the end{error} (rerun the same command to upload them)"
 
 
 def _table(headers: Sequence[str], rows: Sequence[Sequence[str]], numeric: Sequence[int] = ()) -> str:
