@@ -6,7 +6,7 @@ own tier):
 
     foundations   errors, config, records, fmt, logs (and the package root)
     inputs/outputs sources, backends, output, storage, planner
-    watching      sim, monitor
+    watching      sim, monitor, quality, tokens
     diagnosis     doctor
     the run       run
     around it     report, fleet, export
