@@ -89,7 +89,7 @@ def test_a_watched_run_from_start_to_report(fleet: list[SimProcess], tmp_path: P
     kinds = [r["kind"] for r in read_events(out / EVENTS_FILE)]
     assert kinds[0] == "start" and kinds[-1] == "end" and kinds.count("tick") >= 2
     summary = (out / "summary.md").read_text()
-    assert "| binding resource | client concurrency |" in summary
+    assert "| binding resource | client concurrency (" in summary
     assert re.search(r"\| decode tok/s \(servers, aggregate\) \| [\d,]+ \|", summary), summary
     report = run_cli("report", str(out))
     assert report.returncode == 0, report.stderr

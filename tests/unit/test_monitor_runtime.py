@@ -212,7 +212,7 @@ def test_status_of_a_run_in_progress(tmp_path: Path) -> None:
     assert s.verdicts == [VERDICT["line"]]
     text = status_text(st)
     assert text.startswith("running (last update")
-    assert "| binding resource | state pool |" in text and "| decode tok/s per GPU | 50 |" in text
+    assert "| binding resource | state pool (state-pool bound) |" in text and "| decode tok/s per GPU | 50 |" in text
     assert f"- {VERDICT['line']}" in text
 
 

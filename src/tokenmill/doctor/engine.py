@@ -25,6 +25,7 @@ from tokenmill.doctor.model import (
 )
 from tokenmill.doctor.predict import Predictor, observed_prediction, restore_prediction
 from tokenmill.doctor.rules import RULES, Rule, hybrid
+from tokenmill.monitor.snapshot import binding_verdict
 
 # launch flags that exist only for a recurrent-state (Mamba / GDN) pool
 STATE_FLAGS = ("--mamba-", "--max-mamba-cache-size", "SGLANG_MAMBA")
@@ -173,11 +174,9 @@ def headline(verdicts: Sequence[Verdict]) -> Verdict | None:
 
 
 def binding(verdicts: Sequence[Verdict]) -> str | None:
-    """The run's binding resource: the headline's, else the first verdict's."""
-    top = headline(verdicts)
-    if top is not None:
-        return top.binds
-    return verdicts[0].binds if verdicts else None
+    """The binding resource of ranked ``verdicts`` (:func:`~tokenmill.monitor.snapshot.binding_verdict`)."""
+    v = binding_verdict(rank(verdicts))
+    return v.binds if v is not None else None
 
 
 class DoctorState:

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from tokenmill.doctor.engine import headline
+from tokenmill.doctor.engine import headline, rank
 from tokenmill.doctor.model import Verdict
+from tokenmill.monitor.snapshot import binding_text
 
 _MARK = {"critical": "!!", "warning": "! ", "info": "i "}
 
@@ -38,14 +39,13 @@ def format_verdicts(verdicts: Sequence[Verdict], servers: int) -> str:
     if not verdicts:
         return f"no problem found on {servers} server(s): nothing binds harder than the GPUs themselves"
     top = headline(verdicts)
-    if top is not None:
-        head = f"binding resource: {top.binds} ({top.title})"
-        if top.changes:
-            head += f"; best change: {top.changes[0]}, {(top.impact or 0) * 100:+.0f}% fleet throughput predicted"
-    else:
-        first = verdicts[0]
-        head = (
-            f"binding resource: {first.binds} ({first.title}); no change has a predicted gain "
+    binds = binding_text(rank(verdicts))  # the one rule every view names the binding resource by
+    head = f"binding resource: {binds or 'none (no verdict names a resource)'}"
+    if top is not None and top.changes:
+        head += f"; best change: {top.changes[0]}, {(top.impact or 0) * 100:+.0f}% fleet throughput predicted"
+    elif top is None:
+        head += (
+            "; no change has a predicted gain "
             "(the planner's predictions need the model and GPU: --model / --gpu, or a twin that says)"
         )
     return "\n\n".join([head, *(format_verdict(v) for v in verdicts)])

@@ -19,7 +19,7 @@ from rich.table import Table
 from rich.text import Text
 
 from tokenmill.fmt import UNKNOWN, duration, num, pct
-from tokenmill.monitor.snapshot import expected_text, truncation, upload_text, waste_text
+from tokenmill.monitor.snapshot import binding_text, expected_text, truncation, upload_text, waste_text
 from tokenmill.monitor.stats import sparkline
 
 if TYPE_CHECKING:
@@ -134,6 +134,9 @@ def render(snap: Snapshot) -> Group:
         parts.append(Text(f"generation paused: {snap.held}"[:300], style="bold red"))
     if snap.waiting:
         parts.append(Text("no server is usable: waiting and probing; nothing is marked failed", style="bold red"))
+    binds = binding_text(snap.verdicts)
+    if binds:
+        parts.append(Text(f"binding resource: {binds}"[:300], style="bold"))
     if snap.verdicts:
         v = snap.verdicts[0]
         style = "bold red" if v.severity == "critical" else "bold yellow" if v.severity == "warning" else "cyan"

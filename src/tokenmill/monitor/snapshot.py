@@ -28,8 +28,9 @@ back by :meth:`Snapshot.from_event`, which also reads the ticks of logs written 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, fields
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from tokenmill.fmt import duration
 from tokenmill.monitor.events import EVENT_FORMAT
@@ -56,6 +57,23 @@ class Diagnosis(Protocol):
     def where(self) -> str: ...
 
     def line(self) -> str: ...
+
+
+D = TypeVar("D", bound=Diagnosis)
+
+
+def binding_verdict(verdicts: Sequence[D]) -> D | None:
+    """The verdict that names the binding resource, the one rule every view uses (summary, ``tokenmill status``,
+    the report, the dashboard, the doctor's headline): the first of the ranked verdicts that binds a resource (a
+    verdict about the corpus or the upload binds none). Verdicts are always ranked, highest predicted impact
+    first (the doctor's ``rank``, and the order a run shows them in)."""
+    return next((v for v in verdicts if v.binds), None)
+
+
+def binding_text(verdicts: Sequence[Diagnosis]) -> str | None:
+    """``KV cache (KV bound)``: the binding resource and the verdict that names it (None: nothing binds)."""
+    v = binding_verdict(verdicts)
+    return None if v is None else f"{v.binds} ({v.title})"
 
 
 @dataclass(frozen=True, slots=True)

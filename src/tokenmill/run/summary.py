@@ -15,7 +15,7 @@ from pathlib import Path
 import orjson
 
 from tokenmill.fmt import duration
-from tokenmill.monitor.snapshot import Snapshot, cut_text, expected_text, upload_text
+from tokenmill.monitor.snapshot import Snapshot, binding_verdict, cut_text, expected_text, upload_text
 from tokenmill.sources.mapping import conversation_policy
 
 
@@ -56,7 +56,10 @@ class Summary:
     gpus: int = 0
     usable_servers: int = 0
     eta_s: float | None = None
-    binding: str | None = None  # the doctor's binding resource when the run ended
+    binding: str | None = None  # the binding resource: of the verdicts shown at the end (binding_verdict), else
+    # the one that bound longest during the run
+    binding_by: str | None = None  # the verdict that names it (None: it comes from the longest during the run)
+    bound_longest: str | None = None  # the resource that bound longest during the run, when it is another one
     verdicts: list[str] = field(default_factory=list)
     state: str | None = None  # "running" / "finished" / "stopped" / "interrupted": where the run stands
     answers: int = 0  # answers received this run (every turn of a conversation counts)
@@ -98,7 +101,7 @@ class Summary:
         gpus = sum(s.gpus for s in servers)
         fleet = sum(decoded) if decoded else None
         finished = state == "finished"
-        shown = next((v.binds for v in snap.verdicts if v.binds), None)  # a verdict about the corpus binds nothing
+        now = binding_verdict(snap.verdicts)  # the one rule of every view (a verdict about the corpus binds nothing)
         return cls(
             finished=finished,
             output_dir=output_dir,
@@ -122,7 +125,9 @@ class Summary:
             gpus=gpus,
             usable_servers=sum(1 for r in snap.servers if r.usable),
             eta_s=None if finished else snap.eta_s,
-            binding=snap.binding or shown,
+            binding=now.binds if now is not None else snap.binding,
+            binding_by=now.title if now is not None else None,
+            bound_longest=snap.binding if now is not None and snap.binding and snap.binding != now.binds else None,
             verdicts=[v.line() for v in snap.verdicts],
             state=state,
             answers=snap.answers,
@@ -145,6 +150,11 @@ class Summary:
         if not self.multi_turn_rows or self.conversation_turns is None:
             return counted
         return f"{counted}: {conversation_policy(self.conversation_turns)}"
+
+    def _binding(self) -> str:
+        if not self.binding:
+            return "-"
+        return f"{self.binding} ({self.binding_by or 'longest during the run'})"
 
     def _wasted(self) -> str:
         if not self.abandoned:
@@ -187,8 +197,10 @@ class Summary:
             ("answers cut at max_tokens", cut_text(self.truncated, self.answers, self.max_tokens)),
             ("abandoned on read timeouts (overload)", self._wasted()),
             ("rows with several user turns", self._multi_turn()),
-            ("binding resource", self.binding or (self.verdicts[0] if self.verdicts else "-")),
+            ("binding resource", self._binding()),
         ]
+        if self.bound_longest:
+            rows.append(("bound longest during the run by", self.bound_longest))
         if self.upload:
             rows.append(("upload backlog", self.upload))
         if self.held:

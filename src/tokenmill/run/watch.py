@@ -26,6 +26,7 @@ from tokenmill.errors import ConfigError
 from tokenmill.monitor.client import ClientMetrics
 from tokenmill.monitor.events import EVENT_FORMAT, EventLog, events_file
 from tokenmill.monitor.fleet import FleetMonitor, ServerView
+from tokenmill.monitor.snapshot import binding_verdict
 from tokenmill.monitor.stats import CpuMeter, GaugeWindow
 from tokenmill.run.control import queue_for
 from tokenmill.run.exporter import Exporter
@@ -245,8 +246,8 @@ class RunMonitor:
             confirmed = [v for v in self.doctor.shown if self.doctor.confirmed(v.rule) >= self.doctor.confirm]
             self.tuner.round(views, confirmed, self.last.eta_s if self.last is not None else None)
         now = self.clock()
-        if self._last_round is not None and self.doctor.shown:
-            top = self.doctor.shown[0]
+        top = binding_verdict(self.doctor.shown)  # the verdict every view names the binding resource by
+        if self._last_round is not None and top is not None:
             self._shown_s[top.rule] = self._shown_s.get(top.rule, 0.0) + now - self._last_round
             self._binds[top.rule] = top.binds
         self._last_round = now
