@@ -26,6 +26,7 @@ REQUIRE_ENV = "TOKENMILL_REQUIRE_SGLANG"
 VERSION = "0.5.23"
 SERVED_MODEL = "tiny"
 CONTEXT_LENGTH = 2048  # the tiny models' max_position_embeddings
+DECODE_LOG_INTERVAL = 40  # SGLang's --decode-log-interval default: decode gauges are written this often
 START_DEADLINE_S = 240.0  # 30-45 s on a quiet machine; much more on two busy cores
 READY_LINE = "The server is fired up and ready to roll!"
 

@@ -168,8 +168,12 @@ async def test_scarce_kv_retracts_requests_and_every_one_still_completes(caplog:
         async with SimServer(cfg) as srv, aiohttp.ClientSession() as s:
             assert srv.engine.model.max_total_tokens == 6000
 
+            # ordinary requests that run to their limit: admitted on the decaying new-token ratio, they outgrow
+            # the pool (ignore_eos ones reserve their whole output at admission and are never retracted)
+            body = {"input_ids": list(range(prompt)), "sampling_params": {"max_new_tokens": out, "min_new_tokens": out}}
+
             async def one() -> dict[str, Any]:
-                async with s.post(srv.url + "/generate", json=generate_body(prompt, out)) as r:
+                async with s.post(srv.url + "/generate", json=body) as r:
                     assert r.status == 200
                     return dict(await r.json())
 

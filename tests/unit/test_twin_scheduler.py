@@ -103,13 +103,67 @@ def test_the_pool_is_recognised_and_the_plain_model_is_not() -> None:
 def test_admission_keeps_room_for_the_running_requests_future_tokens() -> None:
     s = make(Pool(1000, FIXED_RATIO))
     a, b, c = req(100, 50, 400), req(100, 50, 400), req(100, 50, 400)
-    s.submit(a, 0.0)  # an idle engine takes its first request
-    s.submit(b, 0.0)  # free 899 - 0.5 * 399 reserved = 699.5 > 100 + 400
-    s.submit(c, 0.0)  # free 798 - 0.5 * (399 + 399) = 399 <= 500: waits, though its prompt fits
+    s.submit(a, 0.0)  # an idle engine takes its first request; its prefill ends at 0.1
+    s.submit(b, 0.1)  # free 899 - 0.5 * 399 reserved = 699.5 > 100 + 400 + 1 page
+    s.submit(c, 0.1)  # b, admitted in this batch, is charged in full: 699.5 - 501 = 198.5 <= 501: c waits
     assert (s.running, s.waiting) == (2, 1)
     done = run_until_idle(s)
     assert set(map(id, done)) == {id(a), id(b), id(c)}
     assert c.started == pytest.approx(a.finished)  # the reserve shrinks as fast as the pool fills: no earlier
+
+
+def test_requests_of_one_batch_are_each_charged_their_whole_limit() -> None:
+    """SGLang charges every request it admits into a prefill batch its prompt, clipped limit and a page; the
+    decaying ratio applies only to requests already running: of three arriving together two fit, not three."""
+    s = make(Pool(1000, FIXED_RATIO))
+    reqs = [req(100, 50, 300) for _ in range(3)]
+    for r in reqs:
+        s.submit(r, 0.0)  # a is free (idle engine), b: 401 < 1000 - 401, c: 401 >= 198
+    assert (s.running, s.waiting) == (2, 1)
+
+
+def test_an_ignore_eos_request_reserves_its_whole_remaining_output() -> None:
+    """Running ordinary requests reserve ratio x what they may still write; ignore_eos ones all of it (SGLang's
+    ratio 1 for a request that cannot stop early), so fewer ignore_eos requests are let in."""
+    seen = []
+    for ignore in (False, True):
+        s = make(Pool(1000, FIXED_RATIO))
+        a = req(100, 50, 400)
+        a.ignore_eos = ignore
+        s.submit(a, 0.0)
+        s.submit(b := req(100, 50, 400), 0.1)  # free 899 minus a's reserve: 0.5 x 399 or the whole 399
+        seen.append((s.running, b.state))
+    assert seen == [(2, State.RUNNING), (1, State.WAITING)]
+
+
+def test_after_a_request_did_not_fit_none_is_tried_until_one_leaves() -> None:
+    """SGLang's batch_is_full: the ratio falls while the queue waits, but no admission is tried until a running
+    request finishes, so the third request starts when the first one ends although room opened earlier."""
+    policy = KvPolicy(init_ratio=0.7, min_ratio=0.1, decay_steps=100, clip_max_new_tokens=4096, retract_decode_steps=20)
+    s = make(Pool(1300, policy))
+    a, b, c = req(100, 400, 400), req(100, 400, 400), req(100, 200, 400)
+    s.submit(a, 0.0)
+    s.submit(b, 0.1)  # 1199 - 0.7 x 399 = 919.7 > 501
+    s.submit(c, 0.1)  # 919.7 - 501 (b, in the same batch) = 418.7 <= 501: does not fit
+    assert c.state is State.WAITING
+    # 150 steps on the ratio is 0.1: 1300 - 2 x ~250 - 0.1 x 2 x ~250 = ~750 > 501, yet c waits
+    s.advance(0.2 + 150 * STEP)
+    assert c.state is State.WAITING
+    run_until_idle(s)
+    assert c.started == pytest.approx(a.finished)
+
+
+def test_the_ratio_is_not_reset_while_requests_wait_for_the_next_batch() -> None:
+    """SGLang re-inits the new-token ratio when its scheduler idles; requests finishing with a queue behind them
+    are followed by the next batch at once, under the decayed ratio."""
+    policy = KvPolicy(init_ratio=0.7, min_ratio=0.1, decay_steps=100, clip_max_new_tokens=4096, retract_decode_steps=20)
+    s = make(Pool(5000, policy, max_running=1))
+    a, b = req(10, 300, 300), req(10, 300, 300)
+    s.submit(a, 0.0)
+    s.submit(b, 0.0)
+    s.advance(a.arrived + 0.01 + 300 * STEP + 0.001)
+    assert b.state is State.RUNNING
+    assert s.snapshot().new_token_ratio == pytest.approx(0.1)
 
 
 def test_without_a_finite_pool_the_same_requests_all_run() -> None:
@@ -125,7 +179,7 @@ def test_retraction_requeues_the_least_advanced_request_which_resumes_after_a_ne
     s = make(pool)
     a, b = req(100, 600), req(200, 600)
     s.submit(a, 0.0)
-    s.submit(b, 0.0)  # 800 tokens asked, 899 free: admitted; together they outgrow the pool
+    s.submit(b, 0.1)  # after a's prefill: 801 tokens asked, 899 free: admitted; together they outgrow the pool
     assert s.running == 2
     done = run_until_idle(s)
     assert done == [a, b]
@@ -145,7 +199,7 @@ def test_after_a_retraction_the_ratio_estimates_the_remaining_requests_needs() -
     s = make(Pool(1000, NO_RESERVE))
     a, b = req(100, 600), req(200, 600)
     s.submit(a, 0.0)
-    s.submit(b, 0.0)
+    s.submit(b, 0.1)
     s.advance(0.300 + 349 * STEP + 1e-9)  # the step the pool runs out
     assert b.state is State.WAITING
     snap = s.snapshot()
@@ -236,7 +290,7 @@ def test_plain_model_decode_log_line(caplog: pytest.LogCaptureFixture) -> None:
 def test_retraction_log_line(caplog: pytest.LogCaptureFixture) -> None:
     s = make(Pool(1000, NO_RESERVE))
     s.submit(req(100, 600), 0.0)
-    s.submit(req(200, 600), 0.0)
+    s.submit(req(200, 600), 0.1)  # after the first one's prefill (arriving together, one would wait)
     with caplog.at_level(logging.WARNING, logger="tokenmill.sim"):
         run_until_idle(s)
     [line] = [r.getMessage() for r in caplog.records if "Retract" in r.getMessage()]

@@ -50,6 +50,7 @@ class GenSpec:
     stop: tuple[str, ...] = ()
     penalized: bool = False  # a repetition, frequency or presence penalty was asked for (loops are rarer)
     thinking: bool | None = None  # enable_thinking as the request set it (None: it did not say)
+    min_new_tokens: int = 0  # SGLang's min_new_tokens (min_tokens): no end of sequence before that many
 
     def prompt_ids(self) -> list[int]:
         return list(self.prompt) if isinstance(self.prompt, list) else prompt_token_ids(self.prompt)
@@ -216,7 +217,14 @@ def _spec(
         stop=stops if isinstance(stop, str | list) else (),
         penalized=_penalized(params),
         thinking=False if closed else None,
+        min_new_tokens=_min_new_tokens(params),
     )
+
+
+def _min_new_tokens(params: Mapping[str, Any]) -> int:
+    """``min_new_tokens`` (/generate) or ``min_tokens`` (OpenAI routes); 0 when absent or not a count."""
+    value = params.get("min_new_tokens", params.get("min_tokens"))
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
 def _penalized(params: Mapping[str, Any]) -> bool:

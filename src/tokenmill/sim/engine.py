@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Sequence
 
 from tokenmill.config import SimConfig
 from tokenmill.sim.metrics import RequestMetrics
+from tokenmill.sim.prefix import PrefixCache
 from tokenmill.sim.scheduler import QueueFullError, Scheduler, SchedulerSnapshot, SimRequest, State, Timing
 from tokenmill.sim.timing import LinearStepModel, StepModel
 
@@ -30,13 +32,14 @@ _INSTANT = Timing(0.0, 0.0, 0.0)
 class SimEngine:
     """A simulated SGLang scheduler on the running event loop. Use ``await start()`` / ``await close()``."""
 
-    def __init__(self, cfg: SimConfig, model: StepModel | None = None) -> None:
+    def __init__(self, cfg: SimConfig, model: StepModel | None = None, prefix: PrefixCache | None = None) -> None:
         self.model: StepModel = model if model is not None else default_step_model(cfg)
         self.scheduler = Scheduler(
             self.model,
             time_scale=cfg.time_scale,
             max_queued=cfg.max_queued_requests,
             log_interval=cfg.decode_log_interval,
+            prefix=prefix,
         )
         self.metrics = RequestMetrics()
         self._instant = cfg.instant
@@ -61,11 +64,22 @@ class SimEngine:
                 r.waiter.set_exception(EngineClosedError("the simulated server is shutting down"))
 
     async def generate(
-        self, prompt_tokens: int, output_tokens: int, max_new_tokens: int = 0, cached_tokens: int = 0
+        self,
+        prompt_tokens: int,
+        output_tokens: int,
+        max_new_tokens: int = 0,
+        cached_tokens: int = 0,
+        *,
+        ignore_eos: bool = False,
+        prompt_ids: Sequence[int] = (),
+        output_ids: Sequence[int] = (),
     ) -> Timing:
         """Serve one request of ``output_tokens`` tokens, asked with a limit of ``max_new_tokens`` (what a
         finite KV pool reserves for; at least ``output_tokens``), ``cached_tokens`` of its prompt served by
-        the prefix cache; raises :class:`QueueFullError` or :class:`EngineClosedError`.
+        the prefix cache (with a prefix cache of the engine's own: what it serves ``prompt_ids`` when the
+        request is admitted; ``output_ids`` are cached with the prompt when it finishes); ``ignore_eos``
+        requests reserve their whole remaining output at admission. Raises :class:`QueueFullError` or
+        :class:`EngineClosedError`.
 
         Cancelling the caller (a client that hung up) aborts the request and frees its slot.
         """
@@ -81,6 +95,9 @@ class SimEngine:
             arrived=loop.time(),
             max_new_tokens=max_new_tokens,
             cached_tokens=cached_tokens,
+            ignore_eos=ignore_eos,
+            prompt_ids=prompt_ids,
+            output_ids=output_ids,
         )
         req.waiter = loop.create_future()
         self._settle(self.scheduler.advance(req.arrived))  # the queue limit sees the queue as of now
@@ -115,6 +132,11 @@ class SimEngine:
             self._settle(self.scheduler.advance(asyncio.get_running_loop().time()))
             self._poke()
         return self.scheduler.snapshot()
+
+    def published(self) -> SchedulerSnapshot:
+        """What ``/metrics`` shows now: the gauges as the scheduler last wrote them (advanced to now first)."""
+        self.snapshot()
+        return self.scheduler.published()
 
     def _settle(self, done: list[SimRequest]) -> None:
         for r in done:
@@ -152,7 +174,9 @@ def default_step_model(cfg: SimConfig) -> StepModel:
 
 
 def _timing(r: SimRequest) -> Timing:
-    return Timing(r.started - r.arrived, r.first_token - r.arrived, r.finished - r.arrived, r.retractions)
+    return Timing(
+        r.started - r.arrived, r.first_token - r.arrived, r.finished - r.arrived, r.retractions, r.cached_tokens
+    )
 
 
 def _set_done(fut: asyncio.Future[None]) -> None:

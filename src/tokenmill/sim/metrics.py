@@ -141,7 +141,7 @@ class SimCollector:
         yield g("num_queue_reqs", "The number of requests in the waiting queue.", s.waiting)
         yield g("num_grammar_queue_reqs", "The number of requests in the grammar waiting queue.", 0)
         yield g("gen_throughput", "The generation throughput (token/s).", s.gen_throughput)
-        yield g("cache_hit_rate", "The prefix cache hit rate.", 0.0)
+        yield g("cache_hit_rate", "The prefix cache hit rate.", s.cache_hit_rate)
         yield g("decode_sum_seq_lens", "The sum of all sequence lengths in decode.", s.ctx_tokens)
         yield g("token_usage", "The token usage.", u.token_usage)
         yield g("full_token_usage", "The token usage for full attention layers.", u.full_token_usage)
@@ -151,9 +151,9 @@ class SimCollector:
         yield g(
             "kv_available_tokens",
             "Number of free token slots in the KV cache pool.",
-            max(0, m.max_total_tokens - u.used_tokens),
+            max(0, m.max_total_tokens - u.used_tokens - s.kv_evictable_tokens),
         )
-        yield g("kv_evictable_tokens", "Number of evictable token slots in the KV cache pool.", 0)
+        yield g("kv_evictable_tokens", "Number of evictable token slots in the KV cache pool.", s.kv_evictable_tokens)
         # states of finished requests stay in the radix tree, evictable, as far as the pool has room for them
         evictable = min(self._cached_states(), max(0, m.mamba_slots - u.mamba_used))
         yield g("mamba_used_tokens", "Number of actively used state slots in the mamba SSM pool.", u.mamba_used)
@@ -173,11 +173,12 @@ class SimCollector:
         yield g("is_cuda_graph", "Whether the batch is using CUDA graph.", 1.0 if s.cuda_graph else 0.0)
         yield g("max_total_num_tokens", "Maximum total number of tokens in the KV pool.", m.max_total_tokens)
         yield g("context_len", "The context length.", self._context_length)
+        # SGLang creates the retraction counters at the first retraction: absent means none so far
         for name, doc, value in (
             ("num_retracted_requests", "Total number of retracted requests.", s.retracted_requests),
             ("num_retracted_input_tokens", "Total number of retracted input tokens.", s.retracted_input_tokens),
             ("num_retracted_output_tokens", "Total number of retracted output tokens.", s.retracted_output_tokens),
-        ):
+        )[: 3 if s.retracted_requests else 0]:
             counter = CounterMetricFamily(f"sglang:{name}", doc, labels=list(self._sched_labels))
             counter.add_metric(list(self._sched_labels.values()), value)
             yield counter

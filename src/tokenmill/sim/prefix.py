@@ -45,6 +45,7 @@ class PrefixCache:
         self._states: dict[int, int] = {}  # prefixes that end where a state was kept
         self._sequences: OrderedDict[int, tuple[list[int], int]] = OrderedDict()
         self._held = 0
+        self._locked: dict[int, int] = {}  # prefixes a running request holds (not evictable)
 
     def match(self, prompt: Sequence[int]) -> int:
         """Tokens of ``prompt`` served from the cache: its longest cached (resumable) prefix, at most ``len - 1``."""
@@ -87,6 +88,33 @@ class PrefixCache:
         _decrement(self._refs, hashes)
         _decrement(self._states, (end,))
         self._held -= len(hashes)
+
+    def clear(self) -> None:
+        """Forget every cached sequence (SGLang's ``/flush_cache``; nothing may be running)."""
+        self._refs.clear()
+        self._states.clear()
+        self._sequences.clear()
+        self._locked.clear()
+        self._held = 0
+
+    def lock(self, prompt: Sequence[int]) -> None:
+        """A running request holds its cached prompt: those tokens are in use, not evictable."""
+        for h in _prefix_hashes(prompt[: self.capacity]):
+            self._locked[h] = self._locked.get(h, 0) + 1
+
+    def unlock(self, prompt: Sequence[int]) -> None:
+        """The request holding ``prompt`` is gone (finished, retracted, aborted)."""
+        _decrement(self._locked, (h for h in _prefix_hashes(prompt[: self.capacity]) if h in self._locked))
+
+    @property
+    def unique_tokens(self) -> int:
+        """Tokens the tree holds, each shared prefix once (what it takes of the KV pool)."""
+        return len(self._refs)
+
+    @property
+    def evictable_tokens(self) -> int:
+        """Cached tokens no running request holds: SGLang counts them as evictable, free for admission."""
+        return max(0, len(self._refs) - sum(1 for h in self._locked if h in self._refs))
 
     @property
     def states(self) -> int:

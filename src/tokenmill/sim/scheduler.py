@@ -30,10 +30,12 @@ import logging
 import math
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import Enum
 from typing import Protocol, runtime_checkable
 
+from tokenmill.planner.admission import admission_need, reserve_ratio
+from tokenmill.sim.prefix import PrefixCache
 from tokenmill.sim.timing import PoolUsage, StepModel
 
 log = logging.getLogger("tokenmill.sim")
@@ -57,8 +59,9 @@ class KvPolicy:
     """SGLang's KV admission reserve and retraction rule, with SGLang's constants supplied by the caller.
 
     * Admission (``PrefillAdder``): the free KV minus ``ratio * min(max_new - generated, clip)`` for each
-      running request must exceed a new request's ``fill + min(max_new - generated, clip)``; each admitted
-      request is then charged that much.
+      running request (ratio 1 for an ``ignore_eos`` request: it cannot stop early) must exceed a new
+      request's ``fill + min(max_new - generated, clip)`` plus one page; each admitted request is then charged
+      that much (:mod:`tokenmill.planner.admission` is the rule's one statement).
     * The ratio (``new_token_ratio``) starts at ``init_ratio``, falls by ``(init_ratio - min_ratio) /
       decay_steps`` per decode step down to ``min_ratio``, and is back at ``init_ratio`` when the engine idles.
     * Retraction (``retract_decode``): when the next decode step needs more KV than is free, the request with
@@ -118,6 +121,9 @@ class SimRequest:
     finish_step: int = 0
     resumed: int = 0  # tokens generated before the current admission (kept across a retraction)
     cached_tokens: int = 0  # prompt tokens the prefix cache serves at the first admission
+    ignore_eos: bool = False  # admission reserves its whole remaining output (SGLang's ratio 1)
+    prompt_ids: Sequence[int] = ()  # matched against the prefix cache at admission, inserted after prefill
+    output_ids: Sequence[int] = ()  # inserted into the prefix cache with the prompt when the request finishes
     retractions: int = 0
     seq: int = 0  # identifies the request's live heap entry
     state: State = State.WAITING
@@ -132,6 +138,7 @@ class Timing:
     ttft_s: float
     e2e_s: float
     retractions: int = 0  # times the server took the request back to its queue (KV ran out)
+    cached_tokens: int = 0  # prompt tokens the prefix cache served
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,13 +160,26 @@ class SchedulerSnapshot:
     last_retracted: int = 0  # requests retracted by the latest retraction
     new_token_ratio: float = 0.0
     cuda_graph: bool = True
+    kv_evictable_tokens: int = 0  # cached tokens no running request holds (free for admission)
+    cache_hit_rate: float = 0.0  # of the last prefill batch: cached / (cached + computed) prompt tokens
 
 
 class Scheduler:
     """FIFO admission up to the step model's capacity, decode steps timed by the step model."""
 
-    def __init__(self, model: StepModel, *, time_scale: float, max_queued: int | None, log_interval: int) -> None:
+    def __init__(
+        self,
+        model: StepModel,
+        *,
+        time_scale: float,
+        max_queued: int | None,
+        log_interval: int,
+        prefix: PrefixCache | None = None,
+    ) -> None:
         self.model = model
+        # matched when a request is admitted, filled when its prefill ends and when it finishes (as SGLang's
+        # radix cache: requests prefilled together find nothing of each other's prompts)
+        self._prefix = prefix
         self._pool: PoolModel | None = model if isinstance(model, PoolModel) else None
         self._kv: KvPolicy | None = self._pool.kv_policy if self._pool is not None else None
         self._scale = time_scale
@@ -183,12 +203,20 @@ class Scheduler:
         self._prefill_end: float | None = None
         self._partial = 0.0  # progress into the decode step a prefill interrupted
         self._prefilling: list[SimRequest] = []
+        self._first_batch = 0  # how many of _prefilling the batch that started the prefill holds
+        self._prefill_start = -math.inf  # when that batch formed
         self._paused_at: float | None = None
         self._gen_throughput = 0.0
         self._window = (0.0, 0)  # (time, decode_tokens) at the last log boundary
         self._last_prefill_at = 0.0
         self._ratio_base = self._kv.init_ratio if self._kv is not None else 0.0
         self._ratio_step = 0  # the step at which the ratio was last set
+        self._hit_rate = 0.0
+        # SGLang's batch_is_full: after a request did not fit, no admission is tried until a running request
+        # leaves (or, when the failed pass started from an empty batch, until that batch's prefill is done)
+        self._blocked = False
+        self._blocked_from_idle = False
+        self._published: SchedulerSnapshot | None = None  # the gauges as last written (SGLang's stats)
 
     # ---- driving -------------------------------------------------------------------------------------
 
@@ -205,6 +233,9 @@ class Scheduler:
             raise QueueFullError("The request queue is full.")
         req.max_new_tokens = max(req.max_new_tokens, req.output_tokens)
         done = self.advance(now)  # events before the arrival must not see the new request
+        if self._kv is not None and not self.running and not self.waiting and self._prefill_end is None:
+            # SGLang re-inits the ratio when its scheduler idles, not when a queue is waiting for the next batch
+            self._ratio_base, self._ratio_step = self._kv.init_ratio, self.step
         self._queue.append(req)
         self.waiting += 1
         done.extend(self.advance(now))
@@ -294,7 +325,45 @@ class Scheduler:
             last_retracted=self._last_retracted,
             new_token_ratio=self._ratio(),
             cuda_graph=self._cuda_graph(),
+            kv_evictable_tokens=self._evictable(),
+            cache_hit_rate=self._hit_rate,
         )
+
+    def published(self) -> SchedulerSnapshot:
+        """What a ``/metrics`` scrape sees: counters as of now, gauges as SGLang last wrote them: at each prefill
+        batch (running before the batch, queue, pools, new-token ratio, the batch's hit rate) and every
+        ``log_interval`` decode steps (running, queue, pools, sequence lengths, throughput); an engine with
+        nothing running or waiting shows its idle state (SGLang writes it as soon as its gauge is stale). Only
+        the twin (a :class:`PoolModel`) does this; the plain simulator shows its live state."""
+        live = self.snapshot()
+        pub = self._published
+        if self._pool is None or pub is None or (not self.running and not self.waiting and self._prefill_end is None):
+            return live  # the plain simulator (no SGLang pools) shows its live state
+        return replace(
+            pub,
+            decode_tokens=live.decode_tokens,
+            prefill_tokens=live.prefill_tokens,
+            prefill_cache_tokens=live.prefill_cache_tokens,
+            retracted_requests=live.retracted_requests,
+            retracted_input_tokens=live.retracted_input_tokens,
+            retracted_output_tokens=live.retracted_output_tokens,
+            paused=live.paused,
+        )
+
+    def _publish(self, *, running: int | None = None, decode: bool) -> None:
+        live = self.snapshot()
+        pub = self._published
+        if decode:
+            ratio = pub.new_token_ratio if pub is not None else live.new_token_ratio  # written at prefill only
+            self._published = replace(live, new_token_ratio=ratio, cache_hit_rate=self._hit_rate)
+        else:
+            seq = pub.ctx_tokens if pub is not None else 0  # decode_sum_seq_lens: written at decode only
+            self._published = replace(live, running=self.running if running is None else running, ctx_tokens=seq)
+
+    def _evictable(self) -> int:
+        if self._prefix is None:
+            return 0
+        return min(self._prefix.evictable_tokens, max(0, self.model.max_total_tokens - self.ctx_tokens))
 
     # ---- internals -----------------------------------------------------------------------------------
 
@@ -368,9 +437,14 @@ class Scheduler:
         self._prefill_end = None
         self._t_base = t - self._partial
         self._partial = 0.0
+        if self._blocked_from_idle:  # the batch admitted into an empty engine becomes the running batch
+            self._blocked = self._blocked_from_idle = False
         for r in self._prefilling:
             if math.isnan(r.first_token):
                 r.first_token = t
+            if self._prefix is not None and r.prompt_ids and r.state is State.RUNNING:
+                self._prefix.insert_prompt(r.prompt_ids)
+                self._prefix.lock(r.prompt_ids)
         self._prefilling.clear()
         self._pop_finished(t, done)
 
@@ -383,12 +457,18 @@ class Scheduler:
             r.state = State.DONE
             r.finished = t
             self._release(r)
+            if self._prefix is not None and r.prompt_ids:
+                self._prefix.insert_finished(r.prompt_ids, r.output_ids)
             done.append(r)
 
     def _release(self, r: SimRequest) -> None:
-        """Give back a running request's slot and tokens (its prompt and every token it generated)."""
+        """Give back a running request's slot and tokens (its prompt and every token it generated); its cached
+        prompt stays in the prefix cache, evictable."""
         self.running -= 1
         self.ctx_tokens -= r.prompt_tokens + self._generated(r)
+        self._blocked = False  # a request left: admission is tried again
+        if self._prefix is not None and r.prompt_ids and r not in self._prefilling:
+            self._prefix.unlock(r.prompt_ids)
 
     def _ratio(self) -> float:
         """SGLang's new-token ratio now (0 without a finite KV pool)."""
@@ -397,24 +477,31 @@ class Scheduler:
             return 0.0
         return max(p.min_ratio, self._ratio_base - p.decay * (self.step - self._ratio_step))
 
-    def _kv_budget(self) -> float:
+    def _kv_budget(self, now: float | None = None) -> float:
         """Free KV minus what the running requests are expected to still need (``rem_total_tokens``)."""
         p = self._kv
         assert p is not None
-        clip = p.clip_max_new_tokens
-        reserve = sum(min(r.max_new_tokens - self._generated(r), clip) for r in self._live())
-        return self._kv_free() - self._ratio() * reserve
+        clip, ratio = p.clip_max_new_tokens, self._ratio()
+        # requests that joined the prefill under way would form SGLang's next batch with this one, and requests
+        # arriving at the instant a batch formed would be in it: charged in full
+        first = 0 if now is not None and now <= self._prefill_start else self._first_batch
+        joined = {id(r) for r in self._prefilling[first:]}
+        reserve = sum(
+            min(r.max_new_tokens - self._generated(r), clip)
+            * reserve_ratio(1.0 if id(r) in joined else ratio, r.ignore_eos)
+            for r in self._live()
+        )
+        return self._kv_free() - reserve
 
     def _admit(self, now: float) -> bool:
         """Move waiting requests that fit into a prefill batch; True if any moved."""
-        if not self.waiting:
+        if not self.waiting or (self._blocked and self.running):
             return False
         running_before = self.running
-        idle = running_before == 0 and self._prefill_end is None
-        if idle and self._kv is not None:
-            self._ratio_base, self._ratio_step = self._kv.init_ratio, self.step  # SGLang re-inits it when idle
-        budget: float | None = None
+        # what the running requests leave, before this batch (each request it admits is charged in full)
+        budget = self._kv_budget(now) if self._kv is not None else 0.0
         batch: list[SimRequest] = []
+        hits: list[int] = []  # prompt tokens the prefix cache serves each admitted request
         queue = self._queue
         while queue:
             r = queue[0]
@@ -424,12 +511,27 @@ class Scheduler:
             fill = r.prompt_tokens + r.resumed
             if not self.model.admit(self.running, self.ctx_tokens, fill):
                 break
-            if self._kv is not None and self.running:  # an idle engine takes its first request regardless
-                budget = self._kv_budget() if budget is None else budget
-                need = fill + min(max(r.max_new_tokens - r.resumed, 0), self._kv.clip_max_new_tokens)
-                if need >= budget:
+            first = not r.resumed and not r.retractions
+            if self._prefix is not None and r.prompt_ids:
+                # a retracted request finds its own prompt still cached (its output was never inserted)
+                hit = self._prefix.match(r.prompt_ids)
+            else:
+                hit = r.cached_tokens if first else 0  # what the caller says the cache served
+            if self._kv is not None:
+                need = admission_need(
+                    r.prompt_tokens,
+                    r.max_new_tokens,
+                    cached_tokens=hit,
+                    generated=r.resumed,
+                    clip=self._kv.clip_max_new_tokens,
+                )
+                if need >= budget and self.running:  # an idle engine takes its first request regardless
+                    self._blocked, self._blocked_from_idle = True, running_before == 0
                     break
                 budget -= need
+            if first:
+                r.cached_tokens = hit
+            hits.append(hit)
             queue.popleft()
             self.waiting -= 1
             r.state = State.RUNNING
@@ -445,7 +547,7 @@ class Scheduler:
             batch.append(r)
         if not batch:
             return False
-        cached = [r.cached_tokens if not r.resumed and not r.retractions else 0 for r in batch]
+        cached = hits
         fills = [r.prompt_tokens + r.resumed - c for r, c in zip(batch, cached, strict=True)]
         new_tokens = sum(fills)
         if self._pool is not None:
@@ -461,9 +563,14 @@ class Scheduler:
             self._prefill_end = now + cost
         else:
             self._prefill_end += cost
+        if not self._prefilling:
+            self._first_batch, self._prefill_start = len(batch), now
         self._prefilling.extend(batch)
         self.prefill_tokens += new_tokens
         self.prefill_cache_tokens += sum(cached)
+        total = new_tokens + sum(cached)
+        self._hit_rate = sum(cached) / total if total else 0.0
+        self._publish(running=running_before, decode=False)
         self._log_prefill(now, len(batch), new_tokens, sum(cached))
         return True
 
@@ -520,6 +627,7 @@ class Scheduler:
         if span > 0:
             self._gen_throughput = (self.decode_tokens - tokens0) / span
         self._window = (self._t_base, self.decode_tokens)
+        self._publish(decode=True)
         if not log.isEnabledFor(logging.INFO):
             return
         u = self.model.usage(self.running, self.ctx_tokens)

@@ -43,7 +43,7 @@ from pydantic import ValidationError
 from tokenmill.config import FaultSpec, SimConfig, format_validation_error
 from tokenmill.errors import ConfigError
 from tokenmill.sim import api, info
-from tokenmill.sim.engine import EngineClosedError, QueueFullError, SimEngine, Timing
+from tokenmill.sim.engine import EngineClosedError, QueueFullError, SimEngine, Timing, default_step_model
 from tokenmill.sim.faults import FaultInjector
 from tokenmill.sim.metrics import SimCollector, exposition, make_registry
 from tokenmill.sim.prefix import PrefixCache
@@ -60,20 +60,21 @@ class SimServer:
 
     def __init__(self, cfg: SimConfig | None = None, *, step_model: StepModel | None = None) -> None:
         self.cfg = cfg if cfg is not None else SimConfig()
-        self.engine = SimEngine(self.cfg, step_model)
-        self.twin = self.engine.model if isinstance(self.engine.model, TwinStepModel) else None
+        model = step_model if step_model is not None else default_step_model(self.cfg)
+        self.twin = model if isinstance(model, TwinStepModel) else None
         if self.twin is not None:
             self.cfg = self.twin.resolve(self.cfg)
         self.faults = FaultInjector(self.cfg.faults)
         cache_tokens = self.twin.prefix_cache_tokens if self.twin is not None else 0
         hybrid = self.twin is not None and self.twin.is_hybrid
         self.prefix_cache = PrefixCache(cache_tokens, states=hybrid) if cache_tokens and not self.cfg.instant else None
+        self.engine = SimEngine(self.cfg, model, self.prefix_cache)  # the scheduler matches and fills the cache
         self._registry = make_registry(
             SimCollector(
                 self.cfg.model,
                 self.engine.model,
                 self.cfg.context_length,
-                self.engine.snapshot,
+                self.engine.published,  # gauges as the scheduler last wrote them, as SGLang's
                 self.engine.metrics,
                 lambda: self.faults.counts,
                 lambda: self.prefix_cache.states if self.prefix_cache is not None else 0,
@@ -139,6 +140,7 @@ class SimServer:
                 post("/v1/chat/completions", self._chat),
                 post("/v1/completions", self._completions),
                 post("/generate", self._generate),
+                post("/flush_cache", self._flush_cache),
                 get("/v1/models", self._models),
                 get("/v1/models/{model}", self._model_card),
                 get("/model_info", self._model_info),
@@ -230,23 +232,24 @@ class SimServer:
         draft = plan_output(
             key,
             max_new,
-            ignore_eos=spec.ignore_eos,
+            # a min_new_tokens at the limit runs to it (a shorter one is not modeled: the drawn length stands)
+            ignore_eos=spec.ignore_eos or spec.min_new_tokens >= max_new > 0,
             mean=cfg.output_len_mean,
             sigma=cfg.output_len_sigma,
             stop=spec.stop,
             degeneration=degeneration(key, degeneration_rates(cfg, spec.penalized)),
             think_share=cfg.reasoning_share if cfg.thinking and spec.thinking is not False else None,
         )
-        cache = self.prefix_cache
-        ids = spec.prompt_ids() if cache is not None else []
-        cached = 0
-        if cache is not None:
-            cached = cache.match(ids)
-            cache.insert_prompt(ids)
-        timing = await self.engine.generate(spec.prompt_tokens, len(draft.token_ids), max_new, cached)
-        if cache is not None:
-            cache.insert_finished(ids, draft.token_ids)
-        return draft, timing, cached
+        ids = spec.prompt_ids() if self.prefix_cache is not None else []
+        timing = await self.engine.generate(
+            spec.prompt_tokens,
+            len(draft.token_ids),
+            max_new,
+            ignore_eos=spec.ignore_eos,
+            prompt_ids=ids,
+            output_ids=draft.token_ids,
+        )
+        return draft, timing, timing.cached_tokens
 
     def _model_name(self, body: Any) -> str:
         model = body.get("model") if isinstance(body, dict) else None
@@ -284,6 +287,15 @@ class SimServer:
         return items if batch else items[0]
 
     # ---- descriptions, health, metrics ---------------------------------------------------------------
+
+    async def _flush_cache(self, request: web.Request) -> web.StreamResponse:
+        """SGLang's ``/flush_cache``: empties the prefix cache when nothing runs or waits (else 400)."""
+        snap = self.engine.snapshot()
+        if snap.running or snap.waiting:
+            return web.Response(status=400, text="Cache not flushed because there are pending requests.")
+        if self.prefix_cache is not None:
+            self.prefix_cache.clear()
+        return web.Response(text="Cache flushed.\nPlease check backend logs for more details.")
 
     async def _models(self, request: web.Request) -> web.StreamResponse:
         return _json({"object": "list", "data": [info.model_card(self.cfg, self._created)]})

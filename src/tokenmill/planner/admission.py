@@ -1,0 +1,97 @@
+"""SGLang 0.5.23's KV admission rule per request kind: what a request must find free to start, and what a
+running request keeps reserved for the tokens it may still write.
+
+The one statement of the rule for the twin's scheduler, the doctor's KV checks, the planner and autotune's
+proposals (``sglang/srt/managers/schedule_policy.py``, ``PrefillAdder``):
+
+* A new request starts when its uncached prompt, its output limit clipped at ``CLIP_MAX_NEW_TOKENS``
+  (``SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION``) and one page fit in the free (and evictable) KV, after what
+  the running requests and the requests admitted before it in the same batch reserve
+  (:func:`admission_need`). The whole clipped limit is charged for every kind of request.
+* A running request reserves ``min(max_new - generated, clip)`` times a ratio (:func:`running_reserve`):
+  SGLang's ``new_token_ratio`` (0.7 x ``--schedule-conservativeness`` at start, falling over 600 decode
+  steps to 0.14 of that) for an ordinary request, which may stop early, and 1 for an ``ignore_eos`` request,
+  which cannot. So ``ignore_eos`` requests are admitted only while every running one's prompt and whole
+  (clipped) output fit; ordinary ones while their prompts, what they wrote and a fraction of the rest do,
+  and SGLang retracts one when the pool then runs out.
+
+:func:`concurrent_at_full_length` turns that into how many requests of one kind run at once in a pool.
+"""
+
+from __future__ import annotations
+
+import math
+
+CLIP_MAX_NEW_TOKENS = 4096  # SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION
+PAGE_RESERVE_TOKENS = 1  # one page per admitted request (page size 1, SGLang's default on CPU and for no_buffer)
+INIT_NEW_TOKEN_RATIO = 0.7  # SGLANG_INIT_NEW_TOKEN_RATIO (times --schedule-conservativeness, at most 1)
+MIN_NEW_TOKEN_RATIO_FACTOR = 0.14  # SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR
+NEW_TOKEN_RATIO_DECAY_STEPS = 600  # SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS
+
+
+def clipped_output(max_new_tokens: int, generated: int = 0, clip: int = CLIP_MAX_NEW_TOKENS) -> int:
+    """The output tokens SGLang's estimate still counts for a request: ``min(max_new - generated, clip)``."""
+    return min(max(max_new_tokens - generated, 0), clip)
+
+
+def reserve_ratio(new_token_ratio: float, ignore_eos: bool) -> float:
+    """The share of its remaining output a running request reserves: 1 with ``ignore_eos``, else the ratio."""
+    return 1.0 if ignore_eos else new_token_ratio
+
+
+def running_reserve(
+    max_new_tokens: int,
+    generated: int,
+    *,
+    ignore_eos: bool,
+    new_token_ratio: float,
+    clip: int = CLIP_MAX_NEW_TOKENS,
+) -> float:
+    """KV tokens admission keeps free for one running request's future output."""
+    return clipped_output(max_new_tokens, generated, clip) * reserve_ratio(new_token_ratio, ignore_eos)
+
+
+def admission_need(
+    prompt_tokens: int,
+    max_new_tokens: int,
+    *,
+    cached_tokens: int = 0,
+    generated: int = 0,
+    clip: int = CLIP_MAX_NEW_TOKENS,
+) -> int:
+    """KV tokens a new (or retracted) request is charged at admission: the prompt (and the tokens it wrote
+    before a retraction) not served by the prefix cache, its clipped remaining output and one page. SGLang
+    admits it when this is below the KV left after the running requests' reserves."""
+    fill = prompt_tokens + generated - cached_tokens
+    return max(fill, 0) + clipped_output(max_new_tokens, generated, clip) + PAGE_RESERVE_TOKENS
+
+
+def min_new_token_ratio(conservativeness: float = 1.0) -> float:
+    """Where the new-token ratio settles after ``NEW_TOKEN_RATIO_DECAY_STEPS`` decode steps."""
+    init = min(INIT_NEW_TOKEN_RATIO * conservativeness, 1.0)
+    return min(init * MIN_NEW_TOKEN_RATIO_FACTOR, 1.0)
+
+
+def concurrent_at_full_length(
+    kv_tokens: int,
+    prompt_tokens: float,
+    max_new_tokens: int,
+    *,
+    ignore_eos: bool,
+    conservativeness: float = 1.0,
+    clip: int = CLIP_MAX_NEW_TOKENS,
+) -> int:
+    """Requests of one kind that can run at once in ``kv_tokens`` when every answer runs to ``max_new_tokens``.
+
+    ``ignore_eos``: admission itself binds: each running request holds or reserves its prompt and whole
+    clipped output, and one more needs that much plus a page. Ordinary requests are admitted against a small
+    reserve, so admission lets in more than the pool holds at full length; SGLang then retracts until the
+    running set fits, so the answer is what the pool holds: prompt plus the whole output per request (the
+    clip does not apply to tokens actually written)."""
+    if kv_tokens <= 0:
+        return 0
+    if ignore_eos:
+        per = prompt_tokens + clipped_output(max_new_tokens, 0, clip) + PAGE_RESERVE_TOKENS
+    else:
+        per = prompt_tokens + max_new_tokens
+    return max(1, math.floor(kv_tokens / max(per, 1.0)))
