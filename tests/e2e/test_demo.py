@@ -24,9 +24,9 @@ def test_demo_completes_and_names_the_binding_resource(tmp_path: Path) -> None:
     assert run_cli("verify", str(out)).returncode == 0
     # the quality loop: the twins spoil a few answers, the demo finds them and answers them again
     assert "answering the degenerate ones again" in res.stderr
-    moved = re.search(r"degenerate answers: (\d+) \(.*\) before round-001, (\d+) \(", res.stdout)
+    moved = re.search(r"round-001 \(--where degenerate\): degenerate ([\d,]+) -> ([\d,]+) live answers", res.stdout)
     assert moved is not None, res.stdout
-    before, after = int(moved.group(1)), int(moved.group(2))
+    before, after = (int(g.replace(",", "")) for g in moved.groups())
     assert before > 0 and after < before / 3
     assert (out / "regenerate" / "round-001.json").exists()
     # a second demo starts over instead of finding everything done

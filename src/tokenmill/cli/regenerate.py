@@ -83,11 +83,11 @@ def regenerate_round(
     allow_existing_prefix: bool = False,
 ) -> None:
     """Carry on with the output's unfinished round, or start one over the live answers that match ``selectors``;
-    says how the degenerate share moved."""
+    closes with how many live answers match the signals the round was chosen by, before and after it."""
     from tokenmill.output import rounds
     from tokenmill.output.lock import DirLock
     from tokenmill.quality.corpus import inspect_output
-    from tokenmill.quality.regenerate import choose, round_job
+    from tokenmill.quality.regenerate import choose, closing_line, match_counts, round_job
 
     out = Path(job.output.dir)
     if not out.is_dir():
@@ -113,16 +113,14 @@ def regenerate_round(
                 return
             rnd = rounds.create(out, rows, {"where": list(selectors), "sampling": changes, "chosen": dict(counts)})
             click.echo(f"{rnd.name}: answering them again with {changes or 'the same sampling'}", err=True)
-        regen_job = round_job(job, rnd, rnd.header().get("sampling") or {})
+        header = rnd.header()
+        regen_job = round_job(job, rnd, header.get("sampling") or {})
         execute(regen_job, allow_changed_job, live, log_level, allow_existing_prefix)
-        after = inspect_output(out)
+        chosen_by = tuple(header.get("where") or selectors or ())
+        after = match_counts(out, chosen_by)
         click.echo(
-            f"degenerate answers: {before.degenerate:,} ({_pct(before.rate(before.degenerate))}) before {rnd.name}, "
-            f"{after.degenerate:,} ({_pct(after.rate(after.degenerate))}) now; `tokenmill inspect {out}` shows the rest"
+            f"{closing_line(rnd.name, chosen_by, dict(header.get('chosen') or {}), after)}; "
+            f"`tokenmill inspect {out}` shows the rest"
         )
     finally:
         lock.release()
-
-
-def _pct(x: float | None) -> str:
-    return "-" if x is None else f"{x * 100:.2f}%"

@@ -78,6 +78,28 @@ def choose(out: Path, selectors: tuple[str, ...]) -> tuple[list[dict[str, Any]],
     return rows, counts
 
 
+def match_counts(out: Path, selectors: tuple[str, ...]) -> Counter[str]:
+    """How many live records match each of ``selectors``, counted as :func:`choose` counts them (a record under
+    the first selector it matches): the numbers a round's closing line compares with the round's ``chosen``."""
+    counts: Counter[str] = Counter({sel: 0 for sel in selectors})
+    duplicates = DuplicateFinder()
+    for rec in open_corpus(out).iter_live():
+        quality = record_quality(rec)
+        repeat = "duplicate" in selectors and (
+            duplicates.seen(str(rec.get("id")), quality["answer_hash"], answer_chars(rec)) is not None
+        )
+        chosen = selected(quality["flags"], repeat, selectors)
+        if chosen is not None:
+            counts[chosen] += 1
+    return counts
+
+
+def closing_line(name: str, selectors: tuple[str, ...], before: dict[str, int], after: Counter[str]) -> str:
+    """``round-001 (--where truncated): truncated 120 -> 8 live answers``: the signals the round was chosen by."""
+    moved = ", ".join(f"{sel} {int(before.get(sel, 0)):,} -> {after.get(sel, 0):,}" for sel in selectors)
+    return f"{name} (--where {','.join(selectors)}): {moved} live answers"
+
+
 def round_job(job: JobSpec, rnd: Round, changes: dict[str, Any]) -> JobSpec:
     """The job that answers the round's prompts: the job file's servers, model and settings, the sampling
     changes, the round's prompts as input and its own output directory (and remote prefix, under the job's
