@@ -62,6 +62,7 @@ class ClientObs:
     avg_output_tokens: float | None = None
     completions_s: float | None = None
     max_tokens: int | None = None  # the job's output limit per request (what SGLang reserves KV for)
+    ignore_eos: bool = False  # the job asks for ignore_eos: SGLang reserves each request's whole output
     answers: int = 0  # answers received (every turn of a conversation counts)
     truncated: int = 0  # of them, cut at max_tokens (finish reason "length")
     completed_p50: float | None = None  # median output tokens of the answers that were not cut

@@ -19,7 +19,13 @@ from tokenmill.doctor import advice
 from tokenmill.doctor.model import Candidate, ClientObs, Finding, Observation, ServerObs
 from tokenmill.fmt import UNKNOWN, duration, num, pct
 from tokenmill.monitor.fleet import ServerView
-from tokenmill.sim.twin import CLIP_MAX_NEW_TOKENS
+from tokenmill.planner.admission import (
+    CLIP_MAX_NEW_TOKENS,
+    admission_need,
+    concurrent_at_full_length,
+    min_new_token_ratio,
+    running_reserve,
+)
 
 HALF_DTYPES = ("bfloat16", "float16", "bf16", "fp16")
 
@@ -83,14 +89,29 @@ def _full_length_tokens(c: ClientObs) -> float | None:
 
 
 def _kv_reserve_full(o: ServerObs, c: ClientObs) -> tuple[int, int] | None:
-    """SGLang admits a request only if its prompt and whole output limit fit beside what the running requests
-    hold and reserve: when the running set plus one more request at full length overflows the KV pool, the
-    KV pool binds even if its usage gauge shows room. Returns (requests that fit at full length, tokens each)."""
+    """SGLang admits a request only if its prompt and whole (clipped) output limit fit beside what the running
+    requests hold and reserve (:mod:`tokenmill.planner.admission`): ``ignore_eos`` requests reserve their whole
+    remaining output, ordinary ones the settled new-token ratio of it beside what they hold. When the running
+    set plus one more request at full length overflows the KV pool, the KV pool binds even if its usage gauge
+    shows room. Returns (requests that fit at full length, tokens each)."""
     per, kv = _full_length_tokens(c), advice.kv_tokens(o)
     running = o.view.running_peak if o.view.running_peak is not None else o.view.running
-    if not per or not kv or running is None or (running + 1) * per <= kv:
+    if not per or not kv or running is None:
         return None
-    return int(kv // per), round(per)
+    prompt = round(c.avg_prompt_tokens or 0.0)
+    limit = c.max_tokens or round(per - prompt)
+    need = admission_need(prompt, limit)
+    if c.ignore_eos:
+        held = running * need
+    else:
+        info = o.view.info
+        ratio = min_new_token_ratio((info.schedule_conservativeness if info else None) or 1.0)
+        context = o.view.avg_context or float(prompt)
+        written = max(0, round(context) - prompt)
+        held = running * (context + running_reserve(limit, written, ignore_eos=False, new_token_ratio=ratio))
+    if held + need <= kv:
+        return None
+    return concurrent_at_full_length(int(kv), prompt, limit, ignore_eos=c.ignore_eos), round(per)
 
 
 def _running(v: ServerView) -> str:

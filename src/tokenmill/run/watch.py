@@ -78,6 +78,7 @@ class RunMonitor:
         spec = job.monitor
         self.spec = spec
         self.max_tokens = job.sampling.max_tokens
+        self.ignore_eos = job.sampling.extra_body.get("ignore_eos") is True  # SGLang's admission per request kind
         self.conversation_turns = job.input.conversation_turns
         self.seeded = job.sampling.seed is not None
         self._seed_warned: set[str] = set()
@@ -171,6 +172,7 @@ class RunMonitor:
             avg_output_tokens=self.client.avg_output_tokens,
             completions_s=snap.comp_s if snap is not None else None,
             max_tokens=self.max_tokens,
+            ignore_eos=self.ignore_eos,
             answers=self.client.answers,
             truncated=self.client.truncated,
             completed_p50=self.client.completed_len.quantile(0.5),
