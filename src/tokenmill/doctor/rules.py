@@ -114,6 +114,15 @@ def _kv_reserve_full(o: ServerObs, c: ClientObs) -> tuple[int, int] | None:
     return concurrent_at_full_length(int(kv), prompt, limit, ignore_eos=c.ignore_eos), round(per)
 
 
+def _tok_s(v: ServerView, rate: float | None) -> str:
+    """A rate the server measured; a twin's (``/server_info`` says its time scale s) runs 1/s times the GPU's, so
+    it is shown with its value on the GPU's clock, the one the planner's predictions beside it are on."""
+    scale = v.info.time_scale if v.info is not None else None
+    if rate is None or not scale or scale == 1.0:
+        return num(rate)
+    return f"{num(rate)} (a twin at time scale {scale:g}: {num(rate * scale)} on the GPU's clock)"
+
+
 def _running(v: ServerView) -> str:
     return f"{num(v.running)}/{v.max_running if v.max_running else '?'}"
 
@@ -288,7 +297,7 @@ def client_underfeeding(o: ServerObs, c: ClientObs, t: DoctorSpec) -> Finding | 
             ("running / max running", _running(v)),
             ("client in flight / limit", limit),
             ("requests the pools hold", f"{hold}: {held_by}"),
-            ("server decode tok/s", num(v.decode_tok_s)),
+            ("server decode tok/s", _tok_s(v, v.decode_tok_s)),
         ),
         advice=f"The server could run {num(hold - v.running)} more requests but is not sent them: its queue is "
         f"empty while the client sits at its in-flight limit. Raise the per-server concurrency to about {want} "
@@ -493,8 +502,8 @@ def running_cap(o: ServerObs, c: ClientObs, t: DoctorSpec) -> Finding | None:
             ("KV pool usage", pct(v.kv_usage)),
             ("state pool usage", pct(v.state_usage)),
             ("decode step (roofline)", _roofline(o)),
-            ("decode tok/s", num(v.decode_tok_s)),
-            ("tok/s per running request", num(per_req)),
+            ("decode tok/s", _tok_s(v, v.decode_tok_s)),
+            ("tok/s per running request", _tok_s(v, per_req)),
         ),
         advice="The server runs as many requests as its cap allows and requests wait, while neither pool is what "
         "stops more: the cap binds. A memory-bound decode step reads the same weights for a larger batch, so "
@@ -511,15 +520,16 @@ def compute_bound(o: ServerObs, c: ClientObs, t: DoctorSpec) -> Finding | None:
     fp8 = advice.fp8_weights(o) if v.engine == "sglang" else None
     per_req = (v.decode_tok_s or 0) / v.running if v.running else None
     return Finding(
-        summary=f"running {_running(v)}, decode step compute-bound (roofline); {num(v.decode_tok_s)} decode tok/s",
+        summary=f"running {_running(v)}, decode step compute-bound (roofline); "
+        f"{_tok_s(v, v.decode_tok_s)} decode tok/s",
         evidence=(
             ("running / max running", _running(v)),
             ("queue", num(v.queued)),
             ("decode step (roofline)", _roofline(o)),
             ("KV pool usage", pct(v.kv_usage)),
             ("state pool usage", pct(v.state_usage)),
-            ("decode tok/s", num(v.decode_tok_s)),
-            ("tok/s per running request", num(per_req)),
+            ("decode tok/s", _tok_s(v, v.decode_tok_s)),
+            ("tok/s per running request", _tok_s(v, per_req)),
         ),
         advice="The decode step is on the compute side of the roofline: the GPU's tensor throughput sets the rate "
         "and a larger batch does not help. Use fp8 weights (the FP8 tensor peak, on GPUs that have one) or add "
@@ -553,8 +563,8 @@ def prefill_heavy(o: ServerObs, c: ClientObs, t: DoctorSpec) -> Finding | None:
         summary=f"{num(v.prompt_tok_s)} prompt tok/s vs {num(v.decode_tok_s)} decode tok/s ({ratio_text}); "
         f"prefill {pct(share)} of the GPU's time",
         evidence=(
-            ("prompt tok/s", num(v.prompt_tok_s)),
-            ("decode tok/s", num(v.decode_tok_s)),
+            ("prompt tok/s", _tok_s(v, v.prompt_tok_s)),
+            ("decode tok/s", _tok_s(v, v.decode_tok_s)),
             ("prompt / output", ratio_text),
             ("prefill share of GPU time (planner)", pct(share)),
             ("avg prompt tokens (client)", num(c.avg_prompt_tokens)),
