@@ -177,7 +177,7 @@ async def test_a_shared_prefix_cold_then_warm(http: aiohttp.ClientSession, serve
     )
     total = gauge(idle, "sglang:max_total_num_tokens")
     assert gauge(idle, "sglang:kv_available_tokens") == total - held
-    before = idle["sglang:cached_tokens"].value()
+    before = idle["sglang:realtime_tokens"].value(mode="prefill_cache")
 
     warm_batch = shared_prefix_batch(1)
     warm_batch["input_ids"] = [
@@ -188,7 +188,7 @@ async def test_a_shared_prefix_cold_then_warm(http: aiohttp.ClientSession, serve
     assert [a["meta_info"]["cached_tokens"] for a in warm] == [PREFIX] * PRESSURE_REQUESTS
     fams = await until(
         lambda: families(http, server),
-        lambda f: f["sglang:cached_tokens"].value() - before == PREFIX * PRESSURE_REQUESTS,
+        lambda f: f["sglang:realtime_tokens"].value(mode="prefill_cache") - before == PREFIX * PRESSURE_REQUESTS,
         "the warm batch's hits counted",
     )
     hit_rate = PREFIX / (PREFIX + SUFFIX)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -30,6 +30,9 @@ _ERROR_TYPES = {
     500: "InternalServerError",
     503: "ServiceUnavailableError",
 }
+
+
+Encode = Callable[[str], list[int]]  # a text's token ids with the model's tokenizer
 
 
 class BadRequest(Exception):
@@ -51,16 +54,19 @@ class GenSpec:
     penalized: bool = False  # a repetition, frequency or presence penalty was asked for (loops are rarer)
     thinking: bool | None = None  # enable_thinking as the request set it (None: it did not say)
     min_new_tokens: int = 0  # SGLang's min_new_tokens (min_tokens): no end of sequence before that many
+    token_ids: tuple[int, ...] = ()  # a text prompt's ids from the model's tokenizer (empty: estimated)
 
     def prompt_ids(self) -> list[int]:
-        return list(self.prompt) if isinstance(self.prompt, list) else prompt_token_ids(self.prompt)
+        if isinstance(self.prompt, list):
+            return list(self.prompt)
+        return list(self.token_ids) if self.token_ids else prompt_token_ids(self.prompt)
 
 
 # ---- parsing -------------------------------------------------------------------------------------------
 
 
-def parse_chat(body: Any, context_length: int) -> GenSpec:
-    """``POST /v1/chat/completions``."""
+def parse_chat(body: Any, context_length: int, encode: Encode | None = None) -> GenSpec:
+    """``POST /v1/chat/completions``; ``encode`` gives a text's token ids (None: its length is estimated)."""
     body = _mapping(body)
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages or not all(isinstance(m, dict) for m in messages):
@@ -68,13 +74,13 @@ def parse_chat(body: Any, context_length: int) -> GenSpec:
     _reject_unsupported(body)
     text = render_chat(messages)
     limit = _first_int(body, ("max_completion_tokens", "max_tokens"))
-    spec = _spec(body, text, estimate_tokens(text), limit, context_length, _rid(body.get("rid")))
+    spec = _encoded(_spec(body, text, estimate_tokens(text), limit, context_length, _rid(body.get("rid"))), encode)
     kwargs = body.get("chat_template_kwargs")
     enable = kwargs.get("enable_thinking") if isinstance(kwargs, dict) else None
     return dataclasses.replace(spec, thinking=enable) if isinstance(enable, bool) else spec
 
 
-def parse_completion(body: Any, context_length: int) -> GenSpec:
+def parse_completion(body: Any, context_length: int, encode: Encode | None = None) -> GenSpec:
     """``POST /v1/completions`` with one prompt (a string or a list of token ids)."""
     body = _mapping(body)
     prompt = body.get("prompt")
@@ -84,12 +90,13 @@ def parse_completion(body: Any, context_length: int) -> GenSpec:
     limit = _first_int(body, ("max_tokens",))
     limit = COMPLETIONS_DEFAULT_MAX_TOKENS if limit is None else limit
     if isinstance(prompt, str):
-        return _spec(body, prompt, estimate_tokens(prompt), limit, context_length, _rid(body.get("rid")))
+        spec = _spec(body, prompt, estimate_tokens(prompt), limit, context_length, _rid(body.get("rid")))
+        return _encoded(spec, encode)
     ids = _token_ids(prompt, "prompt")
     return _spec(body, ids, len(ids), limit, context_length, _rid(body.get("rid")))
 
 
-def parse_generate(body: Any, context_length: int) -> tuple[list[GenSpec], bool]:
+def parse_generate(body: Any, context_length: int, encode: Encode | None = None) -> tuple[list[GenSpec], bool]:
     """``POST /generate``: the specs, and whether the request was a batch (answered with a list)."""
     body = _mapping(body)
     text, input_ids = body.get("text"), body.get("input_ids")
@@ -128,7 +135,7 @@ def parse_generate(body: Any, context_length: int) -> tuple[list[GenSpec], bool]
             seed_key="sampling_seed",
             return_ids=False,
         )
-        specs.append(spec)
+        specs.append(_encoded(spec, encode))
     if body.get("stream"):
         raise BadRequest("stream is not supported by the simulated server; send stream: false")
     return specs, batch
@@ -219,6 +226,14 @@ def _spec(
         thinking=False if closed else None,
         min_new_tokens=_min_new_tokens(params),
     )
+
+
+def _encoded(spec: GenSpec, encode: Encode | None) -> GenSpec:
+    """``spec`` with its text prompt's ids and length from the model's tokenizer, when there is one."""
+    if encode is None or not isinstance(spec.prompt, str):
+        return spec
+    ids = tuple(encode(spec.prompt))
+    return dataclasses.replace(spec, prompt_tokens=len(ids), token_ids=ids)
 
 
 def _min_new_tokens(params: Mapping[str, Any]) -> int:

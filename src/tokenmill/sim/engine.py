@@ -73,13 +73,15 @@ class SimEngine:
         ignore_eos: bool = False,
         prompt_ids: Sequence[int] = (),
         output_ids: Sequence[int] = (),
+        arrived: float | None = None,
     ) -> Timing:
         """Serve one request of ``output_tokens`` tokens, asked with a limit of ``max_new_tokens`` (what a
         finite KV pool reserves for; at least ``output_tokens``), ``cached_tokens`` of its prompt served by
         the prefix cache (with a prefix cache of the engine's own: what it serves ``prompt_ids`` when the
         request is admitted; ``output_ids`` are cached with the prompt when it finishes); ``ignore_eos``
-        requests reserve their whole remaining output at admission. Raises :class:`QueueFullError` or
-        :class:`EngineClosedError`.
+        requests reserve their whole remaining output at admission; ``arrived`` (on the loop's clock, not
+        later than now) is when it reached the server: the items of one batch call arrive together, as SGLang
+        receives them. Raises :class:`QueueFullError` or :class:`EngineClosedError`.
 
         Cancelling the caller (a client that hung up) aborts the request and frees its slot.
         """
@@ -92,7 +94,7 @@ class SimEngine:
         req = SimRequest(
             prompt_tokens=prompt_tokens,
             output_tokens=output_tokens,
-            arrived=loop.time(),
+            arrived=loop.time() if arrived is None else min(arrived, loop.time()),
             max_new_tokens=max_new_tokens,
             cached_tokens=cached_tokens,
             ignore_eos=ignore_eos,

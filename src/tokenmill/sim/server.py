@@ -49,6 +49,7 @@ from tokenmill.sim.metrics import SimCollector, exposition, make_registry
 from tokenmill.sim.prefix import PrefixCache
 from tokenmill.sim.text import Draft, content_key, degeneration, degeneration_rates, plan_output
 from tokenmill.sim.timing import StepModel
+from tokenmill.sim.tokenize import prompt_encoder
 from tokenmill.sim.twin import TwinStepModel
 
 _OPEN_PREFIXES = ("/health", "/ready", "/metrics")
@@ -65,6 +66,7 @@ class SimServer:
         if self.twin is not None:
             self.cfg = self.twin.resolve(self.cfg)
         self.faults = FaultInjector(self.cfg.faults)
+        self._encode = prompt_encoder(self.cfg.model_spec)  # the model's tokenizer when its directory has one
         cache_tokens = self.twin.prefix_cache_tokens if self.twin is not None else 0
         hybrid = self.twin is not None and self.twin.is_hybrid
         self.prefix_cache = PrefixCache(cache_tokens, states=hybrid) if cache_tokens and not self.cfg.instant else None
@@ -216,7 +218,7 @@ class SimServer:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._closing.wait(), timeout=self.faults.spec.stall_s)
 
-    async def _run(self, spec: api.GenSpec) -> tuple[Draft, Timing, int]:
+    async def _run(self, spec: api.GenSpec, arrived: float | None = None) -> tuple[Draft, Timing, int]:
         """Serve one spec: the planned answer, where its time went, and the prompt tokens the cache served."""
         cfg = self.cfg
         max_new = spec.max_new_tokens
@@ -248,6 +250,7 @@ class SimServer:
             ignore_eos=spec.ignore_eos,
             prompt_ids=ids,
             output_ids=draft.token_ids,
+            arrived=arrived,
         )
         return draft, timing, timing.cached_tokens
 
@@ -256,25 +259,26 @@ class SimServer:
         return model if isinstance(model, str) and model else self.cfg.model
 
     async def _serve_chat(self, body: Any) -> Any:
-        spec = api.parse_chat(body, self.cfg.context_length)
+        spec = api.parse_chat(body, self.cfg.context_length, self._encode)
         api.check_context(spec, self.cfg.context_length)
         draft, _, _ = await self._run(spec)
         return api.chat_response(spec, draft, self._model_name(body), self.cfg.reasoning_parser)
 
     async def _serve_completion(self, body: Any) -> Any:
-        spec = api.parse_completion(body, self.cfg.context_length)
+        spec = api.parse_completion(body, self.cfg.context_length, self._encode)
         api.check_context(spec, self.cfg.context_length)
         draft, _, _ = await self._run(spec)
         return api.completion_response(spec, draft, self._model_name(body))
 
     async def _serve_generate(self, body: Any) -> Any:
-        specs, batch = api.parse_generate(body, self.cfg.context_length)
+        specs, batch = api.parse_generate(body, self.cfg.context_length, self._encode)
         for spec in specs:
             api.check_context(spec, self.cfg.context_length)
         if len(specs) == 1:
             results = [await self._run(specs[0])]
         else:
-            tasks = [asyncio.ensure_future(self._run(s)) for s in specs]
+            now = asyncio.get_running_loop().time()  # one arrival for the batch: SGLang receives it at once
+            tasks = [asyncio.ensure_future(self._run(s, now)) for s in specs]
             try:
                 results = await asyncio.gather(*tasks)
             finally:  # one refused or failed: the rest of the batch is aborted, not left running
