@@ -1,4 +1,6 @@
-"""Every doctor rule against recorded /metrics snapshots (tests/fixtures/metrics/doctor/*.yaml).
+"""Every doctor rule against /metrics snapshots (tests/fixtures/metrics/doctor/*.yaml), each fixture's ``about``
+saying where it came from: recorded from a real server (vLLM), from the simulated server, or written from
+SGLang's metric definitions where no small real server can produce the situation (a GPU-sized model's pools).
 
 A fixture holds a server's /server_info (or none), a few /metrics bodies taken ``interval_s`` apart (a
 null body is a scrape that failed), the client's side of the server and, optionally, the client process.
