@@ -21,6 +21,7 @@ from tokenmill.doctor import advice
 from tokenmill.doctor.model import Candidate, ClientObs, Observation, PlanPoint, Prediction, ServerObs
 
 if TYPE_CHECKING:
+    from tokenmill.planner.capacity import ServerCapacity
     from tokenmill.planner.hardware import GpuSpec
     from tokenmill.planner.models import ModelSpec
     from tokenmill.planner.plan import PlanResult
@@ -203,6 +204,19 @@ class PlannerPredictor:
             _bound(self._expected)
             self._expected[key] = self._expect(setting, flags)
         return self._expected[key]
+
+    def capacity(self, obs: ServerObs, client: ClientObs) -> ServerCapacity | None:
+        """The planner's capacity of this server as it runs (its pools and step roofline), for fitting eta to its
+        own decode samples; None when the planner cannot plan it."""
+        setting = self._setting(obs, client)
+        if setting is None:
+            return None
+        try:
+            return self._plan(setting.model, setting.gpu, advice.current_flags(obs), setting.inp, setting.out,
+                              setting.config).capacity  # fmt: skip
+        except Exception as exc:
+            log.info("no capacity to fit eta with: %s", exc)
+            return None
 
     def _expect(self, s: _Setting, flags: list[str]) -> Expected | None:
         ideal = s.config.model_copy(update=IDEAL)

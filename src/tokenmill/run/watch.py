@@ -29,6 +29,7 @@ from tokenmill.monitor.fleet import FleetMonitor, ServerView
 from tokenmill.monitor.snapshot import binding_verdict
 from tokenmill.monitor.stats import CpuMeter, GaugeWindow
 from tokenmill.run.control import queue_for
+from tokenmill.run.efficiency import EtaFit
 from tokenmill.run.exporter import Exporter
 
 if TYPE_CHECKING:
@@ -101,6 +102,7 @@ class RunMonitor:
         self.doctor = DoctorState(spec.doctor.confirm_rounds)
         self.predictor = PlannerPredictor(spec.planner_model, spec.gpu, gpu_file=spec.gpu_file)
         self.expected: dict[str, Expected] = {}  # what the planner expects of each server, on its own clock
+        self.eta_fit = EtaFit(self.predictor)  # eta fitted to each server's own decode samples
         self.events = EventLog(out / events_file(partition), run_id, wall)
         self.exporter = Exporter(self, spec.metrics_host, spec.metrics_port) if spec.metrics_port is not None else None
         self.metrics_url: str | None = None
@@ -242,6 +244,9 @@ class RunMonitor:
         obs = self.observation(views)
         verdicts = await asyncio.to_thread(diagnose, obs, self.spec.doctor, self.predictor)
         self.expected = await asyncio.to_thread(self._expected, obs)
+        await asyncio.to_thread(self.eta_fit.update, obs.servers, obs.client)
+        for est in self.eta_fit.changed():
+            self.events.write("eta", **est.as_dict())
         if self.doctor.update(verdicts):
             self._verdicts_changed(self.doctor.shown)
         if self.tuner is not None:
