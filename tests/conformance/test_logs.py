@@ -8,7 +8,9 @@ import re
 
 import aiohttp
 
+from tests import recorded
 from tests.conformance.client import get_json, start_load, until
+from tests.engines import sglang
 from tests.engines.pool import LiveServer
 from tokenmill.planner.calibrate import samples_from_log
 
@@ -40,6 +42,34 @@ async def test_decode_lines_have_the_pool_fields_calibration_reads(
     samples = samples_from_log(fresh)
     assert samples and all(s.running >= 1 and s.gen_tok_s >= 0 for s in samples)
     assert max(s.running for s in samples) <= 4
+
+
+KV_LINE = re.compile(r"KV Cache is allocated\. dtype: torch\.\w+, #tokens: (\d+), K size: ")
+LIMITS_LINE = re.compile(
+    r"max_total_num_tokens=(\d+), chunked_prefill_size=\d+, max_prefill_tokens=\d+, max_running_requests=(\d+)"
+)
+MAMBA_LINE = re.compile(r"Mamba Cache is allocated\. max_mamba_cache_size: (\d+), ")
+
+
+def pool_numbers(log: str) -> tuple[int | None, ...]:
+    """KV tokens, running cap and state slots as a start-up log states them (None: the line is not there)."""
+    kv, limits, mamba = KV_LINE.search(log), LIMITS_LINE.search(log), MAMBA_LINE.search(log)
+    return (
+        int(kv[1]) if kv else None,
+        int(limits[1]) if limits else None,
+        int(limits[2]) if limits else None,
+        int(mamba[1]) if mamba else None,
+    )
+
+
+async def test_startup_lines_state_the_real_servers_pools(server: LiveServer) -> None:
+    """The start-up lines give the numbers a real 0.5.23 server with the same flags logged
+    (tests/fixtures/sglang-0.5.23/log-*.txt, recorded by scripts/record_sglang_fixtures.py)."""
+    name = "hybrid" if server.hybrid else "dense"
+    assert recorded.recording(name)["flags"] == [*sglang.COMMON_FLAGS, *server.kind.flags]  # the same launch
+    real = pool_numbers("\n".join(recorded.log_lines(name)))
+    assert None not in real[:3]
+    assert pool_numbers(server.log_text()) == real
 
 
 async def test_startup_lines_report_the_pools(http: aiohttp.ClientSession, server: LiveServer) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import aiohttp
 
+from tests import recorded
 from tests.conformance.client import get_json
 from tests.engines import sglang
 from tests.engines.pool import LiveServer
@@ -43,14 +44,30 @@ async def test_internal_states_hold_the_computed_values(http: aiohttp.ClientSess
 
 
 async def test_planner_sizes_the_pools_the_server_reports(http: aiohttp.ClientSession, server: LiveServer) -> None:
-    """The planner, given the server's model config and flags, finds its KV tokens, slots and running cap."""
+    """The planner, given the server's model config and flags, finds the KV tokens, slots and running cap a real
+    0.5.23 server with those flags reported (tests/fixtures/sglang-0.5.23, recorded by
+    scripts/record_sglang_fixtures.py), and so does the server under test (the twin's numbers come from the
+    planner: only the recording makes this a check of it)."""
+    name = "hybrid" if server.hybrid else "dense"
+    assert recorded.recording(name)["flags"] == [*sglang.COMMON_FLAGS, *server.kind.flags]  # the same launch
+    real = recorded.server_info(name)
+    (real_state,) = real["internal_states"]
+    expected = (
+        real["max_total_num_tokens"],
+        real_state["max_mamba_cache_size"] or 0,
+        real_state["effective_max_running_requests_per_dp"],
+    )
     body = await get_json(http, server, "/server_info")
     (state,) = body["internal_states"]
     flags = parse_flags(" ".join(server.kind.flags))
     pools = server_capacity(str(server.model_dir / "config.json"), "rtx-pro-6000", flags).pools
-    assert pools.kv_tokens == body["max_total_num_tokens"]
-    assert pools.mamba_slots == (state["max_mamba_cache_size"] or 0)
-    assert pools.max_running == state["effective_max_running_requests_per_dp"]
+    assert (pools.kv_tokens, pools.mamba_slots, pools.max_running) == expected
+    seen = (
+        body["max_total_num_tokens"],
+        state["max_mamba_cache_size"] or 0,
+        state["effective_max_running_requests_per_dp"],
+    )
+    assert seen == expected
 
 
 async def test_tokenmill_reads_cap_slots_and_kind(http: aiohttp.ClientSession, server: LiveServer) -> None:
