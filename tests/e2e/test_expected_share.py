@@ -52,7 +52,7 @@ def slow_twin() -> Iterator[SimProcess]:
 
 def test_a_status_mid_run_shows_the_share_of_the_expected_rate(slow_twin: SimProcess, tmp_path: Path) -> None:
     job, out = long_job(tmp_path, slow_twin.url)
-    proc = start_run(job)
+    proc = start_run(job, "--compare-gpu", "b200")
     try:
         wait_for("ticks with the planner's expected rate", lambda: len(_expected_ticks(out)) >= 12, timeout=120)
         res = run_cli("status", str(out))
@@ -62,6 +62,7 @@ def test_a_status_mid_run_shows_the_share_of_the_expected_rate(slow_twin: SimPro
     assert "running" in res.stdout
     row = next(ln for ln in res.stdout.splitlines() if ln.startswith("| decode rate vs the hardware |"))
     assert "% of expected (h200)" in row and "% of the roofline" in row, row
+    assert "% of b200 (the same workload planned on it)" in row, row  # --compare-gpu b200
     ticks = _expected_ticks(out)
     server = ticks[-1].servers[0]
     assert server.gpu == "h200" and server.expected_tok_s and server.ceiling_tok_s
@@ -72,3 +73,5 @@ def test_a_status_mid_run_shows_the_share_of_the_expected_rate(slow_twin: SimPro
     assert all(0.0 < c < e for e, c in shares)  # the roofline's ceiling is above what the planner expects
     # on the twin's clock: 5x what the planner gives one H200 (a few thousand tok/s) for these flags and lengths
     assert 5 * 1000 < server.expected_tok_s < 5 * 20_000
+    # a B200 moves 1.6x the H200's bytes a second: the same workload is planned faster there
+    assert server.compare_gpu == "b200" and server.compare_tok_s and server.compare_tok_s > server.expected_tok_s

@@ -36,6 +36,16 @@ def test_the_fleet_share_weighs_each_server_by_its_expected_rate_and_skips_serve
     assert "of expected" not in status_line(snap(row("c", 999.0, None, None)))
 
 
+def test_another_gpu_s_rate_for_the_same_workload_gives_the_run_s_share_of_it() -> None:
+    a, b = row("a", 600.0, 1000.0, 2000.0), row("b", 300.0, 500.0, 1000.0)
+    a.compare_tok_s, a.compare_gpu = 2400.0, "b200"
+    b.compare_tok_s, b.compare_gpu = 1200.0, "b200"
+    text = expected_text(snap(a, b))
+    assert text.endswith(", 25% of b200 (the same workload planned on it)"), text
+    back = Snapshot.from_event(snap(a, b).to_event())
+    assert back.servers[0].compare_tok_s == 2400.0 and back.servers[0].compare_gpu == "b200"
+
+
 def test_the_share_survives_the_event_log_and_reaches_the_summary() -> None:
     s = snap(row("a", 600.0, 1000.0, 2000.0, gpu="rtx-pro-6000"))
     back = Snapshot.from_event(s.to_event())

@@ -29,6 +29,7 @@ def _overrides(**given: Any) -> dict[str, Any]:
         "max_tokens": "sampling.max_tokens",
         "on_bad_row": "input.on_bad_row",
         "metrics_port": "monitor.metrics_port",
+        "compare_gpu": "monitor.compare_gpu",
     }
     out: dict[str, Any] = {}
     for name, key in mapping.items():
@@ -64,6 +65,10 @@ def job_options(fn: Any) -> Any:
             "--metrics-port",
             type=click.IntRange(0, 65535),
             help="Serve tokenmill_* Prometheus metrics on 127.0.0.1:PORT (0: any free port).",
+        ),
+        click.option(
+            "--compare-gpu",
+            help="Show the run's decode rate as a share of what the same workload would give on this GPU (e.g. b200).",
         ),
         click.option("--log-level", default="INFO", show_default=True),
     ]

@@ -134,6 +134,11 @@ class MonitorSpec(Model):
     gpu: str | None = Field(
         default=None, description="GPU of the servers (e.g. h100), for the doctor's predicted gains"
     )
+    compare_gpu: str | None = Field(
+        default=None,
+        description="Another GPU (e.g. b200) to set the run against: the same model, flags and workload planned on "
+        "it, and the run's decode rate as a share of that (status line, summary, tick)",
+    )
     gpu_file: str | None = Field(
         default=None,
         description="YAML file of GPUs beyond the bundled ones (as `tokenmill plan --gpu-file`), for a gpu it names",

@@ -137,6 +137,7 @@ _DECIMALS = {
     "upload_oldest_s": 1,
     "expected_tok_s": 1,
     "ceiling_tok_s": 1,
+    "compare_tok_s": 1,
 }
 
 
@@ -176,6 +177,8 @@ class ServerRow:
     expected_tok_s: float | None = None
     ceiling_tok_s: float | None = None
     gpu: str | None = None  # the GPU those were planned for
+    compare_tok_s: float | None = None  # monitor.compare_gpu: the same planned on that GPU (this server's clock)
+    compare_gpu: str | None = None
 
     def to_event(self) -> dict[str, Any]:
         return {f.name: _encode(f.name, getattr(self, f.name)) for f in fields(self)}
@@ -374,7 +377,13 @@ def expected_text(snap: Snapshot) -> str:
         return ""
     gpus = sorted({r.gpu for r in snap.servers if r.gpu and r.expected_share is not None})
     on = f" ({', '.join(gpus)})" if gpus else ""
-    return f"{shares[0] * 100:.0f}% of expected{on}, {shares[1] * 100:.0f}% of the roofline"
+    text = f"{shares[0] * 100:.0f}% of expected{on}, {shares[1] * 100:.0f}% of the roofline"
+    other = [r for r in snap.servers if r.compare_tok_s and r.decode_tok_s is not None]
+    names = sorted({r.compare_gpu for r in other if r.compare_gpu})
+    if other and names:
+        share = sum(r.decode_tok_s or 0.0 for r in other) / sum(r.compare_tok_s or 0.0 for r in other)
+        text += f", {share * 100:.0f}% of {' / '.join(names)} (the same workload planned on it)"
+    return text
 
 
 def waste_text(snap: Snapshot) -> str:

@@ -94,6 +94,9 @@ class Tracker:
             exp = self.monitor.expected.get(s.url) if self.monitor is not None else None
             if exp is not None:
                 row.expected_tok_s, row.ceiling_tok_s, row.gpu = exp.tok_s, exp.ceiling_tok_s, exp.gpu
+            other = self.monitor.compared.get(s.url) if self.monitor is not None else None
+            if other is not None:
+                row.compare_tok_s, row.compare_gpu = other.tok_s, other.gpu
             rows.append(row)
         done = self.done_before + st.completed + st.failed
         comp_s = self._comp.rate()

@@ -103,6 +103,11 @@ class RunMonitor:
         self.predictor = PlannerPredictor(spec.planner_model, spec.gpu, gpu_file=spec.gpu_file)
         self.expected: dict[str, Expected] = {}  # what the planner expects of each server, on its own clock
         self.eta_fit = EtaFit(self.predictor)  # eta fitted to each server's own decode samples
+        # monitor.compare_gpu: the same servers planned on another GPU (the model as the predictor resolves it)
+        self.compare = (
+            PlannerPredictor(spec.planner_model, spec.compare_gpu, gpu_file=spec.gpu_file) if spec.compare_gpu else None
+        )
+        self.compared: dict[str, Expected] = {}
         self.events = EventLog(out / events_file(partition), run_id, wall)
         self.exporter = Exporter(self, spec.metrics_host, spec.metrics_port) if spec.metrics_port is not None else None
         self.metrics_url: str | None = None
@@ -244,6 +249,8 @@ class RunMonitor:
         obs = self.observation(views)
         verdicts = await asyncio.to_thread(diagnose, obs, self.spec.doctor, self.predictor)
         self.expected = await asyncio.to_thread(self._expected, obs)
+        if self.compare is not None:
+            self.compared = await asyncio.to_thread(self._expected, obs, self.compare)
         await asyncio.to_thread(self.eta_fit.update, obs.servers, obs.client)
         for est in self.eta_fit.changed():
             self.events.write("eta", **est.as_dict())
@@ -259,14 +266,14 @@ class RunMonitor:
             self._binds[top.rule] = top.binds
         self._last_round = now
 
-    def _expected(self, obs: Observation) -> dict[str, Expected]:
+    def _expected(self, obs: Observation, predictor: PlannerPredictor | None = None) -> dict[str, Expected]:
         """The planner's expected rate and roofline ceiling of each healthy server it can plan, on the server's
         own clock (a twin at time scale s runs 1/s times the GPU's rate)."""
         out: dict[str, Expected] = {}
         for server in obs.servers:
             if not server.view.healthy:
                 continue
-            exp = self.predictor.expected(server, obs.client)
+            exp = (predictor or self.predictor).expected(server, obs.client)
             if exp is None:
                 continue
             info = server.view.info
