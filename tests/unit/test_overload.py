@@ -90,6 +90,17 @@ def test_one_cut_per_round_trip_and_a_completion_since_sending_proves_the_server
     assert s.timeout_cap is None
 
 
+def test_a_server_whose_decode_counter_stands_still_is_stuck_not_busy() -> None:
+    pool = ServerPool([URL], 100)
+    s = pool.servers[0]
+    s.saw(queued=40.0, running=8.0, decode_tok_s=0.0)  # holds requests, decodes nothing: hung
+    assert not pool.overloaded(s, sent=10.0, now=20.0)
+    s.saw(queued=40.0, running=8.0, decode_tok_s=900.0)  # decoding: busy
+    assert pool.overloaded(s, sent=10.0, now=20.0)
+    s.saw(None, None, None)  # its scrape failed
+    assert not s.busy_since(30.0)
+
+
 def test_the_adaptive_controller_keeps_under_the_cap_timeouts_set() -> None:
     pool = ServerPool([URL], 64, adaptive=True)
     s = pool.servers[0]

@@ -8,8 +8,8 @@ slots, then the fewest errors. A server that fails ``quarantine_after`` times in
 back when it answers.
 
 Overload is not death: a request that times out on a server that holds a queue or runs requests (its latest
-scrape says so) or that answered another request since this one was sent is the queue's wait outgrowing the read
-timeout. :meth:`ServerPool.overloaded` then lowers that server's in-flight cap (``timeout_cap``, by the backoff
+scrape says so, with its decode counter moving) or that answered another request since this one was sent is the
+queue's wait outgrowing the read timeout. :meth:`ServerPool.overloaded` then lowers that server's in-flight cap (``timeout_cap``, by the backoff
 factor, once per round trip: requests sent before the last cut do not cut again, and never below what it was
 seen running), which the concurrency controller respects too; the server stays in use.
 """
@@ -53,6 +53,13 @@ class ServerState:
     abandoned_tokens: float = 0.0  # estimated output tokens of those requests, decoded and thrown away
     timeout_cap: int | None = None  # the in-flight cap its timeouts set (None: none)
     cut_at: float | None = None  # when that cap was last lowered
+
+    def saw(self, queued: float | None, running: float | None, decode_tok_s: float | None) -> None:
+        """The latest scrape's gauges (None: no healthy scrape). A server whose decode counter stands still
+        while it holds requests is stuck, not busy (the fleet's watchdog restarts it): its gauges count for
+        nothing."""
+        stuck = decode_tok_s is not None and decode_tok_s <= 0 and bool(queued or running)
+        self.queued, self.running = (None, None) if stuck else (queued, running)
 
     def busy_since(self, sent: float) -> bool:
         """Whether the server shows it works: a queue or running requests at its latest scrape, or another

@@ -212,8 +212,10 @@ class RunMonitor:
             if state is None:
                 continue
             snap = v.snapshot if v.healthy else None
-            state.queued = snap.queued if snap is not None else None
-            state.running = snap.running if snap is not None else None
+            if snap is None:
+                state.saw(None, None, None)
+            else:
+                state.saw(snap.queued, snap.running, v.decode_tok_s)
 
     def _warn_oversubscribed(self, views: list[ServerView]) -> None:
         """A fixed concurrency far above what the servers hold (their max running + the queue the adaptive
