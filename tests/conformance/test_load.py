@@ -214,3 +214,59 @@ async def test_a_scrape_sees_the_gauges_of_the_last_batch_boundary(
     assert len(seen) >= 3, f"too few decode boundaries seen: {seen}"
     steps = [b - a for a, b in itertools.pairwise(seen)]
     assert all(step % sglang.DECODE_LOG_INTERVAL == 0 for step in steps), seen
+
+
+STATE_CAPPED = sglang_kind("sglang-hybrid-slots12", True, sglang.hybrid_flags(slots=12))  # no_buffer: 12 // 3 = 4
+STATE_KINDS = (STATE_CAPPED.name, twin_of(STATE_CAPPED).name)
+CHUNKED = sglang_kind("sglang-dense-chunk256", False, sglang.dense_flags(extra=("--chunked-prefill-size", "256")))
+CHUNK_KINDS = (CHUNKED.name, twin_of(CHUNKED).name)
+
+
+@pytest.fixture(params=STATE_KINDS)
+def state_server(request: pytest.FixtureRequest, server_pool: ServerPool) -> LiveServer:
+    return live_server(server_pool, request.param)
+
+
+@pytest.fixture(params=CHUNK_KINDS)
+def chunk_server(request: pytest.FixtureRequest, server_pool: ServerPool) -> LiveServer:
+    return live_server(server_pool, request.param)
+
+
+async def test_a_hybrid_at_its_state_slot_cap(http: aiohttp.ClientSession, state_server: LiveServer) -> None:
+    """12 state slots under no_buffer cap the hybrid at 12 // 3 = 4 running whatever the KV pool holds, and
+    the other 4 wait; nothing is retracted. Tolerance: none."""
+    params = {"max_new_tokens": 120, "ignore_eos": True}
+    bodies = [{"input_ids": prompt_ids(60 + i, 40), "sampling_params": params} for i in range(8)]
+    seen = await run_load(http, state_server, bodies)
+    assert (seen.max_running, seen.max_queued, seen.retractions) == (4, 4, 0)
+    slots = sum(gauge(seen.metrics, f"sglang:mamba_{part}_tokens") for part in ("used", "available", "evictable"))
+    assert slots == 12
+
+
+LONG_PROMPT = 1000
+CHUNK = 256
+
+
+async def test_chunked_prefill_of_a_long_prompt(http: aiohttp.ClientSession, chunk_server: LiveServer) -> None:
+    """A known difference: SGLang prefills a 1,000-token prompt in chunks of --chunked-prefill-size (256: four
+    prefill batches, 256 + 256 + 256 + 232); the twin prices a prefill batch whole and writes one. Both count the
+    same prompt tokens and answer the same."""
+    before = chunk_server.log_text().count("Prefill batch")
+    body = {"input_ids": prompt_ids(5, LONG_PROMPT), "sampling_params": {"max_new_tokens": 4, "ignore_eos": True}}
+    status, answer = await post(http, chunk_server, "/generate", **body)
+    assert status == 200, answer
+    assert answer["meta_info"]["prompt_tokens"] == LONG_PROMPT
+
+    def prefill_lines() -> int:
+        return chunk_server.log_text().count("Prefill batch") - before
+
+    expected = -(-LONG_PROMPT // CHUNK) if chunk_server.real else 1  # the twin: chunked prefill is not modeled
+    lines = await until(_async(prefill_lines), lambda n: n >= expected, "the prefill log lines")
+    assert lines == expected
+
+
+def _async(f: Any) -> Any:
+    async def call() -> Any:
+        return f()
+
+    return call
