@@ -4,6 +4,7 @@ rate as a share of that expectation and of the roofline's ceiling (the twin's ti
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -56,6 +57,8 @@ def test_a_status_mid_run_shows_the_share_of_the_expected_rate(slow_twin: SimPro
     try:
         wait_for("ticks with the planner's expected rate", lambda: len(_expected_ticks(out)) >= 12, timeout=120)
         res = run_cli("status", str(out))
+        look = ("--samples", "3", "--interval", "1", "--max-seconds", "8", "--json")
+        doc = run_cli("doctor", "--servers", slow_twin.url, "--compare-gpu", "b200", *look)
     finally:
         stop_run(proc)
     assert res.returncode == 0, res.stderr
@@ -75,3 +78,9 @@ def test_a_status_mid_run_shows_the_share_of_the_expected_rate(slow_twin: SimPro
     assert 5 * 1000 < server.expected_tok_s < 5 * 20_000
     # a B200 moves 1.6x the H200's bytes a second: the same workload is planned faster there
     assert server.compare_gpu == "b200" and server.compare_tok_s and server.compare_tok_s > server.expected_tok_s
+    # the stand-alone doctor says the same from its own look at the twin, on the GPU's clock
+    assert doc.returncode == 0, doc.stderr
+    (hw,) = json.loads(doc.stdout)["vs_hardware"]
+    assert hw["gpu"] == "h200" and hw["compare_gpu"] == "b200" and 0.5 <= hw["expected_share"] <= 1.3, hw
+    assert hw["ceiling_share"] < hw["expected_share"] and hw["compare_share"] < hw["expected_share"]
+    assert abs(hw["expected_tok_s"] * 5 - server.expected_tok_s) <= 0.2 * server.expected_tok_s  # time scale 0.2

@@ -6,6 +6,7 @@ import asyncio
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -30,6 +31,53 @@ def _table(servers: list[object]) -> str:
     return "\n".join(lines)
 
 
+def _vs_hardware(obs: Any, predictor: Any, compare: Any) -> list[dict[str, Any]]:
+    """Each healthy server's decode rate against the planner's expected rate, the roofline's ceiling and, with
+    --compare-gpu, the same workload planned on that GPU (all on the GPU's clock: a twin's time scale taken out)."""
+    rows: list[dict[str, Any]] = []
+    for server in obs.servers:
+        v = server.view
+        exp = predictor.expected(server, obs.client) if v.healthy and v.decode_tok_s else None
+        if exp is None:
+            continue
+        scale = v.info.time_scale if v.info is not None and v.info.time_scale else 1.0
+        measured = v.decode_tok_s * scale
+        row = {
+            "server": v.url,
+            "gpu": exp.gpu,
+            "decode_tok_s": round(measured, 1),
+            "expected_tok_s": round(exp.tok_s, 1),
+            "expected_share": round(measured / exp.tok_s, 4) if exp.tok_s else None,
+            "ceiling_tok_s": round(exp.ceiling_tok_s, 1),
+            "ceiling_share": round(measured / exp.ceiling_tok_s, 4) if exp.ceiling_tok_s else None,
+        }
+        other = compare.expected(server, obs.client) if compare is not None else None
+        if other is not None and other.tok_s:
+            row.update(
+                compare_gpu=other.gpu,
+                compare_tok_s=round(other.tok_s, 1),
+                compare_share=round(measured / other.tok_s, 4),
+            )
+        rows.append(row)
+    return rows
+
+
+def _vs_hardware_text(rows: list[dict[str, Any]]) -> str:
+    from tokenmill.fmt import num
+
+    lines = []
+    for r in rows:
+        line = (
+            f"{r['server']}: decodes {num(r['decode_tok_s'])} tok/s (GPU clock), {r['expected_share'] * 100:.0f}% of "
+            f"the planner's {num(r['expected_tok_s'])} on {r['gpu']}, {r['ceiling_share'] * 100:.0f}% of the "
+            f"roofline's {num(r['ceiling_tok_s'])}"
+        )
+        if "compare_gpu" in r:
+            line += f", {r['compare_share'] * 100:.0f}% of the {num(r['compare_tok_s'])} planned on {r['compare_gpu']}"
+        lines.append(line)
+    return "\n".join(lines)
+
+
 def _rules_text() -> str:
     from tokenmill.doctor.rules import RULES
 
@@ -41,6 +89,10 @@ def _rules_text() -> str:
 @click.option("--servers-file", type=click.Path(exists=True, dir_okay=False), help="One base URL per line.")
 @click.option("--model", "-m", help="Model for predicted gains (bundled name or config.json; default: the servers').")
 @click.option("--gpu", "-g", help="GPU of the servers for predicted gains (e.g. h100, rtx-pro-6000).")
+@click.option(
+    "--compare-gpu",
+    help="Also plan the servers' flags and workload on this GPU (e.g. b200) and show their share of it.",
+)
 @click.option("--concurrency", type=click.IntRange(min=1), help="The client's in-flight limit per server, if known.")
 @click.option(
     "--output",
@@ -66,6 +118,7 @@ def doctor(
     servers_file: str | None,
     model: str | None,
     gpu: str | None,
+    compare_gpu: str | None,
     concurrency: int | None,
     out: str | None,
     samples: int | None,
@@ -117,10 +170,11 @@ def doctor(
     from tokenmill.doctor import PlannerPredictor, diagnose, format_verdicts
     from tokenmill.doctor.oneshot import observe
 
-    if gpu:  # a misspelt name would only mean silently missing predictions: say so now
-        from tokenmill.planner.hardware import GpuCatalog
+    for name in (gpu, compare_gpu):  # a misspelt name would only mean silently missing predictions: say so now
+        if name:
+            from tokenmill.planner.hardware import GpuCatalog
 
-        GpuCatalog.load().get(gpu)
+            GpuCatalog.load().get(name)
     if model:
         from tokenmill.planner.catalog import load_model
 
@@ -129,12 +183,17 @@ def doctor(
     obs, settling = asyncio.run(
         observe(urls, spec, headers=headers, concurrency=concurrency, out=Path(out) if out else None)
     )
-    verdicts = diagnose(obs, spec, PlannerPredictor(model, gpu))
+    predictor = PlannerPredictor(model, gpu)
+    verdicts = diagnose(obs, spec, predictor)
+    hardware = _vs_hardware(obs, predictor, PlannerPredictor(model, compare_gpu) if compare_gpu else None)
     if as_json:
         sampling = {"text": settling.text(), "settled": settling.settled(), "spread": settling.spread()}
-        click.echo(json.dumps({"sampling": sampling, "verdicts": [v.as_dict() for v in verdicts]}, indent=2))
+        body = {"sampling": sampling, "verdicts": [v.as_dict() for v in verdicts], "vs_hardware": hardware}
+        click.echo(json.dumps(body, indent=2))
         return
     click.echo(_table(list(obs.servers)))
     click.echo(settling.text())
+    if hardware:
+        click.echo(_vs_hardware_text(hardware))
     click.echo("")
     click.echo(format_verdicts(verdicts, len(urls)))
