@@ -9,9 +9,10 @@ back when it answers.
 
 Overload is not death: a request that times out on a server that holds a queue or runs requests (its latest
 scrape says so, with its decode counter moving) or that answered another request since this one was sent is the
-queue's wait outgrowing the read timeout. :meth:`ServerPool.overloaded` then lowers that server's in-flight cap (``timeout_cap``, by the backoff
-factor, once per round trip: requests sent before the last cut do not cut again, and never below what it was
-seen running), which the concurrency controller respects too; the server stays in use.
+queue's wait outgrowing the read timeout. :meth:`ServerPool.overloaded` then lowers that server's in-flight
+cap (``timeout_cap``, by the backoff factor, once per round trip: requests sent before the last cut do not cut
+again, and never below what it was seen running), which the concurrency controller respects too; the server
+stays in use.
 """
 
 from __future__ import annotations
