@@ -73,6 +73,7 @@ class ExportOptions:
     samples: Literal["answers", "grouped"] = "answers"  # samples: N — one row per answer, or one per prompt
     group_buffer: int = GROUP_BUFFER  # --samples grouped: answers held at most while their prompt's others come
     tokens: TokenOptions = field(default_factory=TokenOptions)  # format tokens: tokenizer, per_turn, max_length
+    keep_fields: tuple[str, ...] | Literal["all"] = ()  # the input's own columns (record field ``fields``) to carry
 
 
 @dataclass(slots=True)
@@ -209,7 +210,22 @@ def to_row(rec: dict[str, Any], opts: ExportOptions) -> dict[str, Any]:
     row["thinking"] = rec.get("thinking")  # the mode as sent: true, false, or null (nothing sent)
     if opts.token_ids:
         row.update(_token_ids(rec))
+    for key, value in kept_fields(rec, opts).items():
+        if key in row:
+            raise ConfigError(
+                f"--keep-fields {key}: the exported row has a field of that name already ({', '.join(row)}); "
+                "leave it out of --keep-fields"
+            )
+        row[key] = value
     return row
+
+
+def kept_fields(rec: dict[str, Any], opts: ExportOptions) -> dict[str, Any]:
+    """The record's input columns (``fields``) that ``opts.keep_fields`` carries into the export."""
+    fields = rec.get("fields") or {}
+    if opts.keep_fields == "all":
+        return dict(fields)
+    return {k: fields[k] for k in opts.keep_fields if k in fields}
 
 
 def _kept(
@@ -258,7 +274,9 @@ def _token_rows(corpus: Corpus, opts: ExportOptions, counts: ExportCounts) -> It
             counts.kept -= 1
             counts.dropped[str(why)] += 1
             continue
-        yield from rows
+        extra = kept_fields(rec, opts)
+        for row in rows:
+            yield {**row, **{k: v for k, v in extra.items() if k not in row}}
 
 
 def _grouped(corpus: Corpus, opts: ExportOptions, counts: ExportCounts) -> Iterator[dict[str, Any]]:
@@ -339,6 +357,7 @@ def _table_rows(rec: dict[str, Any], opts: ExportOptions) -> dict[str, Any]:
         "thinking": rec.get("thinking"),
         "primary_id": rec.get("primary_id"),
         "sample": rec.get("sample"),
+        "fields": orjson.dumps(kept).decode() if (kept := kept_fields(rec, opts)) else None,
     }
 
 
@@ -359,6 +378,7 @@ def _write_table(corpus: Corpus, dest: Path, opts: ExportOptions, counts: Export
             ("thinking", pa.bool_()),  # the mode as sent (null: nothing sent)
             ("primary_id", pa.string()),  # samples: N — the input row's id (null with one answer per prompt)
             ("sample", pa.int64()),
+            ("fields", pa.string()),  # the kept input columns, as a JSON object
         ]
     )
     with tempfile.TemporaryDirectory(dir=dest.parent) as work:

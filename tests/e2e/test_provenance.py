@@ -55,7 +55,8 @@ def test_records_carry_their_servers_origin_and_the_inputs_columns(fleet: list[S
 
     plain = tmp_path / "plain.jsonl"
     assert run_cli("export", str(out), "--format", "specforge", "-o", str(plain)).returncode == 0
-    assert all(set(r) == {"id", "conversations"} for r in map(orjson.loads, plain.read_bytes().splitlines()))
+    plain_rows = [orjson.loads(line) for line in plain.read_bytes().splitlines()]
+    assert all(set(r) == {"id", "conversations", "thinking"} for r in plain_rows)
     kept = tmp_path / "kept.jsonl"
     res = run_cli("export", str(out), "--format", "sharegpt", "-o", str(kept), "--keep-fields", "label,source")
     assert res.returncode == 0, res.stderr

@@ -187,3 +187,25 @@ def test_an_unknown_drop_signal_names_the_choices() -> None:
     choices = "truncated, empty, no_answer, repetition, think_markers, degenerate, duplicate"
     with pytest.raises(ConfigError, match=choices):
         parse_selectors("loops", "--drop")
+
+
+def test_kept_input_columns_ride_along_in_every_format(tmp_path: Path) -> None:
+    root = tmp_path / "cols"
+    od = OutputDir(root, shard_size=2)
+    od.open()
+    od.write(completion("x", fields={"label": "math", "source": "seed", "thinking": "col"}))
+    od.write(completion("y"))  # a record without columns: nothing added
+    od.close(seal=True)
+    dest = tmp_path / "kept.jsonl"
+    export(root, dest, ExportOptions(format="sharegpt", keep_fields=("label", "missing")))
+    got_rows = rows(dest)
+    assert got_rows["x"]["label"] == "math" and "source" not in got_rows["x"] and "missing" not in got_rows["x"]
+    assert "label" not in got_rows["y"]
+    table = tmp_path / "kept.parquet"
+    export(root, table, ExportOptions(format="parquet", keep_fields="all"))
+    got = {r["id"]: r for r in pq.read_table(table).to_pylist()}
+    assert orjson.loads(got["x"]["fields"]) == {"label": "math", "source": "seed", "thinking": "col"}
+    assert got["y"]["fields"] is None
+    with pytest.raises(ConfigError, match="--keep-fields thinking: the exported row has a field of that name"):
+        export(root, tmp_path / "clash.jsonl", ExportOptions(format="sharegpt", keep_fields="all"))
+    assert not (tmp_path / "clash.jsonl").exists()  # no partial file

@@ -35,6 +35,13 @@ from tokenmill.export import FORMATS, ExportOptions, counts_path, export
 @click.option("--max-tokens", type=int, help="Leave out completions with more completion tokens.")
 @click.option("--no-token-ids", is_flag=True, help="Do not write captured token ids.")
 @click.option(
+    "--keep-fields",
+    default="",
+    metavar="NAMES",
+    help="The input's own columns to carry into each row, comma-separated (e.g. label,source), or 'all'; the run "
+    "records them (input.keep_fields, by default every column but the prompt and the id).",
+)
+@click.option(
     "--samples",
     type=click.Choice(["answers", "grouped"]),
     default="answers",
@@ -60,6 +67,7 @@ def export_cmd(
     no_token_ids: bool,
     drop: str,
     drop_truncated: bool,
+    keep_fields: str,
     tokenizer: Path | None,
     per_turn: bool,
     max_length: int | None,
@@ -90,7 +98,10 @@ def export_cmd(
     ext = {"parquet": "parquet", "hf": "hf"}.get(fmt, "jsonl")
     name = f"export.{fmt}.{ext}"
     where = dest or (Path(name) if "://" in target else Path(target) / name)
+    keep: tuple[str, ...] | str = (
+        "all" if keep_fields.strip() == "all" else tuple(f.strip() for f in keep_fields.split(",") if f.strip())
+    )
     tokens = TokenOptions(str(tokenizer) if tokenizer else None, per_turn, max_length)
-    opts = ExportOptions(format=fmt, token_ids=not no_token_ids, drop=selectors, tokens=tokens, **kw)  # type: ignore[arg-type]
+    opts = ExportOptions(format=fmt, token_ids=not no_token_ids, drop=selectors, keep_fields=keep, tokens=tokens, **kw)  # type: ignore[arg-type]
     counts = export(target, where, opts)
     click.echo(f"{where}: {counts.render()}\ncounts in {counts_path(where)}")
