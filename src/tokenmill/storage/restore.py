@@ -30,9 +30,9 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from tokenmill.config import JobSpec
-from tokenmill.errors import ConfigError, StoreConflict, StoreUnavailable
+from tokenmill.errors import StoreConflict, StoreUnavailable
 from tokenmill.output import layout, manifest, offload
-from tokenmill.output.identity import changed_fields, create_record, job_with_ids, new_record, read_record
+from tokenmill.output.identity import create_record, job_with_ids, new_record, read_record, refuse_changed
 from tokenmill.output.takeover import TakenOver, holds_records, take_over
 from tokenmill.storage.prefix import RemoteManifest, claim, read_claim, shard_of
 from tokenmill.storage.readback import RemoteState, read_remote, repair
@@ -150,13 +150,8 @@ def _owner(
                     "output.remote prefix"
                 )
             adopted = job_with_ids(original, record=record)
-            changed = changed_fields(record, adopted)
-            if changed is not None and not allow_changed:
-                raise ConfigError(
-                    f"{store.shown} holds another job's output (changed: {', '.join(changed) or 'unknown'}). "
-                    "Mixing them would make one corpus from two setups: use another output.remote, or pass "
-                    "--allow-changed-job if this is intended."
-                )
+            if not allow_changed:
+                refuse_changed(record, adopted, store.shown, "another output.remote")
             return record, adopted
         record = local if local is not None else new_record(job)
         try:
