@@ -53,7 +53,7 @@ def test_job_json_is_fsynced_then_renamed_into_place(tmp_path: Path, monkeypatch
 
 def test_another_job_in_the_same_output_is_refused_unless_allowed(tmp_path: Path) -> None:
     first = check_job_identity(tmp_path, job(), allow_changed=False)
-    with pytest.raises(ConfigError, match=r"output \(changed: sampling: sampling.temperature 0.7 -> 0.1\)"):
+    with pytest.raises(ConfigError, match=r"different job \(changed: sampling: sampling.temperature 0.7 -> 0.1\)"):
         check_job_identity(tmp_path, job(temperature=0.1), allow_changed=False)
     assert check_job_identity(tmp_path, job(temperature=0.1), allow_changed=True) == first
     assert orjson.loads((tmp_path / "job.json").read_bytes())["job_id"] == first  # the record is not replaced

@@ -164,7 +164,7 @@ def refuse_changed(record: dict[str, Any], job: JobSpec, where: str, instead: st
     if changed is None:
         return
     raise ConfigError(
-        f"{where} holds another job's output (changed: {', '.join(changed) or 'unknown'}"
+        f"{where} holds output of a different job (changed: {', '.join(changed) or 'unknown'}"
         f"{_differences(record, job)}). Mixing them would make one corpus from two setups: use {instead}, or "
         "pass --allow-changed-job if this is intended."
     )
