@@ -1,9 +1,10 @@
-"""One writer's ledger at the remote prefix: the claim, its manifest and the tag to replace it with, the index
-segments holding the ids of the shards it lists, and the markers of a finished job (``_SUCCESS``, a partition's
-done marker).
+"""One writer's ledger at the remote prefix: the claim, its manifest and tag, the index segments, the markers.
+
+The ledger holds the writer's manifest and the tag to replace it with, the index segments holding the ids of
+the shards it lists, and the markers of a finished job (``_SUCCESS``, a partition's done marker).
 
 The uploader (:mod:`tokenmill.storage.upload`) drives it from its worker thread: :meth:`RemoteLedger.open`
-claims the prefix and reads what is there, :func:`reconcile` says which local shards it already holds,
+claims the prefix and reads what is there, :meth:`RemoteLedger.reconcile` says which local shards it already holds,
 :meth:`RemoteLedger.add` lists an uploaded shard, :meth:`RemoteLedger.write` puts the new index segment and then
 the manifest (so a manifest never lists a shard whose ids are not indexed), at most every
 ``manifest_interval_s`` (:meth:`RemoteLedger.due`). Every store call goes through the caller's retry loop.

@@ -1,5 +1,6 @@
-"""One sealed shard to the prefix: put only where no object is, adopted when an object with its content is there,
-never written over, and read back when the local copy is to be deleted.
+"""One sealed shard to the prefix: put if absent, adopted when the same content is there, never written over.
+
+A shard whose local copy is to be deleted (``delete_after_upload``) is read back first.
 """
 
 from __future__ import annotations

@@ -1,10 +1,9 @@
-"""Retrying a store call: a :class:`~tokenmill.errors.StoreUnavailable` is retried with exponential backoff until
-the call succeeds or a deadline passes; any other error escapes at once.
+"""Retrying a store call: StoreUnavailable retried with exponential backoff until it succeeds or a deadline passes.
 
-One loop for every caller: the remote stage of a start (:mod:`tokenmill.storage.restore`: a deadline of
-``upload.start_wait_s``, plain sleeps) and the uploader (no deadline of its own: its wait is cut short when the
-run is aborted or the end-of-run deadline passes). Time comes from the caller's clock (:data:`Clock`), never from
-a clock read here.
+Any other error escapes at once. One loop for every caller: the remote stage of a start
+(:mod:`tokenmill.storage.restore`: a deadline of ``upload.start_wait_s``, plain sleeps) and the uploader (no
+deadline of its own: its wait is cut short when the run is aborted or the end-of-run deadline passes). Time comes
+from the caller's clock (:data:`Clock`), never from a clock read here.
 """
 
 from __future__ import annotations

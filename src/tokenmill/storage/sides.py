@@ -1,6 +1,7 @@
-"""Copies of the output's other records (failures, skips, the event log, ``job.json``, the summary) under the
-prefix's ``_tokenmill/``, made as they grow: a file is copied again when its size or mtime changed, at most every
-``side_interval_s``. They are the job's own objects, replaced unconditionally.
+"""Copies of the output's other records (failures, skips, event log, job.json) under the prefix's ``_tokenmill/``.
+
+A file (the summary too) is copied again when its size or mtime changed, at most every ``side_interval_s``. They
+are the job's own objects, replaced unconditionally.
 """
 
 from __future__ import annotations

@@ -1,6 +1,4 @@
-"""Where an upload stands: what the uploader has put, what waits, what is in the way (a copy, safe to read from any
-thread), and its one line for the end of a run.
-"""
+"""Where an upload stands (a copy, safe to read from any thread), and its one line for the end of a run."""
 
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
-"""The store's write strategies, one per kind of store: how an object is created only where none is, and replaced
-only while unchanged. :data:`WRITES` maps a protocol to its strategy; :class:`~tokenmill.storage.store.Store`
-picks one when it opens and calls nothing else to write. Any other protocol checks for the object right before
-a put (not atomic: :attr:`Writes.atomic` says which are).
+"""The store's write strategies: how each kind of store creates an object only where none is, and replaces one.
+
+Creating is put-if-absent, replacing is only while unchanged. :data:`WRITES` maps a protocol to its strategy;
+:class:`~tokenmill.storage.store.Store` picks one when it opens and calls nothing else to write. Any other
+protocol checks for the object right before a put (not atomic: :attr:`Writes.atomic` says which are).
 """
 
 from __future__ import annotations
