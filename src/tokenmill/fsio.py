@@ -132,6 +132,7 @@ class FileLock:
     def __init__(self, path: Path, *, shared: bool = False) -> None:
         self.path = path
         self.shared = shared
+        self.unlocked: str | None = None  # why the filesystem could not lock the file held (None: locked)
         self._fd: int | None = None
 
     @property
@@ -157,6 +158,7 @@ class FileLock:
                 os.close(fd)
                 raise
             locked = False
+            self.unlocked = exc.strerror or str(exc)
         if not self.shared:  # shared holders would overwrite each other's pid
             with contextlib.suppress(OSError):
                 os.ftruncate(fd, 0)

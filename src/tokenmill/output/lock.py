@@ -42,8 +42,9 @@ class DirLock:
             raise output_error(exc, "locking", self.path) from exc
         if not locked:
             log.warning(
-                "%s cannot be locked on this filesystem: make sure only one tokenmill run writes there",
+                "%s cannot be locked on this filesystem (%s): make sure only one tokenmill run writes there",
                 self.path.parent,
+                self._lock.unlocked,
             )
 
     def release(self) -> None:
