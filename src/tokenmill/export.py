@@ -37,6 +37,7 @@ from typing import Any, Literal
 import orjson
 
 from tokenmill.errors import ConfigError, OutputError
+from tokenmill.fsio import atomic_file
 from tokenmill.quality.corpus import DuplicateFinder, answer_chars, record_quality, selected
 from tokenmill.quality.samples import SampleGroups
 from tokenmill.records import Message
@@ -309,21 +310,15 @@ def export(target: str | Path, dest: Path, opts: ExportOptions) -> ExportCounts:
         )
     corpus = open_corpus(target)
     counts = ExportCounts(source=corpus.shown, failed=corpus.failed, remote_note=corpus.remote_note)
-    tmp = dest.with_name(dest.name + ".tmp")
     try:
         dest.parent.mkdir(parents=True, exist_ok=True)
         if opts.format in ("parquet", "hf"):
             _write_table(corpus, dest, opts, counts)
         else:
-            try:
-                with tmp.open("wb") as fh:
-                    for row in _jsonl_rows(corpus, opts, counts):
-                        fh.write(orjson.dumps(row, option=orjson.OPT_APPEND_NEWLINE))
+            with atomic_file(dest) as fh:
+                for row in _jsonl_rows(corpus, opts, counts):
+                    fh.write(orjson.dumps(row, option=orjson.OPT_APPEND_NEWLINE))
                 _refuse_empty(counts, opts, dest)
-            except BaseException:
-                tmp.unlink(missing_ok=True)
-                raise
-            tmp.replace(dest)
         counts_path(dest).write_bytes(orjson.dumps(counts.as_dict(), option=orjson.OPT_INDENT_2))
     except OSError as exc:
         raise OutputError(f"cannot write {dest}: {exc.strerror or exc}") from exc

@@ -4,7 +4,7 @@ functions, under TYPE_CHECKING), so a cycle cannot hide behind a late import.
 Package tiers, bottom up (a package imports only from tiers below it, or from the packages listed before it in its
 own tier):
 
-    foundations   errors, config, records, fmt, logs (and the package root)
+    foundations   errors, config, records, fmt, logs, fsio, histogram (and the package root)
     inputs/outputs sources, backends, output, storage, planner
     watching      sim, monitor, quality, tokens
     diagnosis     doctor
@@ -25,7 +25,7 @@ import pytest
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 TIERS: tuple[tuple[str, ...], ...] = (
-    ("tokenmill", "errors", "config", "records", "fmt", "logs"),
+    ("tokenmill", "errors", "config", "records", "fmt", "logs", "fsio", "histogram"),
     ("sources", "backends", "output", "storage", "planner"),
     ("sim", "monitor", "quality", "tokens"),
     ("doctor",),

@@ -15,7 +15,8 @@ from tests.unit.test_dispatch import ScriptedBackend, Sink, prompts, retry
 
 from tokenmill.config import JobSpec
 from tokenmill.errors import TransientError
-from tokenmill.monitor.client import ClientMetrics, Histogram
+from tokenmill.histogram import Histogram
+from tokenmill.monitor.client import ClientMetrics
 from tokenmill.monitor.events import EVENT_FORMAT, EVENTS_FILE, EventLog, last_events, read_events
 from tokenmill.monitor.fleet import ServerView
 from tokenmill.monitor.info import parse_server_info

@@ -270,5 +270,5 @@ def test_a_filesystem_without_locks_still_works_with_a_warning(
     out.open()
     out.write(completion(0))
     out.close(seal=True)
-    assert "cannot be locked on this filesystem" in caplog.text
+    assert "cannot be locked on this filesystem (No locks available)" in caplog.text
     assert verify(tmp_path, ["p0"]).ok

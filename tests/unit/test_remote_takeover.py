@@ -178,7 +178,9 @@ def test_a_fresh_directory_refuses_another_jobs_prefix(tmp_path: Path) -> None:
     one_run(make_job(tmp_path, tmp_path / "a"), ids(0, 10))
     other = make_job(tmp_path, tmp_path / "b")
     other = other.model_copy(update={"sampling": other.sampling.model_copy(update={"temperature": 0.1})})
-    with pytest.raises(ConfigError, match=r"holds another job's output .*sampling.*--allow-changed-job"):
+    refusal = r"holds output of a different job \(changed: sampling: sampling.temperature 0.7 -> 0.1\)"
+    refusal += r".*another output.remote, or pass --allow-changed-job"
+    with pytest.raises(ConfigError, match=refusal):  # the same refusal, and detail, as a local directory's
         one_run(other, ids(0, 10))
 
 

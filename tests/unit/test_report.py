@@ -10,7 +10,8 @@ import orjson
 import pytest
 
 from tokenmill.errors import OutputError
-from tokenmill.monitor.client import OUTPUT_LEN_BUCKETS, Histogram
+from tokenmill.histogram import Histogram
+from tokenmill.monitor.client import OUTPUT_LEN_BUCKETS
 from tokenmill.monitor.events import EVENT_FORMAT, EVENTS_FILE, EventLog
 from tokenmill.monitor.snapshot import RecordedVerdict, ServerRow, Snapshot
 from tokenmill.report import build_report, load

@@ -11,7 +11,8 @@ import pytest
 from tokenmill.config import DoctorSpec, JobSpec
 from tokenmill.doctor import ClientObs, Observation, diagnose
 from tokenmill.doctor.advice import suggested_max_tokens
-from tokenmill.monitor.client import OUTPUT_LEN_BUCKETS, ClientMetrics, Histogram
+from tokenmill.histogram import Histogram
+from tokenmill.monitor.client import OUTPUT_LEN_BUCKETS, ClientMetrics
 from tokenmill.monitor.snapshot import Snapshot, status_line
 from tokenmill.planner.plan import Workload, train_cut
 from tokenmill.quality.corpus import inspect_records

@@ -13,11 +13,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import shlex
 import signal
 import sys
-import tempfile
 import types
 import typing
 from collections.abc import Sequence
@@ -30,6 +28,7 @@ from pydantic import BaseModel, ValidationError
 
 from tokenmill.config import FaultSpec, SimConfig, format_validation_error
 from tokenmill.errors import ConfigError
+from tokenmill.fsio import atomic_write
 
 _NESTED = {"faults": FaultSpec}
 _ENVVARS = {"api_key": "TOKENMILL_SIM_API_KEY"}
@@ -158,10 +157,7 @@ def _log_to_stderr(level: str) -> None:
 
 def _write_atomically(path: Path, text: str) -> None:
     try:
-        fd, tmp = tempfile.mkstemp(dir=path.parent or ".", prefix=f".{path.name}.")
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.replace(tmp, path)
+        atomic_write(path, text.encode())
     except OSError as exc:
         raise ConfigError(f"cannot write the port file {path}: {exc}") from exc
 

@@ -20,7 +20,8 @@ from typing import Any
 
 from tokenmill.config import DoctorSpec, MonitorSpec
 from tokenmill.doctor.model import ClientObs, ClientSide, Observation, ServerObs
-from tokenmill.monitor.client import TRUNCATED, Histogram
+from tokenmill.histogram import Histogram
+from tokenmill.monitor.client import TRUNCATED
 from tokenmill.monitor.events import EVENTS_FILE, last_events
 from tokenmill.monitor.fleet import FleetMonitor, ServerView
 

@@ -10,10 +10,7 @@ STATE_DIR/.lock                 held by the one supervisor using this directory
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import os
-import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -23,6 +20,7 @@ import orjson
 
 from tokenmill.config import FleetProfile
 from tokenmill.errors import ServerError
+from tokenmill.fsio import FileLock, LockHeld, atomic_write
 
 ENDPOINTS = "endpoints.txt"
 STATE = "state.json"
@@ -37,17 +35,9 @@ def server_log(state_dir: Path, index: int) -> Path:
 
 
 def write_json(path: Path, data: dict[str, Any]) -> None:
-    """Replace ``path`` atomically with ``data`` as JSON."""
+    """Replace ``path`` atomically and durably with ``data`` as JSON."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(orjson.dumps(data, option=orjson.OPT_INDENT_2))
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    atomic_write(path, orjson.dumps(data, option=orjson.OPT_INDENT_2), durable=True)
 
 
 def read_json(path: Path) -> dict[str, Any] | None:
@@ -118,26 +108,17 @@ class StateLock:
 
     def __init__(self, state_dir: Path) -> None:
         self.path = state_dir / LOCK
-        self._fd: int | None = None
+        self._lock = FileLock(self.path)
 
     def acquire(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
-            os.close(fd)
+            self._lock.acquire()
+        except LockHeld as held:
             raise ServerError(
-                f"a fleet already runs from {self.path.parent} (supervisor pid {holder or '?'}): stop it with "
+                f"a fleet already runs from {self.path.parent} (supervisor pid {held.holder or '?'}): stop it with "
                 "`tokenmill fleet down`, or give this fleet another state_dir"
             ) from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-        self._fd = fd
 
     def release(self) -> None:
-        if self._fd is not None:
-            fd, self._fd = self._fd, None
-            with contextlib.suppress(OSError):
-                os.close(fd)
+        self._lock.release()

@@ -1,4 +1,4 @@
-"""Durable file primitives for the output directory, with OS errors turned into :class:`OutputError`.
+"""The output directory's file primitives (:mod:`tokenmill.fsio`'s, durable), with OS errors as :class:`OutputError`.
 
 Every write goes through here so that a full disk, a permission problem or a read-only mount becomes one
 message that names the file and says what to do, and so that a failed append never leaves half a line
@@ -10,13 +10,11 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-import uuid
 from pathlib import Path
 
+from tokenmill import fsio
 from tokenmill.errors import OutputError
-
-# Filesystems that cannot fsync a directory say so with one of these; the rename is still atomic there.
-_DIR_SYNC_UNSUPPORTED = {errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EBADF, errno.EISDIR}
+from tokenmill.fsio import write_all
 
 
 def output_error(exc: OSError, action: str, path: Path) -> OutputError:
@@ -48,78 +46,30 @@ def output_error(exc: OSError, action: str, path: Path) -> OutputError:
     return err
 
 
-def write_all(fd: int, data: bytes | bytearray | memoryview) -> None:
-    """``os.write`` until every byte is written (short writes happen near a full disk)."""
-    view = memoryview(data)
-    while view:
-        n = os.write(fd, view)
-        view = view[n:]
-
-
 def fsync_dir(path: Path) -> None:
     """Make renames and new entries in directory ``path`` durable."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+        fsio.fsync_dir(path)
     except OSError as exc:
         raise output_error(exc, "syncing directory", path) from exc
-    try:
-        os.fsync(fd)
-    except OSError as exc:
-        if exc.errno not in _DIR_SYNC_UNSUPPORTED:
-            raise output_error(exc, "syncing directory", path) from exc
-    finally:
-        os.close(fd)
 
 
 def atomic_write(path: Path, data: bytes) -> None:
-    """Replace ``path`` with ``data``: write a sibling ``.tmp``, fsync it, rename it over, fsync the dir."""
-    tmp = path.with_name(path.name + ".tmp")
+    """Replace ``path`` with ``data``, durably (:func:`tokenmill.fsio.atomic_write`)."""
     try:
-        _write_synced(tmp, data, os.O_TRUNC)
-        os.replace(tmp, path)
+        fsio.atomic_write(path, data, durable=True)
     except OSError as exc:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
         raise output_error(exc, "writing", path) from exc
-    fsync_dir(path.parent)
 
 
 def atomic_create(path: Path, data: bytes) -> bool:
-    """Create ``path`` holding ``data`` unless it exists, atomically: several processes may try at once (the
-    partitions of one run sharing a directory) and exactly one wins. True when this call created it.
-
-    The data goes to a temporary file of this process's own, fsynced, then is hard-linked into place (a link
-    fails when the name exists); on a filesystem without hard links it is renamed into place instead."""
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
+    """Create ``path`` holding ``data`` unless it exists, atomically and durably: several processes may try at
+    once (the partitions of one run sharing a directory) and exactly one wins. True when this call created it
+    (:func:`tokenmill.fsio.create_file`)."""
     try:
-        _write_synced(tmp, data, os.O_EXCL)
-        try:
-            os.link(tmp, path)
-        except FileExistsError:
-            return False
-        except OSError as exc:
-            if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV, errno.EMLINK):
-                raise
-            if path.exists():
-                return False
-            os.replace(tmp, path)
-        fsync_dir(path.parent)
-        return True
+        return fsio.create_file(path, lambda fh: fh.write(data))
     except OSError as exc:
         raise output_error(exc, "writing", path) from exc
-    finally:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
-
-
-def _write_synced(path: Path, data: bytes, mode: int) -> None:
-    """Write ``data`` to a new file ``path`` (``mode``: os.O_TRUNC or os.O_EXCL) and fsync it; OSError escapes."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | mode | os.O_CLOEXEC, 0o644)
-    try:
-        write_all(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def cut(path: Path, size: int) -> None:

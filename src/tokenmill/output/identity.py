@@ -157,17 +157,25 @@ def _differences(record: dict[str, Any], job: JobSpec) -> str:
     return text
 
 
+def refuse_changed(record: dict[str, Any], job: JobSpec, where: str, instead: str) -> None:
+    """A :class:`ConfigError` when ``job`` is not the job of ``record`` (the one that wrote ``where``: an output
+    directory, a remote prefix), naming what changed and what to use ``instead``."""
+    changed = changed_fields(record, job)
+    if changed is None:
+        return
+    raise ConfigError(
+        f"{where} holds output of a different job (changed: {', '.join(changed) or 'unknown'}"
+        f"{_differences(record, job)}). Mixing them would make one corpus from two setups: use {instead}, or "
+        "pass --allow-changed-job if this is intended."
+    )
+
+
 def check_job_identity(out: Path, job: JobSpec, allow_changed: bool) -> str:
     """Record the job in ``OUT/job.json`` on the first run; refuse a different job later. Returns the job id."""
     old = read_record(out)
     if old is not None:
-        changed = changed_fields(old, job)
-        if changed is not None and not allow_changed:
-            raise ConfigError(
-                f"{out} holds output of a different job (changed: {', '.join(changed) or 'unknown'}"
-                f"{_differences(old, job)}). Mixing them would make one corpus from two setups: use a new "
-                "output.dir, or pass --allow-changed-job if this is intended."
-            )
+        if not allow_changed:
+            refuse_changed(old, job, str(out), "a new output.dir")
         return str(old.get("job_id", ""))
     record = create_record(out, new_record(job))
     return str(record["job_id"])

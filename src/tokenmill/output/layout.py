@@ -23,14 +23,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tokenmill.errors import OutputError
+from tokenmill.fsio import is_temporary
 
 MANIFEST = "manifest.jsonl"
 FAILED = "failed.jsonl"
 SKIPPED = "skipped.jsonl"
 OFFLOADED = "offloaded.jsonl"
 LOCK = ".lock"
-# What an interrupted atomic rewrite (tmp file + rename) can leave behind; safe to delete on open.
-LEFTOVERS = frozenset({MANIFEST + ".tmp", SKIPPED + ".tmp"})
 
 _SEALED = re.compile(r"completions_(?:p(\d{3,})_)?(\d{6,})\.jsonl")
 _OPEN = re.compile(r"completions_(?:p(\d{3,})_)?(\d{6,})\.jsonl\.open")
@@ -83,9 +82,10 @@ class Names:
     def lock(self) -> str:
         return LOCK if self.partition is None else f"{LOCK}.p{self.partition:03d}"
 
-    @property
-    def leftovers(self) -> frozenset[str]:
-        return frozenset({self.manifest + ".tmp", self.skipped + ".tmp"})
+    def leftover(self, name: str) -> bool:
+        """Whether ``name`` is what an interrupted atomic rewrite (tmp file + rename) of one of this writer's files
+        leaves behind; safe to delete on open."""
+        return any(is_temporary(name, of) for of in (self.manifest, self.failed, self.skipped))
 
 
 def archived_failed_name(n: int) -> str:
@@ -143,5 +143,5 @@ def _classify(entry: os.DirEntry[str], listing: Listing, names: Names) -> None:
         listing.partitions.add(int(m.group(1)))
     elif names.partition is None and (m := _ARCHIVED.fullmatch(name)):
         listing.archived_failed.append(int(m.group(1)))
-    elif name in names.leftovers:
+    elif names.leftover(name):
         listing.leftovers.append(name)

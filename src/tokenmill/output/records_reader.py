@@ -5,7 +5,7 @@ Only whole lines count: a torn last line of the open shard (a write cut short) i
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,28 +27,36 @@ def shard_paths(root: Path) -> list[Path]:
     return paths
 
 
-def _lines(path: Path) -> Iterator[tuple[int, bytes]]:
+def _lines(path: Path) -> Iterator[bytes]:
+    """The whole lines of ``path`` (a torn last line, a write cut short, is not one)."""
     try:
         with path.open("rb") as fh:
-            for lineno, line in enumerate(fh, 1):
+            for line in fh:
                 if line.endswith(b"\n"):
-                    yield lineno, line
+                    yield line
     except OSError as exc:
         raise OutputError(f"cannot read {path}: {exc.strerror or exc}") from exc
 
 
-def iter_file(path: Path) -> Iterator[dict[str, Any]]:
-    """The records of one JSONL file of the output (whole lines only; none when it does not exist); a bad line
-    names file and line."""
-    if not path.exists():
-        return
-    for lineno, line in _lines(path):
+def iter_jsonl(lines: Iterable[bytes], where: str) -> Iterator[dict[str, Any]]:
+    """The records of whole JSONL ``lines`` (blank ones skipped): a line that is not a JSON object is an
+    :class:`OutputError` naming ``where`` (a file or an object) and the line."""
+    for lineno, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
         try:
             obj = orjson.loads(line)
         except ValueError as exc:
-            raise OutputError(f"{path}:{lineno} is not valid JSON ({exc}); run `tokenmill verify`") from exc
-        if isinstance(obj, dict):
-            yield obj
+            raise OutputError(f"{where}:{lineno} is not valid JSON ({exc}); run `tokenmill verify`") from exc
+        if not isinstance(obj, dict):
+            raise OutputError(f"{where}:{lineno} is not a record; run `tokenmill verify`")
+        yield obj
+
+
+def iter_file(path: Path) -> Iterator[dict[str, Any]]:
+    """The records of one JSONL file of the output (whole lines only; none when it does not exist)."""
+    if path.exists():
+        yield from iter_jsonl(_lines(path), str(path))
 
 
 def iter_records(root: Path, failed: bool = False) -> Iterator[dict[str, Any]]:

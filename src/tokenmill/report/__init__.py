@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from tokenmill.errors import OutputError
+from tokenmill.fsio import atomic_write
 from tokenmill.quality.corpus import CorpusQuality, inspect_output
 from tokenmill.report.data import RunData, load
 from tokenmill.report.html import render
@@ -46,9 +47,7 @@ def build_report(
         png_dir.mkdir(parents=True, exist_ok=True)
         for name, _, png in [*figures, *quality_pngs]:
             (png_dir / f"{name}.png").write_bytes(png)
-        tmp = html_path.with_suffix(".html.tmp")
-        tmp.write_text(render(data, figures, quality_html), encoding="utf-8")
-        tmp.replace(html_path)
+        atomic_write(html_path, render(data, figures, quality_html).encode("utf-8"))
     except OSError as exc:
         raise OutputError(f"cannot write the report to {html_path}: {exc.strerror or exc}") from exc
     return html_path

@@ -14,7 +14,7 @@ from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from tokenmill.monitor.client import Histogram
+from tokenmill.histogram import Histogram
 from tokenmill.report.data import RunData
 
 MAX_LINES = 12

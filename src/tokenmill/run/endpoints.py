@@ -17,15 +17,13 @@ valid plain ``servers_file`` for a run that does not follow it.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-import os
-import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Protocol
 
 from tokenmill.config.servers import Endpoint, Mark, parse_servers
+from tokenmill.fsio import atomic_write
 
 log = logging.getLogger("tokenmill.fleet")
 
@@ -50,15 +48,7 @@ def parse(text: str) -> list[Endpoint]:
 def write(path: Path, endpoints: Iterable[Endpoint]) -> None:
     """Replace the file atomically (a reader sees the old or the new list, never half of one)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(render(endpoints))
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    atomic_write(path, render(endpoints).encode())
 
 
 def read(path: Path) -> list[Endpoint] | None:

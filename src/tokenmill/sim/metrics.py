@@ -11,12 +11,13 @@ server by tests/conformance): scheduler metrics carry ``engine_type``, ``model_n
 from __future__ import annotations
 
 import os
-from bisect import bisect_left
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+
+from tokenmill import histogram
 
 if TYPE_CHECKING:
     from tokenmill.sim.scheduler import SchedulerSnapshot, Timing
@@ -35,20 +36,8 @@ QUEUE_BUCKETS = (
 )  # fmt: skip
 
 
-class Histogram:
-    """Bucket counts and a sum; observing is one bisect."""
-
-    def __init__(self, bounds: Sequence[float]) -> None:
-        self.bounds = tuple(float(b) for b in bounds)
-        self.counts = [0] * (len(self.bounds) + 1)
-        self.total = 0.0
-        self.count = 0
-
-    def observe(self, value: float, n: int = 1) -> None:
-        """Record ``n`` observations of ``value`` (``sum`` grows by ``value * n``)."""
-        self.counts[bisect_left(self.bounds, value)] += n
-        self.total += value * n
-        self.count += n
+class Histogram(histogram.Histogram):
+    """The shared histogram, exposed as a Prometheus metric family."""
 
     def family(self, name: str, doc: str, labels: Mapping[str, str]) -> HistogramMetricFamily:
         fam = HistogramMetricFamily(name, doc, labels=list(labels))

@@ -25,16 +25,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import orjson
-
 from tokenmill.errors import OutputError, StoreError
 from tokenmill.output import layout, manifest, offload
 from tokenmill.output.identity import read_record
-from tokenmill.output.records_reader import iter_file
+from tokenmill.output.records_reader import iter_file, iter_jsonl
 from tokenmill.output.rounds import merge_live, rounds
 from tokenmill.output.scan import scan_bytes
 from tokenmill.storage.prefix import DIR, MANIFEST, RemoteManifest, manifest_writers, shard_of, writer_manifest
-from tokenmill.storage.records import round_prefixes
+from tokenmill.storage.rounds import round_prefixes
 from tokenmill.storage.store import Store, display_url
 from tokenmill.storage.verify import remote_target
 
@@ -378,16 +376,4 @@ def _local_lines(ref: ShardRef) -> Iterator[dict[str, Any]]:
 
 
 def _data_lines(data: bytes, where: str) -> Iterator[dict[str, Any]]:
-    for lineno, line in enumerate(data.split(b"\n"), 1):
-        if line:
-            yield _decode(line, where, lineno)
-
-
-def _decode(line: bytes, where: str, lineno: int) -> dict[str, Any]:
-    try:
-        obj = orjson.loads(line)
-    except ValueError as exc:
-        raise OutputError(f"{where}:{lineno} is not valid JSON ({exc}); run `tokenmill verify`") from exc
-    if not isinstance(obj, dict):
-        raise OutputError(f"{where}:{lineno} is not a record; run `tokenmill verify`")
-    return obj
+    return iter_jsonl(data.split(b"\n"), where)

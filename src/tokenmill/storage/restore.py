@@ -29,13 +29,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from tokenmill.config import JobSpec, UploadSpec, backoff
-from tokenmill.errors import ConfigError, StoreConflict, StoreUnavailable
+from tokenmill.config import JobSpec
+from tokenmill.errors import StoreConflict, StoreUnavailable
 from tokenmill.output import layout, manifest, offload
-from tokenmill.output.identity import changed_fields, create_record, job_with_ids, new_record, read_record
+from tokenmill.output.identity import create_record, job_with_ids, new_record, read_record, refuse_changed
 from tokenmill.output.takeover import TakenOver, holds_records, take_over
 from tokenmill.storage.prefix import RemoteManifest, claim, read_claim, shard_of
 from tokenmill.storage.readback import RemoteState, read_remote, repair
+from tokenmill.storage.retry import Clock, retry_until
 from tokenmill.storage.store import Store
 
 log = logging.getLogger("tokenmill.storage.restore")
@@ -68,18 +69,24 @@ def prepare_remote(
     allow_existing: bool = False,
     repair_remote: bool = False,
     store: Store | None = None,
-    clock: Callable[[], float] = time.monotonic,
+    clock: Clock = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
 ) -> RemoteStart:
     """Run the remote stage for the writer ``partition`` of ``out`` (locked by the caller). ``job`` has its ids'
-    source decided, ``original`` is the job as given (for a source the owning record decides)."""
+    source decided, ``original`` is the job as given (for a source the owning record decides); the store is
+    retried on ``clock`` until ``upload.start_wait_s`` has passed."""
     spec = job.output
     assert spec.remote is not None
     store = store or Store(spec.remote, spec.storage_options)
     fresh = not holds_records(out, partition)
     local = read_record(out)
     deadline = clock() + spec.upload.start_wait_s
+
+    def retrying(fn: Callable[[], T]) -> T:
+        return retry_until(fn, spec.upload, clock=clock, sleep=sleep, deadline=deadline)
+
     try:
-        found = _retrying(lambda: read_claim(store), deadline, spec.upload, clock)
+        found = retrying(lambda: read_claim(store))
     except StoreUnavailable as exc:
         return _unreachable(store, job, local, fresh, partition, exc)
     record, job = _owner(out, store, found, local, job, original, allow_changed, allow_existing)
@@ -87,7 +94,7 @@ def prepare_remote(
         create_record(out, record)
     start = RemoteStart(store, job, reachable=True, job_id=str(record["job_id"]))
     resolve: Callable[[int | None], bool] = lambda w: fresh or w != partition  # noqa: E731
-    state = _retrying(lambda: read_remote(store, resolve), deadline, spec.upload, clock)
+    state = retrying(lambda: read_remote(store, resolve))
     if state.problems and repair_remote:
         start.repaired = repair(state)
         state = read_remote(store, resolve)
@@ -143,13 +150,8 @@ def _owner(
                     "output.remote prefix"
                 )
             adopted = job_with_ids(original, record=record)
-            changed = changed_fields(record, adopted)
-            if changed is not None and not allow_changed:
-                raise ConfigError(
-                    f"{store.shown} holds another job's output (changed: {', '.join(changed) or 'unknown'}). "
-                    "Mixing them would make one corpus from two setups: use another output.remote, or pass "
-                    "--allow-changed-job if this is intended."
-                )
+            if not allow_changed:
+                refuse_changed(record, adopted, store.shown, "another output.remote")
             return record, adopted
         record = local if local is not None else new_record(job)
         try:
@@ -210,17 +212,3 @@ def _unreachable(
             "the local output",
         )
     return RemoteStart(store, job, reachable=False, job_id=job_id)
-
-
-def _retrying(fn: Callable[[], T], deadline: float, up: UploadSpec, clock: Callable[[], float]) -> T:
-    """Call ``fn`` until it succeeds; a StoreUnavailable is retried with backoff until ``deadline``."""
-    failures = 0
-    while True:
-        try:
-            return fn()
-        except StoreUnavailable:
-            failures += 1
-            now = clock()
-            if now >= deadline:
-                raise
-            time.sleep(min(backoff(failures, up.backoff_base_s, up.backoff_max_s), max(0.0, deadline - now)))

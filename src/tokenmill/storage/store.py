@@ -8,10 +8,14 @@ names that cannot climb out of it; every foreign exception becomes a :class:`Sto
 Writes never replace an object blindly:
 - :meth:`Store.put_file_if_absent` / :meth:`Store.put_bytes_if_absent` create an object only where none
   exists. On S3 this is a conditional put (``If-None-Match: *``, atomic); on a local path a temporary file
-  hard-linked into place (atomic, and a killed copy never leaves a partial object); on other stores an
-  existence check right before the put.
+  fsynced and hard-linked into place (atomic, and a killed copy never leaves a partial object); on other
+  stores an existence check right before the put.
 - :meth:`Store.replace_bytes` overwrites an object only while it still has the tag read before (on S3
-  ``If-Match`` on the ETag), so a concurrent writer is detected instead of overwritten.
+  ``If-Match`` on the ETag), so a concurrent writer is detected instead of overwritten; on a local path it is
+  :func:`tokenmill.fsio.atomic_write`, durable.
+
+How a store does each is its write strategy, picked once from its protocol in
+:data:`tokenmill.storage.writes.WRITES` (one table).
 
 Credentials come from the environment or the store's own credential chain (``AWS_*`` variables, profiles,
 instance roles, ``GOOGLE_APPLICATION_CREDENTIALS``, ...). ``storage_options`` go to fsspec unchanged: e.g.
@@ -26,14 +30,13 @@ import hashlib
 import logging
 import os
 import re
-import shutil
-import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO, TypeVar
+from typing import Any, TypeVar
 
 from tokenmill.errors import StoreConflict, StoreError, StoreUnavailable
+from tokenmill.storage.writes import LOCAL_TMP, Changed, LocalWrites, writes_for
 
 T = TypeVar("T")
 
@@ -44,7 +47,6 @@ _SEGMENT = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]*")
 # Modules whose exceptions mean "the store failed" (as opposed to a bug in the caller).
 _FOREIGN = ("botocore", "aiobotocore", "aiohttp", "urllib3", "requests", "s3fs", "gcsfs", "adlfs", "azure", "google")
 _READ_BLOCK = 1 << 20
-_LOCAL_TMP = ".tokenmill-part-"  # prefix of the temporary files of a local put (cleaned by remove_partials)
 
 Hook = Callable[[str, str], None]
 
@@ -109,13 +111,13 @@ class Store:
         if isinstance(loop, asyncio.AbstractEventLoop):
             loop.set_exception_handler(_quiet_lost_connections)
         protocols = self._fs.protocol if isinstance(self._fs.protocol, tuple) else (self._fs.protocol,)
-        self._s3 = "s3" in protocols
-        self._local = "file" in protocols or "local" in protocols
+        self._writes = writes_for(protocols)(self._fs)
+        self._local = isinstance(self._writes, LocalWrites)
 
     @property
     def conditional(self) -> bool:
         """True when puts are atomic create-if-absent on this store (S3, local); else check-then-put."""
-        return self._s3 or self._local
+        return self._writes.atomic
 
     def where(self, name: str) -> str:
         """The full URL of ``name`` (for messages)."""
@@ -138,7 +140,7 @@ class Store:
                 rel = str(path)[len(self._root) :].lstrip("/")
                 if not rel or info.get("type", "file") == "directory":
                     continue
-                if partials or not rel.rsplit("/", 1)[-1].startswith(_LOCAL_TMP):
+                if partials or not rel.rsplit("/", 1)[-1].startswith(LOCAL_TMP):
                     out[rel] = int(info.get("size") or 0)
             return out
 
@@ -164,7 +166,7 @@ class Store:
             path = self._path(name)
             self._fs.invalidate_cache(path)
             try:
-                tag = self._fs.info(path).get("ETag") if self._s3 else None
+                tag = self._fs.info(path).get("ETag") if self._writes.tags else None
                 data = self._fs.cat_file(path)
             except FileNotFoundError:
                 return None
@@ -204,41 +206,23 @@ class Store:
 
     def put_file_if_absent(self, local: Path, name: str) -> bool:
         """Upload ``local`` as ``name`` unless an object is already there. True when it was written."""
-        path = self._path(name)
-        if self._local:
-            return self._call("put", name, lambda: _link_into_place(Path(path), lambda fh: _copy_from(local, fh)))
-        if self._s3:
-            return self._call("put", name, lambda: _created(lambda: self._fs.put_file(str(local), path, mode="create")))
-        return self._call("put", name, lambda: self._check_then(path, lambda: self._fs.put_file(str(local), path)))
+        return self._call("put", name, lambda: self._writes.put_file(local, self._path(name)))
 
     def put_bytes_if_absent(self, name: str, data: bytes) -> bool:
         """Create ``name`` holding ``data`` unless an object is already there. True when it was written."""
-        path = self._path(name)
-        if self._local:
-            return self._call("put", name, lambda: _link_into_place(Path(path), lambda fh: fh.write(data)))
-        if self._s3:
-            return self._call("put", name, lambda: _created(lambda: self._fs.pipe_file(path, data, mode="create")))
-        return self._call("put", name, lambda: self._check_then(path, lambda: self._fs.pipe_file(path, data)))
+        return self._call("put", name, lambda: self._writes.put_bytes(self._path(name), data))
 
     def replace_bytes(self, name: str, data: bytes, tag: str | None) -> None:
         """Overwrite ``name`` with ``data``, on S3 only while its ETag is still ``tag``."""
-        path = self._path(name)
 
         def run() -> None:
-            if self._local:
-                _replace_local(Path(path), data)
-            elif self._s3 and tag:
-                try:
-                    self._fs.pipe_file(path, data, IfMatch=tag)
-                except OSError as exc:
-                    if "pre-condition" in str(exc) or "precondition" in str(exc).lower():
-                        raise StoreConflict(
-                            f"{self.where(name)} was changed by someone else while this job was updating it: "
-                            "another job writes to the same prefix. Stop it, or use another output.remote."
-                        ) from exc
-                    raise
-            else:
-                self._fs.pipe_file(path, data)
+            try:
+                self._writes.replace(self._path(name), data, tag)
+            except Changed as exc:
+                raise StoreConflict(
+                    f"{self.where(name)} was changed by someone else while this job was updating it: "
+                    "another job writes to the same prefix. Stop it, or use another output.remote."
+                ) from exc.__cause__
 
         self._call("put", name, run)
 
@@ -257,7 +241,7 @@ class Store:
             return 0
         removed = 0
         for rel in self.list(partials=True):
-            if rel.rsplit("/", 1)[-1].startswith(_LOCAL_TMP):
+            if rel.rsplit("/", 1)[-1].startswith(LOCAL_TMP):
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(f"{self._root}/{rel}")
                     removed += 1
@@ -267,12 +251,6 @@ class Store:
 
     def _path(self, name: str) -> str:
         return f"{self._root}/{check_name(name)}" if self._root else check_name(name)
-
-    def _check_then(self, path: str, put: Callable[[], object]) -> bool:
-        if self._fs.exists(path):
-            return False
-        put()
-        return True
 
     def _call(self, op: str, name: str, fn: Callable[[], T]) -> T:
         """Run one remote operation, translating whatever the store raises."""
@@ -317,49 +295,3 @@ def _reason(exc: BaseException) -> str:
 
 def _is_foreign(exc: BaseException) -> bool:
     return any(cls.__module__.split(".", 1)[0] in _FOREIGN for cls in type(exc).__mro__)
-
-
-def _created(put: Callable[[], object]) -> bool:
-    try:
-        put()
-    except FileExistsError:
-        return False
-    return True
-
-
-def _copy_from(local: Path, fh: BinaryIO) -> None:
-    with local.open("rb") as src:
-        shutil.copyfileobj(src, fh, _READ_BLOCK)
-
-
-def _link_into_place(path: Path, write: Callable[[BinaryIO], object]) -> bool:
-    """Write a temporary sibling, then hard-link it to ``path``: atomic, and never replaces ``path``."""
-    if path.exists():
-        return False
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with _temporary(path, write) as tmp:
-        try:
-            os.link(tmp, path)
-        except FileExistsError:
-            return False
-    return True
-
-
-def _replace_local(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with _temporary(path, lambda fh: fh.write(data)) as tmp:
-        os.replace(tmp, path)
-
-
-@contextlib.contextmanager
-def _temporary(path: Path, write: Callable[[BinaryIO], object]) -> Iterator[Path]:
-    tmp = path.with_name(f"{_LOCAL_TMP}{path.name}.{uuid.uuid4().hex[:12]}")
-    try:
-        with tmp.open("wb") as fh:
-            write(fh)
-            fh.flush()
-            os.fsync(fh.fileno())
-        yield tmp
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            tmp.unlink()

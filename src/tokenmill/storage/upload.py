@@ -5,19 +5,17 @@ hands it shards through :meth:`Uploader.enqueue` (the ``on_seal`` callback), whi
 It uploads one writer's files: the default writer's, or one partition's (see :mod:`tokenmill.storage.prefix`).
 
 The worker's life, in order:
-1. claim the prefix (:func:`tokenmill.storage.prefix.claim`): refuse another job's prefix, or foreign objects
-   unless ``--allow-existing-prefix``; create the writer's remote manifest before any shard;
+1. claim the prefix (:class:`~tokenmill.storage.ledger.RemoteLedger`): refuse another job's prefix, or foreign
+   objects unless ``--allow-existing-prefix``; create the writer's remote manifest before any shard;
 2. reconcile: every shard in the local manifest that the remote manifest does not list with the same
    sha256 (or whose object is gone) is queued, so a resumed run uploads exactly what is missing;
 3. upload queued shards oldest first with put-if-absent; when an object is already there, its content is
    compared (sha256) and it is adopted when equal, reported and left alone when not (a shard that lives at
    the remote only, taken over or offloaded, is adopted the same way);
-4. rewrite the remote manifest after shards, at most every ``manifest_interval_s`` (long runs would
-   otherwise rewrite an ever larger manifest after every shard), so it never lists a shard that is not
-   there and lags the uploads by at most that interval; the manifest lines of the new shards (their ids) go
-   first into an index segment (:mod:`tokenmill.storage.index`) that the manifest then lists;
+4. rewrite the remote manifest after shards, at most every ``manifest_interval_s``, its new shards' ids first
+   in an index segment (the ledger), so it never lists a shard that is not there;
 5. copy the other records (``sides``: failures, skips, the event log, job.json) under ``_tokenmill/`` as they
-   grow, at most every ``side_interval_s``;
+   grow, at most every ``side_interval_s`` (:class:`~tokenmill.storage.sides.SideCopier`);
 6. at the end (:meth:`Uploader.finish`): drain the queue for up to ``drain_timeout_s``, write the manifest and
    the other records, and, when the run finished and every shard is up, mark it complete
    (:mod:`tokenmill.storage.complete`): ``_SUCCESS`` last, or a partition's done marker (unless ``success`` is
@@ -29,38 +27,34 @@ shards of this directory that it lacks stop the start unless the run was asked t
 job's ``_SUCCESS`` is withdrawn (a warning says so) before its first new shard goes up, and written again at the
 end. A rerun with nothing new leaves it as it is.
 
-A store error is retried with exponential backoff for as long as the run goes on (a store can be down for
-hours during a run of days); only the end of the run puts a deadline on it. Nothing here can stop the run:
-the local output stays the source of truth, and rerunning the same command uploads whatever is missing.
+A store error is retried with exponential backoff (:mod:`tokenmill.storage.retry`) for as long as the run goes on
+(a store can be down for hours during a run of days); only the end of the run puts a deadline on it. Nothing here
+can stop the run: the local output stays the source of truth, and rerunning the same command uploads whatever is
+missing.
 """
 
 from __future__ import annotations
 
 import asyncio
-import builtins
 import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
-from tokenmill.config import OutputSpec, backoff
+from tokenmill.config import OutputSpec
 from tokenmill.errors import StoreConflict, StoreError, StoreUnavailable
-from tokenmill.output import SealedShard, layout, manifest, offload
-from tokenmill.storage import complete, index
-from tokenmill.storage.prefix import (
-    MARKER,
-    RemoteManifest,
-    RemoteShard,
-    claim,
-    done_marker,
-    index_name,
-    side_name,
-    writer_manifest,
-)
+from tokenmill.output import SealedShard, manifest
+from tokenmill.storage.ledger import RemoteLedger
+from tokenmill.storage.prefix import MARKER
+from tokenmill.storage.put import put_shard
+from tokenmill.storage.retry import Clock, retry_until
+from tokenmill.storage.sides import SideCopier
+from tokenmill.storage.status import UploadStatus
 from tokenmill.storage.store import Store
+
+__all__ = ["UploadStatus", "Uploader"]
 
 log = logging.getLogger("tokenmill.storage.upload")
 
@@ -69,79 +63,6 @@ T = TypeVar("T")
 
 class _Stopped(Exception):
     """The worker was told to stop (abort, or the end-of-run deadline passed) while waiting to retry."""
-
-
-@dataclass(frozen=True, slots=True)
-class LocalShard:
-    """A sealed local shard to upload."""
-
-    name: str
-    path: Path
-    count: int
-    bytes: int
-    sha256: str
-    line: builtins.bytes = b""  # its local manifest line (ids included), for the remote index
-
-
-@dataclass(slots=True)
-class UploadStatus:
-    """Where the upload stands (a copy; safe to read from any thread)."""
-
-    remote: str
-    local_shards: int = 0  # sealed shards the uploader knows of
-    uploaded: int = 0  # shards this run put
-    already: int = 0  # shards found remote with the same content
-    pending: int = 0
-    pending_bytes: int = 0  # bytes of the pending shards
-    oldest_pending_s: float | None = None  # how long the oldest pending shard has waited (None: none waits)
-    failing: bool = False  # the store's last operation failed and is being retried (last_error says why)
-    conflicts: dict[str, str] = field(default_factory=dict)  # shard -> why it is not uploaded
-    bytes: int = 0  # bytes this run put
-    put_seconds: float = 0.0  # time spent in those puts
-    retries: int = 0
-    deleted: int = 0  # local shards deleted after a verified upload
-    last_error: str | None = None
-    fatal: str | None = None  # the uploader gave up (prefix refused, or an unexpected failure)
-    marker: bool = False  # _SUCCESS is written (by this run, or by another partition before)
-    was_complete: bool = False  # the prefix held this job's _SUCCESS when the run started (a finished job)
-    reopened: bool = False  # this run withdrew that _SUCCESS to add new shards (asked for: --reopen, ...)
-    done_marker: bool = False  # a partition: its done marker is written
-    ready: bool = False  # the prefix was claimed and reconciled
-
-    @property
-    def complete(self) -> bool:
-        """Every known shard is in the remote prefix and listed in its manifest."""
-        return self.ready and not self.fatal and not self.conflicts and self.pending == 0
-
-    @property
-    def rate_mb_s(self) -> float:
-        """Upload throughput of this run's puts, in MB/s."""
-        return self.bytes / 1e6 / self.put_seconds if self.put_seconds > 0 else 0.0
-
-    def line(self) -> str:
-        """One status line for the end of a run."""
-        where = self.remote
-        moved = f"{self.uploaded} uploaded now, {self.bytes / 1e6:,.1f} MB at {self.rate_mb_s:,.1f} MB/s"
-        if self.complete:
-            kept = self.was_complete and not self.reopened
-            marker = ", _SUCCESS there since an earlier run (untouched)" if kept else ", _SUCCESS written"
-            tail = marker if self.marker else ", this partition marked done" if self.done_marker else ""
-            if self.deleted:
-                tail += f"; {self.deleted} local shard(s) deleted after a verified upload"
-            return (
-                f"upload: all {self.local_shards} shards are at {where} ({moved}; {self.already} already there){tail}"
-            )
-        if self.fatal:
-            return f"upload stopped: {self.fatal}"
-        missing = self.pending + len(self.conflicts)
-        lines = [f"upload incomplete: {missing} of {self.local_shards} shards are not at {where} ({moved})"]
-        for name, why in list(self.conflicts.items())[:5]:
-            lines.append(f"  {name}: {why}")
-        if self.pending:
-            if self.last_error:
-                lines.append(f"  last store error: {self.last_error}")
-            lines.append("  the local output is complete; rerun the same command to upload what is missing")
-        return "\n".join(lines)
 
 
 class Uploader:
@@ -167,11 +88,12 @@ class Uploader:
         sides: tuple[str, ...] = (),
         success: bool = True,
         reopen: str | None = None,
+        clock: Clock = time.monotonic,
     ) -> None:
         """``partition`` = (index, count): upload that partition's files; ``sides``: names of local files to copy
         under ``_tokenmill/`` as they grow (failures, skips, the event log, job.json, ...); ``success``: mark the
         prefix complete when the run finishes; ``reopen``: why this run may add shards to a job its prefix marks
-        finished (None: it may not)."""
+        finished (None: it may not); ``clock``: monotonic seconds, for every interval and deadline here."""
         if not spec.remote and store is None:
             raise StoreError("output.remote is not set")
         self.out_dir = Path(out_dir)
@@ -179,27 +101,19 @@ class Uploader:
         self.allow_existing = allow_existing_prefix
         self.store = store or Store(str(spec.remote), spec.storage_options)
         self.partition = partition
-        self.writer = partition[0] if partition is not None else None
-        self.names = layout.Names(self.writer)
-        self.head_name = writer_manifest(self.writer)
-        self.sides = sides
         self.success = success
         self.reopen = reopen
-        self._side_stamps: dict[str, tuple[int, int]] = {}
-        self._last_sides = float("-inf")
-        self._unindexed: dict[str, bytes] = {}  # manifest lines of shards the remote index does not hold yet
+        self._clock = clock
+        up = spec.upload
+        writer = partition[0] if partition is not None else None
+        self.ledger = RemoteLedger(self.store, self.out_dir, writer, self._retry, clock, up.manifest_interval_s)
+        self.sides = SideCopier(self.store, self.out_dir, sides, self._retry, clock, up.side_interval_s)
         self._cond = threading.Condition()
-        self._queue: list[LocalShard] = []
+        self._queue: list[SealedShard] = []
         self._known: set[str] = set()
-        self._queued_at: dict[str, float] = {}  # when each pending shard was first queued (monotonic)
-        self._status = UploadStatus(remote=self.store.shown)
+        self._queued_at: dict[str, float] = {}  # when each pending shard was first queued (on the clock)
+        self._status = UploadStatus(remote=self.store.shown)  # pending, failing: filled in by status()
         self._job_id = ""
-        self._manifest: RemoteManifest | None = None
-        self._tag: str | None = None
-        self._dirty = False
-        self._last_manifest = float("-inf")
-        self._done_seen = False  # this partition's done marker is at the prefix
-        self._complete = False  # this job's _SUCCESS is at the prefix
         self._finishing = False
         self._finished_run = False
         self._counts: dict[str, int] = {}
@@ -208,15 +122,13 @@ class Uploader:
         self._thread: threading.Thread | None = None
         self._failing = False
         self._settled = threading.Event()  # the prefix is claimed and reconciled, or refused
-        self._deletable: list[LocalShard] = []  # verified remote copies, deleted once the manifest lists them
 
     # -- the runner's side (event loop thread) -----------------------------------------------------------
 
     def enqueue(self, shard: SealedShard) -> None:
         """Queue a just-sealed shard (never blocks; the ``on_seal`` callback)."""
-        item = LocalShard(shard.name, shard.path, shard.count, shard.bytes, shard.sha256, shard.line)
         with self._cond:
-            self._add(item)
+            self._add(shard)
             self._cond.notify_all()
 
     def start(self, job_id: str) -> None:
@@ -246,7 +158,13 @@ class Uploader:
     def status(self) -> UploadStatus:
         """A snapshot of the upload status."""
         with self._cond:
-            return self._snapshot()
+            since = [self._queued_at[i.name] for i in self._queue if i.name in self._queued_at]
+            return self._status.copy(
+                pending=len(self._queue),
+                pending_bytes=sum(i.bytes for i in self._queue),
+                oldest_pending_s=max(0.0, self._clock() - min(since)) if since else None,
+                failing=self._failing,
+            )
 
     async def drain(self, finished: bool, counts: dict[str, int] | None = None) -> UploadStatus:
         """Wait (up to ``upload.drain_timeout_s``) for pending uploads, write the manifest and, when the run
@@ -282,7 +200,7 @@ class Uploader:
             self._finishing = True
             self._finished_run = finished
             self._counts = dict(counts or {})
-            self._deadline = time.monotonic() + self.spec.upload.drain_timeout_s
+            self._deadline = self._clock() + self.spec.upload.drain_timeout_s
             self._cond.notify_all()
 
     def abort(self) -> None:
@@ -321,81 +239,38 @@ class Uploader:
             self._status.fatal = message
 
     def _prepare(self) -> None:
-        claimed = self._retry("claim", lambda: claim(self.store, self._job_id, self.allow_existing))
-        if claimed.created:
-            log.info("claimed %s for job %s", self.store.shown, self._job_id)
-        if claimed.foreign:
-            log.info("%s holds %d object(s) of someone else; they are left alone", self.store.shown, claimed.foreign)
-        listing = self._retry("list", self.store.list)
-        self._retry("clean", self.store.remove_partials)
-        remote, self._tag = (claimed.manifest, claimed.tag) if self.writer is None else self._retry("read", self._head)
-        self._manifest = remote
-        self._done_seen = self.writer is not None and done_marker(self.writer) in listing
-        self._complete = MARKER in listing and self._retry("read", lambda: complete.is_ours(self.store, self._job_id))
-        local = manifest.read(self.out_dir / self.names.manifest).entries
-        if remote.shards and not remote.index:  # a manifest an earlier version wrote: index what it lists
-            self._unindexed = {n: e.encode() for n, e in local.items() if n in remote.shards}
-            self._dirty = bool(self._unindexed)
+        """Claim the prefix and queue every local shard it does not hold (reconciliation)."""
+        listing = self.ledger.open(self._job_id, self.allow_existing)
+        found = self.ledger.reconcile(manifest.read(self.out_dir / self.ledger.names.manifest).entries, listing)
         with self._cond:
             ahead = self._queue  # shards sealed before the prefix was ready
             self._queue, self._known = [], set()
-            self._status.local_shards = 0
-            for entry in sorted(local.values(), key=lambda e: e.shard):
-                path = self.out_dir / entry.shard
-                item = LocalShard(entry.shard, path, entry.count, entry.bytes, entry.sha256, entry.encode())
-                there = remote.shards.get(entry.shard)
-                if there is not None and there.sha256 == entry.sha256 and listing.get(entry.shard) == entry.bytes:
-                    self._known.add(entry.shard)
-                    self._status.local_shards += 1
-                    self._status.already += 1
-                elif there is not None and there.sha256 != entry.sha256:
-                    self._known.add(entry.shard)
-                    self._status.local_shards += 1
-                    self._conflict(entry.shard, "the remote manifest lists other content under this name")
-                else:
-                    self._add(item)
-            for item in ahead:
+            self._known.update(found.there, found.conflicting)
+            self._status.local_shards = len(found.there) + len(found.conflicting)
+            self._status.already += len(found.there)
+            for name in found.conflicting:
+                self._conflict(name, "the remote manifest lists other content under this name")
+            for item in [*found.missing, *ahead]:
                 self._add(item)
             self._status.ready = True
-            self._status.was_complete = self._complete
+            self._status.was_complete = self.ledger.complete
             queued = len(self._queue)
             new = sum(1 for item in self._queue if listing.get(item.name) != item.bytes)  # not there to adopt
-        if self._complete and new and self.reopen is None:
-            raise StoreConflict(
-                f"{self.store.where(MARKER)} says this job is finished, but {new} sealed shard(s) of {self.out_dir} "
-                "are not at the prefix (written by a run that did not upload, e.g. a trial, after the job was "
-                "finished). A finished job is not reopened silently: rerun with --reopen to add them "
-                f"({MARKER} is withdrawn until the job is done again)"
-            )
+        if self.reopen is None:
+            self.ledger.refuse_finished(new)
         self._settled.set()
         if queued:
             log.info("%d shard(s) to upload to %s", queued, self.store.shown)
-
-    def _head(self) -> tuple[RemoteManifest, str | None]:
-        """This partition's manifest, created (empty) when it has none yet."""
-        found = self.store.read(self.head_name)
-        if found is None:
-            self.store.put_bytes_if_absent(self.head_name, RemoteManifest(job_id=self._job_id).encode())
-            found = self.store.read(self.head_name)
-            if found is None:
-                raise StoreUnavailable(f"{self.store.where(self.head_name)} is not there right after it was written")
-        head = RemoteManifest.decode(found.data, self.store.where(self.head_name))
-        if head.job_id != self._job_id:
-            raise StoreConflict(
-                f"{self.store.where(self.head_name)} belongs to another job (job id {head.job_id}); this is job "
-                f"{self._job_id}: use another output.remote prefix"
-            )
-        return head, found.tag
 
     def _loop(self) -> None:
         while True:
             with self._cond:
                 while not self._queue and not self._finishing and not self._abort:
-                    due = self._manifest_due()
+                    due = self.ledger.due()
                     if due is not None and due <= 0:
                         break
                     self._cond.wait(due)
-                if self._abort or (self._deadline is not None and time.monotonic() >= self._deadline):
+                if self._abort or (self._deadline is not None and self._clock() >= self._deadline):
                     raise _Stopped
                 if not self._queue and self._finishing:
                     return
@@ -405,24 +280,17 @@ class Uploader:
                 with self._cond:
                     done = self._queue.pop(0)
                     self._queued_at.pop(done.name, None)
-            due = self._manifest_due()
+            due = self.ledger.due()
             if due is not None and due <= 0:
                 self._write_manifest()
-            if time.monotonic() - self._last_sides >= self.spec.upload.side_interval_s:
-                self._sync_sides()
-
-    def _manifest_due(self) -> float | None:
-        """Seconds until the remote manifest should be rewritten (<= 0: now), None when it is current."""
-        if not self._dirty:
-            return None
-        return self._last_manifest + self.spec.upload.manifest_interval_s - time.monotonic()
+            if self.sides.due():
+                self.sides.sync()
 
     def _final(self) -> None:
-        if self._dirty:
+        if self.ledger.dirty:
             self._write_manifest()
-        self._sync_sides()
-        status = self.status()
-        if not (self._finished_run and status.complete):
+        self.sides.sync()
+        if not (self._finished_run and self.status().complete):
             return
         if not self.success:
             log.info(
@@ -431,201 +299,59 @@ class Uploader:
                 self.store.shown,
                 MARKER,
             )
-            return
-        if self.partition is None:
-            wrote = self._retry("write", lambda: complete.write_success(self.store, self._job_id))
-            if wrote is None:
-                raise StoreConflict(
-                    f"{self.store.where(MARKER)} was not written by this job and is not replaced; every shard and "
-                    "the manifest are uploaded, but the prefix has no marker of this job"
-                )
+        elif self.partition is None:
+            self.ledger.write_success()
             with self._cond:
                 self._status.marker = True
-            if wrote == "kept":
-                log.info("%s is there already and left as it is (nothing new)", self.store.where(MARKER))
-            elif wrote == "corrected":
-                log.warning(
-                    "%s disagreed with the prefix's manifests and failure copies: rewritten with their totals",
-                    self.store.where(MARKER),
-                )
-            else:
-                log.info("wrote %s", self.store.where(MARKER))
-            return
-        index_, count = self.partition
-        whole = self._retry(
-            "write", lambda: complete.mark_done(self.store, self._job_id, index_, count, dict(self._counts))
-        )
-        with self._cond:
-            self._status.done_marker = True
-            self._status.marker = whole
-        log.info(
-            "partition %d of %d is done at %s%s",
-            index_,
-            count,
-            self.store.shown,
-            f"; every partition is: wrote {self.store.where(MARKER)}" if whole else "",
-        )
-
-    def _sync_sides(self) -> None:
-        """Copy each side file that changed since its last copy (our own objects: replaced unconditionally)."""
-        self._last_sides = time.monotonic()
-        for local in self.sides:
-            path = self.out_dir / local
-            try:
-                st = path.stat()
-            except FileNotFoundError:
-                continue
-            stamp = (st.st_size, st.st_mtime_ns)
-            if self._side_stamps.get(local) == stamp:
-                continue
-            try:
-                data = path.read_bytes()
-            except OSError as exc:
-                log.warning("cannot read %s to copy it to %s: %s", path, self.store.shown, exc)
-                continue
-            self._put_side(side_name(local), data)
-            self._side_stamps[local] = stamp
-
-    def _put_side(self, name: str, data: bytes) -> None:
-        self._retry("write", lambda: self.store.replace_bytes(name, data, None))
-
-    def _upload(self, item: LocalShard) -> None:
-        if not item.path.exists():
-            there = self._retry("read", lambda: self.store.sha256(item.name))
-            if there != item.sha256:
-                with self._cond:
-                    self._conflict(item.name, f"the local file {item.path} is gone and the remote holds no copy of it")
-                return
-            self._listed(item, wrote=False, took=0.0)  # it lives at the remote only (taken over): adopted
-            return
-        if self._complete and self.reopen is None:  # a new shard for a finished job: never added silently
-            if self._retry("read", lambda: self.store.sha256(item.name)) == item.sha256:
-                self._listed(item, wrote=False, took=0.0)  # it is there already: adopted, nothing is added
-                return
+        else:
+            whole = self.ledger.mark_done(self.partition, dict(self._counts))
             with self._cond:
-                self._conflict(
-                    item.name,
-                    f"{MARKER} says the job is finished, and it is not reopened silently: rerun with --reopen to add "
-                    "this shard",
-                )
-            return
-        self._withdraw_marker()
-        started = time.monotonic()
-        wrote = self._retry("upload", lambda: self.store.put_file_if_absent(item.path, item.name))
-        took = time.monotonic() - started
-        if not wrote:
-            there = self._retry("read", lambda: self.store.sha256(item.name))
-            if there != item.sha256:
-                with self._cond:
-                    self._conflict(item.name, "an object with other content is there; it was not overwritten")
-                return
-        if self.spec.delete_after_upload and not self._verified(item, None if wrote else item.sha256):
-            return
-        self._listed(item, wrote, took)
+                self._status.done_marker = True
+                self._status.marker = whole
 
-    def _listed(self, item: LocalShard, wrote: bool, took: float) -> None:
-        """``item`` is at the prefix: count it and list it in the next manifest (and index segment)."""
+    def _upload(self, item: SealedShard) -> None:
+        delete = self.spec.delete_after_upload
+        put = put_shard(
+            self.store,
+            item,
+            self._retry,
+            self._clock,
+            finished=self.ledger.complete and self.reopen is None,
+            verify=delete,
+            before_put=self._withdraw_markers,
+        )
         with self._cond:
-            if wrote:
+            if put.conflict is not None:
+                self._conflict(item.name, put.conflict)
+                return
+            if put.wrote:
                 self._status.uploaded += 1
                 self._status.bytes += item.bytes
-                self._status.put_seconds += took
+                self._status.put_seconds += put.took
             else:
                 self._status.already += 1
-        assert self._manifest is not None
-        self._manifest.shards[item.name] = RemoteShard(item.count, item.bytes, item.sha256)
-        self._unindexed[item.name] = item.line or self._line_of(item.name)
-        self._dirty = True
-        log.debug("uploaded %s (%d bytes, %.2f s)", item.name, item.bytes, took)
+        self.ledger.add(item, delete=delete and put.verified)
+        log.debug("uploaded %s (%d bytes, %.2f s)", item.name, item.bytes, put.took)
 
-    def _line_of(self, shard: str) -> bytes:
-        entry = manifest.read(self.out_dir / self.names.manifest).entries.get(shard)
-        return entry.encode() if entry is not None else b""
+    def _withdraw_markers(self) -> None:
+        if self.ledger.withdraw_markers(self.reopen):
+            with self._cond:
+                self._status.reopened = True
 
     def _write_manifest(self) -> None:
-        current = self._manifest
-        assert current is not None
-        self._write_index(current)
-
-        def put() -> None:
-            self.store.replace_bytes(self.head_name, current.encode(), self._tag)
-            found = self.store.read(self.head_name)
-            self._tag = found.tag if found else None
-
-        self._retry("write", put)
-        self._dirty = False
-        self._last_manifest = time.monotonic()
-        self._delete_local()
-
-    def _write_index(self, current: RemoteManifest) -> None:
-        """Put the manifest lines of the shards listed since the last segment into a new index segment (folding
-        every segment into one when the manifest lists :data:`~tokenmill.storage.index.FOLD_AT` of them)."""
-        lines = [line for _, line in sorted(self._unindexed.items()) if line]
-        if not lines:
-            self._unindexed = {}
-            return
-        if len(current.index) + 1 >= index.FOLD_AT:
-            entries = manifest.read(self.out_dir / self.names.manifest).entries
-            lines = [entries[n].encode() for n in sorted(current.shards) if n in entries]
-            current.index = []
-        data = index.encode(lines)
-        name = index_name(self.writer, data)
-        self._retry("write", lambda: self.store.put_bytes_if_absent(name, data))
-        if name not in current.index:
-            current.index.append(name)
-        self._unindexed = {}
-
-    def _verified(self, item: LocalShard, known_sha: str | None) -> bool:
-        """Read the remote copy back; queue the local shard for deletion when it is the same."""
-        there = known_sha or self._retry("read", lambda: self.store.sha256(item.name))
-        if there != item.sha256:
-            with self._cond:
-                self._conflict(item.name, "the uploaded object reads back with another sha256; the local shard is kept")
-            return False
-        self._deletable.append(item)
-        return True
-
-    def _delete_local(self) -> None:
-        """Delete local shards whose verified copies the remote manifest now lists (recorded first)."""
-        for item in self._deletable:
-            offload.record(self.out_dir, item.name, item.sha256, self.store.where(item.name))
-            item.path.unlink(missing_ok=True)
-            with self._cond:
-                self._status.deleted += 1
-        if self._deletable:
-            log.info("deleted %d local shard(s) after a verified upload", len(self._deletable))
-        self._deletable = []
-
-    def _withdraw_marker(self) -> None:
-        """New shards are coming: a partition's done marker goes down first; so does this job's ``_SUCCESS`` when
-        the run was asked to reopen the finished job (never otherwise: see :meth:`_upload`)."""
-        if self._done_seen:
-            writer = self.writer
-            assert writer is not None
-            if self._retry("delete", lambda: complete.withdraw_done(self.store, writer)):
-                log.info("withdrew %s until the new shards are uploaded", self.store.where(done_marker(writer)))
-            self._done_seen = False
-        if self._complete:
-            if self._retry("delete", lambda: complete.withdraw_success(self.store, self._job_id)):
-                log.warning(
-                    "REOPENED the finished job at %s (%s): withdrew %s; it is written again when the job is done",
-                    self.store.shown,
-                    self.reopen,
-                    self.store.where(MARKER),
-                )
-                with self._cond:
-                    self._status.reopened = True
-            self._complete = False
+        deleted = self.ledger.write()
+        with self._cond:
+            self._status.deleted += deleted
 
     # -- helpers (call with the lock held where noted) ---------------------------------------------------
 
-    def _add(self, item: LocalShard) -> None:
+    def _add(self, item: SealedShard) -> None:
         """Queue ``item`` unless already known (lock held)."""
         if item.name in self._known:
             return
         self._known.add(item.name)
         self._queue.append(item)
-        self._queued_at.setdefault(item.name, time.monotonic())
+        self._queued_at.setdefault(item.name, self._clock())
         self._status.local_shards += 1
 
     def _conflict(self, name: str, why: str) -> None:
@@ -633,66 +359,32 @@ class Uploader:
         self._status.conflicts[name] = why
         log.error("not uploading %s to %s: %s", name, self.store.shown, why)
 
-    def _snapshot(self) -> UploadStatus:
-        s = self._status
-        since = [self._queued_at[i.name] for i in self._queue if i.name in self._queued_at]
-        return UploadStatus(
-            remote=s.remote,
-            local_shards=s.local_shards,
-            uploaded=s.uploaded,
-            already=s.already,
-            pending=len(self._queue),
-            pending_bytes=sum(i.bytes for i in self._queue),
-            oldest_pending_s=max(0.0, time.monotonic() - min(since)) if since else None,
-            failing=self._failing,
-            conflicts=dict(s.conflicts),
-            bytes=s.bytes,
-            put_seconds=s.put_seconds,
-            retries=s.retries,
-            deleted=s.deleted,
-            last_error=s.last_error,
-            fatal=s.fatal,
-            marker=s.marker,
-            was_complete=s.was_complete,
-            reopened=s.reopened,
-            done_marker=s.done_marker,
-            ready=s.ready,
-        )
-
     def _retry(self, what: str, fn: Callable[[], T]) -> T:
-        """Call ``fn`` until it succeeds; StoreUnavailable is retried with exponential backoff."""
-        up = self.spec.upload
-        failures = 0
-        while True:
-            try:
-                result = fn()
-            except StoreUnavailable as exc:
-                failures += 1
-                delay = backoff(failures, up.backoff_base_s, up.backoff_max_s)
-                self._note_failure(what, exc, delay)
-                self._wait(delay)
-                continue
-            if self._failing:
-                self._failing = False
-                log.info("the store at %s answers again; uploads go on", self.store.shown)
-            return result
+        """Call ``fn`` until it succeeds; StoreUnavailable is retried with exponential backoff, for as long as
+        the run goes on (the wait ends at an abort or the end-of-run deadline)."""
 
-    def _note_failure(self, what: str, exc: StoreUnavailable, delay: float) -> None:
-        with self._cond:
-            self._status.retries += 1
-            self._status.last_error = str(exc)
-        level = logging.WARNING if not self._failing or delay >= self.spec.upload.backoff_max_s else logging.DEBUG
-        log.log(level, "%s failed, retrying in %.1f s: %s", what, delay, exc)
-        self._failing = True
+        def failed(exc: StoreUnavailable, delay: float) -> None:
+            with self._cond:
+                self._status.retries += 1
+                self._status.last_error = str(exc)
+            level = logging.WARNING if not self._failing or delay >= self.spec.upload.backoff_max_s else logging.DEBUG
+            log.log(level, "%s failed, retrying in %.1f s: %s", what, delay, exc)
+            self._failing = True
+
+        result = retry_until(fn, self.spec.upload, clock=self._clock, sleep=self._wait, on_failure=failed)
+        if self._failing:
+            self._failing = False
+            log.info("the store at %s answers again; uploads go on", self.store.shown)
+        return result
 
     def _wait(self, delay: float) -> None:
         """Sleep ``delay`` seconds unless told to stop; raise _Stopped when the run's deadline passes."""
-        end = time.monotonic() + delay
+        end = self._clock() + delay
         with self._cond:
             while True:
                 if self._abort:
                     raise _Stopped
-                now = time.monotonic()
+                now = self._clock()
                 if self._deadline is not None and now >= self._deadline:
                     raise _Stopped
                 if now >= end:
