@@ -10,7 +10,7 @@ import click
 from tokenmill.cli.run import execute
 from tokenmill.config import JobSpec
 from tokenmill.errors import ConfigError
-from tokenmill.output.identity import JOB_FILE
+from tokenmill.output import layout
 
 # written first into a directory the demo creates: a demo stopped before its first record still owns it
 DEMO_MARKER = ".tokenmill-demo"
@@ -21,7 +21,7 @@ DEMO_RESAMPLING = {"frequency_penalty": 0.5}
 def _claim(out: Path, fresh: bool) -> None:
     """Make ``out`` the demo's: start over in a directory an earlier demo (or run) left, refuse anyone else's."""
     if out.exists():
-        ours = (out / DEMO_MARKER).exists() or (out / JOB_FILE).exists()
+        ours = (out / DEMO_MARKER).exists() or (out / layout.JOB).exists()
         if not ours and any(out.iterdir()):
             raise ConfigError(f"{out} exists and is not a tokenmill output; choose another --output")
         if fresh:

@@ -92,9 +92,10 @@ def execute(
     """Run a job (or one partition of it) and print its summary; exit 0 when finished (and uploaded), 3 when there
     is more to do. ``target``: where it writes (None: the job as it is); ``reopen``: why it may add to a job its
     prefix marks finished."""
+    from tokenmill.output import layout
     from tokenmill.run.runner import run_job, run_sync
 
-    log_name = "tokenmill.log" if partition is None else f"tokenmill.p{partition[0]:03d}.log"
+    log_name = layout.Names(partition[0] if partition is not None else None).log
     setup_logging(log_level, Path(job.output.dir) / log_name)
     result = run_sync(
         run_job(

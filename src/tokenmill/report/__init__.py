@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from tokenmill.errors import OutputError
+from tokenmill.output import layout
 from tokenmill.quality.corpus import CorpusQuality, inspect_output
 from tokenmill.report.data import RunData, load
 from tokenmill.report.html import render
@@ -35,8 +36,8 @@ def build_report(
         corpus = corpus if corpus is not None else inspect_output(out)
         quality_pngs = corpus_figures(corpus)
         quality_html = section(corpus, quality_pngs)
-    html_path = dest or out / "report.html"
-    png_dir = html_path.parent / (html_path.stem if dest else "report")
+    html_path = dest or out / layout.REPORT
+    png_dir = html_path.parent / html_path.stem
     figures: list[tuple[str, str, bytes]] = []
     for name, title, draw in FIGURES:
         png = draw(data)

@@ -55,11 +55,10 @@ from tokenmill.backends.http import open_session
 from tokenmill.backends.thinking import judge, probe_thinking
 from tokenmill.config import JobSpec
 from tokenmill.errors import InputError, OutputError, StoreConflict
-from tokenmill.monitor.events import events_file
 from tokenmill.monitor.origin import Origins, fetch_origin
 from tokenmill.monitor.snapshot import Snapshot
 from tokenmill.output import OutputDir, ResumeState, layout
-from tokenmill.output.identity import JOB_FILE, check_job_identity, job_with_ids
+from tokenmill.output.identity import check_job_identity, job_with_ids
 from tokenmill.records import Prompt, Skip
 from tokenmill.run.autotune import Autotuner
 from tokenmill.run.backlog import Backlog
@@ -302,14 +301,14 @@ async def _start_upload(
     if remote is None:
         return None
     names = layout.Names(out.names.partition)
-    sides = (names.failed, names.skipped, events_file(out.names.partition), JOB_FILE)
+    sides = (names.failed, names.skipped, names.events, layout.JOB)
     uploader = Uploader(
         out.root,
         run.job.output,
         allow_existing_prefix=allow_existing_prefix,
         store=remote.store,
         partition=run.partition,
-        sides=sides if run.partition is not None else (*sides, "summary.json"),
+        sides=sides if run.partition is not None else (*sides, layout.SUMMARY_JSON),
         success=run.target.success if run.target is not None else True,
         reopen=run.reopen,
     )
