@@ -5,7 +5,6 @@ A job file is YAML validated by :class:`JobSpec`; :func:`load_job` turns pydanti
 
 from __future__ import annotations
 
-import os
 import re
 from pathlib import Path
 from typing import Any, Literal
@@ -14,7 +13,6 @@ from pydantic import Field, ValidationError, field_serializer, field_validator, 
 
 from tokenmill.config.base import Model, format_validation_error, normalize_url, read_mapping, set_dotted
 from tokenmill.config.monitor import MonitorSpec
-from tokenmill.config.servers import Endpoint, parse_servers
 from tokenmill.errors import ConfigError
 
 ApiKind = Literal["openai-chat", "openai-completions", "sglang-generate"]
@@ -430,35 +428,6 @@ class JobSpec(Model):
         elif self.regenerate == "first" and "conversation_turns" not in self.input.model_fields_set:
             self.input.conversation_turns = "first"  # an explicit input.conversation_turns wins, as it always did
         return self
-
-    def resolved_servers(self) -> list[str]:
-        """Servers from the list and the servers file, deduplicated in order (marked ones too: see
-        :meth:`resolved_endpoints`)."""
-        return [ep.url for ep in self.resolved_endpoints()]
-
-    def resolved_endpoints(self) -> list[Endpoint]:
-        """Servers from the list and the servers file with the file's ``# draining`` / ``# down`` marks
-        (:mod:`tokenmill.config.servers`), deduplicated in order."""
-        found: dict[str, Endpoint] = {url: Endpoint(url) for url in self.servers}
-        if self.servers_file:
-            try:
-                text = Path(self.servers_file).read_text()
-            except OSError as exc:
-                raise ConfigError(f"servers_file {self.servers_file!r} cannot be read: {exc}") from exc
-            for ep in parse_servers(text):
-                found[ep.url] = ep if ep.url not in found or not ep.sendable else found[ep.url]
-        if not found:
-            raise ConfigError("no servers given: list base URLs under `servers:` or in servers_file")
-        return list(found.values())
-
-    def api_key(self) -> str | None:
-        """The API key from the named environment variable (never stored in the job file)."""
-        if not self.api_key_env:
-            return None
-        key = os.environ.get(self.api_key_env)
-        if not key:
-            raise ConfigError(f"api_key_env names {self.api_key_env!r}, but that variable is not set; export it")
-        return key
 
 
 def parse_job(data: dict[str, Any], where: str = "job spec") -> JobSpec:
