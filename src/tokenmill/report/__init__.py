@@ -12,7 +12,7 @@ from pathlib import Path
 from tokenmill.errors import OutputError
 from tokenmill.output import layout
 from tokenmill.quality.corpus import CorpusQuality, inspect_output
-from tokenmill.report.data import RunData, load
+from tokenmill.report.data import MAX_POINTS, RunData, load
 from tokenmill.report.html import render
 from tokenmill.report.plots import FIGURES
 from tokenmill.report.quality import figures as corpus_figures
@@ -24,7 +24,7 @@ __all__ = ["RunData", "build_report", "load"]
 def build_report(
     out: Path,
     dest: Path | None = None,
-    max_points: int = 2000,
+    max_points: int = MAX_POINTS,
     quality: bool = True,
     corpus: CorpusQuality | None = None,
 ) -> Path:

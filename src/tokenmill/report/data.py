@@ -70,7 +70,10 @@ def _value(x: Any) -> float:
     return float(x) if isinstance(x, int | float) and not isinstance(x, bool) else NAN
 
 
-def load(out: Path, max_points: int = 2000) -> RunData:
+MAX_POINTS = 2000  # ticks plotted at most, by default
+
+
+def load(out: Path, max_points: int = MAX_POINTS) -> RunData:
     """Read ``OUT/events.jsonl`` (and ``OUT/summary.json`` when present); a split run's partitions' logs
     (``events.pNNN.jsonl``) are read as one job's (:func:`~tokenmill.monitor.combine.combined_events`)."""
     path = out / EVENTS_FILE
