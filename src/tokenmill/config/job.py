@@ -421,13 +421,27 @@ class JobSpec(Model):
                 "which this api renders client-side (set tokenizer to the model's path, or use api: openai-chat, "
                 "which sends chat_template_kwargs.enable_thinking)"
             )
-        if self.regenerate == "all":
-            if self.input.conversation_turns == "history":
-                raise ValueError("regenerate: all sends every user turn itself; drop input.conversation_turns: history")
-            self.input.conversation_turns = "all"
-        elif self.regenerate == "first" and "conversation_turns" not in self.input.model_fields_set:
-            self.input.conversation_turns = "first"  # an explicit input.conversation_turns wins, as it always did
         return self
+
+    @model_validator(mode="before")
+    @classmethod
+    def _older_regenerate(cls, data: Any) -> Any:
+        """``regenerate`` (the older spelling) read as the input's ``conversation_turns``: a new mapping, nothing
+        given is changed."""
+        older = data.get("regenerate") if isinstance(data, dict) else None
+        inp = data.get("input") if isinstance(data, dict) else None
+        if older not in ("all", "first") or not isinstance(inp, dict | InputSpec):
+            return data
+        given = inp.get("conversation_turns") if isinstance(inp, dict) else None
+        is_set = "conversation_turns" in (inp if isinstance(inp, dict) else inp.model_fields_set)
+        if isinstance(inp, InputSpec):
+            given = inp.conversation_turns if is_set else None
+        if older == "all" and given == "history":
+            raise ValueError("regenerate: all sends every user turn itself; drop input.conversation_turns: history")
+        if older == "first" and is_set:
+            return data  # an explicit input.conversation_turns wins, as it always did
+        turns = {"conversation_turns": older}
+        return {**data, "input": {**inp, **turns} if isinstance(inp, dict) else inp.model_copy(update=turns)}
 
 
 def parse_job(data: dict[str, Any], where: str = "job spec") -> JobSpec:
