@@ -32,6 +32,7 @@ OVERRIDES = {
     "metrics_port": "monitor.metrics_port",
     "compare_gpu": "monitor.compare_gpu",
 }
+_SHORT = {"servers": ("-s", "servers"), "output": ("-o", "output")}  # as every command spells them (cli/options.py)
 _HELP = {
     "servers": "Server base URL (repeat); replaces the job's list.",
     "output": "Output directory (another one than the file's: a trial run).",
@@ -55,8 +56,7 @@ def job_options(fn: Any) -> Any:
     """The common-field overrides shared by run and retry-failed: one option per field of :data:`OVERRIDES`, typed
     and described by the field, then the run's own switches."""
     options = [
-        field_option(JobSpec, key, f"--{name.replace('_', '-')}", *(["-o", name] if name == "output" else []),
-                     help=_HELP.get(name))
+        field_option(JobSpec, key, f"--{name.replace('_', '-')}", *_SHORT.get(name, ()), help=_HELP.get(name))
         for name, key in OVERRIDES.items()
     ]  # fmt: skip
     options += [
