@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from tokenmill.cli.options import renamed
+from tokenmill.output import layout
 from tokenmill.report.data import MAX_POINTS
 
 
@@ -52,7 +53,7 @@ def report(out: str, dest: str | None, max_points: int, no_quality: bool) -> Non
 
         with tempfile.TemporaryDirectory(prefix="tokenmill-report-") as tmp:
             view = fetch_view(Store(out), Path(tmp))
-            target = Path(dest or "report.html").absolute()
+            target = Path(dest or layout.REPORT).absolute()
             corpus = None if no_quality else inspect_output(out)
             path = build_report(view.root, target, max_points, quality=not no_quality, corpus=corpus)
         click.echo(f"report written to {path} (figures as PNG in {path.parent / path.stem})")
