@@ -160,8 +160,7 @@ async def run_job(
     run = _Run(job, clock, partition, target=target, reopen=reopen or ("--repair-remote" if repair_remote else None))
     if partition is not None:
         run.split = choose_split(job.input, job.partitioning, *partition)
-    access = resolve_access(job)
-    backend, servers = await _requests(job, access)
+    backend, access = await _requests(job)
     async with contextlib.AsyncExitStack() as stack:
         out = _lock_output(stack, run)
         remote = await _take_remote(run, out, original, allow_changed_job, allow_existing_prefix, repair_remote)
@@ -169,7 +168,7 @@ async def run_job(
         uploader = await _start_upload(stack, run, out, remote, allow_existing_prefix)
         feed = _start_feed(stack, run, out, state)
         source = await _gate_finished_job(run, uploader, feed)
-        origins = await _ask_origins(stack, job, servers, access)
+        origins = await _ask_origins(stack, job, access)
         dispatcher = _make_dispatcher(run, backend, access, out, origins)
         monitor, tracker, display = await _start_watch(stack, run, dispatcher, live, tuner, access)
         if run.reopened and uploader is not None:
@@ -219,8 +218,10 @@ async def run_job(
 # ---- the stages, in start-up order -------------------------------------------------------------------------
 
 
-async def _requests(job: JobSpec, access: Access) -> tuple[Backend, list[str]]:
-    """The servers and the backend; with save_token_ids, a server is checked for token ids first."""
+async def _requests(job: JobSpec) -> tuple[Backend, Access]:
+    """The servers and the key (read once, here) and the backend; with save_token_ids, a server is checked for
+    token ids first."""
+    access = resolve_access(job)
     servers = access.servers
     options = BackendOptions(
         model=job.model,
@@ -240,7 +241,7 @@ async def _requests(job: JobSpec, access: Access) -> tuple[Backend, list[str]]:
         if probe is not None:
             fine, message = judge(probe, job.api, job.thinking_inline == "ok")
             log.log(logging.INFO if fine else logging.WARNING, "%s", message)
-    return backend, servers
+    return backend, access
 
 
 def _lock_output(stack: contextlib.AsyncExitStack, run: _Run) -> OutputDir:
@@ -384,13 +385,13 @@ async def _prepend(first: Prompt | None, rest: AsyncIterator[Prompt]) -> AsyncIt
         yield prompt
 
 
-async def _ask_origins(stack: contextlib.AsyncExitStack, job: JobSpec, servers: list[str], access: Access) -> Origins:
+async def _ask_origins(stack: contextlib.AsyncExitStack, job: JobSpec, access: Access) -> Origins:
     """What each server serves (every record's origin): asked now, waited for at most monitor.origin_wait_s."""
     session = await stack.enter_async_context(open_session(job.retry, limit=PROBE_SERVERS))
     headers = dict(access.headers)
     origins = Origins(lambda url: fetch_origin(session, url, headers))
     stack.push_async_callback(origins.close)
-    await origins.prime(servers, job.monitor.origin_wait_s)
+    await origins.prime(access.servers, job.monitor.origin_wait_s)
     return origins
 
 
