@@ -156,9 +156,7 @@ def job_setting(target: str | Path, key: str) -> str | None:
     if "://" in text or not Path(text).is_dir():
         return None
     record = read_record(Path(text))
-    spec = record.get("spec") if record else None
-    value = spec.get(key) if isinstance(spec, dict) else None
-    return value if isinstance(value, str) and value else None
+    return record.setting(key) if record is not None else None
 
 
 def _plain_text(rec: dict[str, Any], api: str | None) -> bool:

@@ -16,7 +16,7 @@ from tests.e2e.conftest import TOKENMILL, run_cli
 
 def test_demo_completes_and_names_the_binding_resource(tmp_path: Path) -> None:
     out = tmp_path / "demo"
-    res = run_cli("demo", "--servers", "2", "--limit", "300", "-o", str(out), "--no-live", timeout=240)
+    res = run_cli("demo", "--server-count", "2", "--limit", "300", "-o", str(out), "--no-live", timeout=240)
     assert res.returncode == 0, res.stderr
     summary = orjson.loads((out / "summary.json").read_bytes())
     assert summary["finished"] and summary["completed_total"] == 300
@@ -30,7 +30,7 @@ def test_demo_completes_and_names_the_binding_resource(tmp_path: Path) -> None:
     assert before > 0 and after < before / 3
     assert (out / "regenerate" / "round-001.json").exists()
     # a second demo starts over instead of finding everything done
-    again = run_cli("demo", "--servers", "1", "--limit", "20", "-o", str(out), "--no-live", timeout=240)
+    again = run_cli("demo", "--server-count", "1", "--limit", "20", "-o", str(out), "--no-live", timeout=240)
     assert again.returncode == 0, again.stderr
     assert orjson.loads((out / "summary.json").read_bytes())["completed_total"] == 20
 
@@ -39,7 +39,7 @@ def test_a_demo_killed_in_its_first_seconds_does_not_block_the_next(tmp_path: Pa
     """Killed before its first record, the demo leaves only a server log; the next demo must start over."""
     out = tmp_path / "demo"
     proc = subprocess.Popen(
-        [*TOKENMILL, "demo", "--servers", "1", "--limit", "20", "-o", str(out), "--no-live"],
+        [*TOKENMILL, "demo", "--server-count", "1", "--limit", "20", "-o", str(out), "--no-live"],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         start_new_session=True,
@@ -53,7 +53,7 @@ def test_a_demo_killed_in_its_first_seconds_does_not_block_the_next(tmp_path: Pa
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
     assert not (out / "job.json").exists()
-    again = run_cli("demo", "--servers", "1", "--limit", "20", "-o", str(out), "--no-live", timeout=240)
+    again = run_cli("demo", "--server-count", "1", "--limit", "20", "-o", str(out), "--no-live", timeout=240)
     assert again.returncode == 0, again.stderr
     assert orjson.loads((out / "summary.json").read_bytes())["completed_total"] == 20
 
@@ -62,6 +62,6 @@ def test_the_demo_leaves_a_directory_it_does_not_own_alone(tmp_path: Path) -> No
     out = tmp_path / "mine"
     out.mkdir()
     (out / "notes.txt").write_text("not the demo's")
-    res = run_cli("demo", "--servers", "1", "--limit", "5", "-o", str(out), "--no-live", timeout=120)
+    res = run_cli("demo", "--server-count", "1", "--limit", "5", "-o", str(out), "--no-live", timeout=120)
     assert res.returncode == 2 and "is not a tokenmill output" in res.stderr and "Traceback" not in res.stderr
     assert (out / "notes.txt").read_text() == "not the demo's"

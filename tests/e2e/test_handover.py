@@ -67,7 +67,7 @@ def exported(path: Path) -> dict[str, dict[str, Any]]:
 
 
 def export(target: str, dest: Path, *extra: str) -> Any:
-    res = tm("export", target, "--format", "specforge", "-o", str(dest), *extra)
+    res = tm("export", target, "--format", "specforge", "--to", str(dest), *extra)
     return res
 
 

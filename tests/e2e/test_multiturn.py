@@ -33,7 +33,7 @@ def test_regenerate_all_then_export_specforge(fleet: list[SimProcess], tmp_path:
         assert all(t["completion"] and t["completion"] != "old answer" for t in answers)
         assert rec["completion_tokens"] == sum(t["completion_tokens"] for t in answers)
     dest = tmp_path / "train.jsonl"
-    res = run_cli("export", str(out), "--format", "specforge", "-o", str(dest))
+    res = run_cli("export", str(out), "--format", "specforge", "--to", str(dest))
     assert res.returncode == 0, res.stderr
     rows = [orjson.loads(line) for line in dest.read_bytes().splitlines()]
     assert len(rows) == 40 and all(specforge_valid(r["conversations"]) for r in rows)

@@ -54,13 +54,13 @@ def test_records_carry_their_servers_origin_and_the_inputs_columns(fleet: list[S
         }
 
     plain = tmp_path / "plain.jsonl"
-    assert run_cli("export", str(out), "--format", "specforge", "-o", str(plain)).returncode == 0
+    assert run_cli("export", str(out), "--format", "specforge", "--to", str(plain)).returncode == 0
     plain_rows = [orjson.loads(line) for line in plain.read_bytes().splitlines()]
     assert all(set(r) == {"id", "conversations", "thinking"} for r in plain_rows)
     kept = tmp_path / "kept.jsonl"
-    res = run_cli("export", str(out), "--format", "sharegpt", "-o", str(kept), "--keep-fields", "label,source")
+    res = run_cli("export", str(out), "--format", "sharegpt", "--to", str(kept), "--keep-fields", "label,source")
     assert res.returncode == 0, res.stderr
     got = {r["id"]: r for r in map(orjson.loads, kept.read_bytes().splitlines())}
     assert got["r001"]["label"] == "code" and got["r001"]["source"] == "seed" and "langdetect" not in got["r001"]
-    clash = run_cli("export", str(out), "--format", "sharegpt", "-o", str(kept), "--keep-fields", "all")
+    clash = run_cli("export", str(out), "--format", "sharegpt", "--to", str(kept), "--keep-fields", "all")
     assert clash.returncode == 0, clash.stderr  # no input column is named like a row field here

@@ -126,7 +126,7 @@ def test_generate_inspect_regenerate_until_the_rate_is_the_baseline(sim: Any, tm
     assert run_cli("verify", str(out), "--input", str(job)).returncode == 0
     dry = run_cli("regenerate", str(out), "--where", "degenerate", "--dry-run")  # OUT names its job too
     assert dry.returncode == 0 and f"0 of {PROMPTS:,} answers match --where degenerate" in dry.stderr, dry.stderr
-    export = run_cli("export", str(out), "--format", "sharegpt", "-o", str(tmp_path / "train.jsonl"))
+    export = run_cli("export", str(out), "--format", "sharegpt", "--to", str(tmp_path / "train.jsonl"))
     assert export.returncode == 0, export.stderr
     rows = [orjson.loads(line) for line in (tmp_path / "train.jsonl").read_bytes().splitlines()]
     assert len(rows) == PROMPTS
@@ -153,7 +153,7 @@ def test_inspect_from_the_remote_prefix_sees_what_the_output_holds_rounds_includ
         assert remote.returncode == 0, remote.stderr
         seen = json.loads(remote.stdout)
         page = tmp_path / "remote.html"
-        rep = run_cli("report", s3.url(), "-o", str(page), env=env, timeout=180)
+        rep = run_cli("report", s3.url(), "--to", str(page), env=env, timeout=180)
         assert rep.returncode == 0, rep.stderr
     html = page.read_text()
     assert "<p>200 completions, 0 failed." in html

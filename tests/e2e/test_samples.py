@@ -117,14 +117,14 @@ def test_three_samples_survive_sigkills_exactly_once_and_export_both_ways(
     assert f"samples        {len(ids)} rows x {SAMPLES}: 0 with fewer than {SAMPLES} answers" in verify.stdout
 
     answers = tmp_path / "answers.jsonl"
-    res = run_cli("export", str(out), "--format", "sharegpt", "-o", str(answers))
+    res = run_cli("export", str(out), "--format", "sharegpt", "--to", str(answers))
     assert res.returncode == 0, res.stderr
     rows = [orjson.loads(line) for line in answers.read_bytes().splitlines()]
     assert Counter(r["id"] for r in rows) == expected(ids)
     assert all(r["id"] == f"{r['primary_id']}_gen{r['sample']}" for r in rows)
 
     grouped = tmp_path / "grouped.jsonl"
-    res = run_cli("export", str(out), "--format", "openai-messages", "--samples", "grouped", "-o", str(grouped))
+    res = run_cli("export", str(out), "--format", "openai-messages", "--samples", "grouped", "--to", str(grouped))
     assert res.returncode == 0, res.stderr
     groups = [orjson.loads(line) for line in grouped.read_bytes().splitlines()]
     assert sorted(g["id"] for g in groups) == sorted(ids)  # one row per prompt

@@ -120,7 +120,7 @@ def test_three_partitions_with_their_own_directories_make_one_job_at_the_prefix(
     assert status["state"] == "finished" and status["completed_total"] == len(ids)
     assert status["completed_this_run"] == len(ids)  # the three partitions' runs, as one job
     page = tmp_path / "whole-job.html"
-    rep = run_cli("report", s3.url(PREFIX), "-o", str(page), timeout=180, env=env)
+    rep = run_cli("report", s3.url(PREFIX), "--to", str(page), timeout=180, env=env)
     assert rep.returncode == 0, rep.stderr
     assert page.stat().st_size > 10_000 and (tmp_path / "whole-job" / "throughput.png").exists()
 

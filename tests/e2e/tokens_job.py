@@ -71,7 +71,9 @@ def run_tokens_job(tmp: Path, server: LiveServer) -> tuple[list[dict[str, Any]],
     ran = run_cli("run", str(job), timeout=240)
     assert ran.returncode == 0, ran.stderr[-3000:]
     dest = tmp / "prompts.tokens.jsonl"
-    exported = run_cli("export", str(out), "--format", "tokens", "--tokenizer", str(server.model_dir), "-o", str(dest))
+    exported = run_cli(
+        "export", str(out), "--format", "tokens", "--tokenizer", str(server.model_dir), "--to", str(dest)
+    )
     assert exported.returncode == 0, exported.stderr[-3000:]
     rows = prompts_path_reader(dest)
     assert speculators_reader(dest) == [(r["input_ids"], r["loss_mask"]) for r in rows]

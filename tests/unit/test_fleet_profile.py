@@ -98,6 +98,7 @@ def test_redact_masks_secret_flag_values() -> None:
 
 def test_endpoints_file_round_trip_and_plain_servers_file(tmp_path: Path) -> None:
     from tokenmill.config import JobSpec
+    from tokenmill.run.access import resolve_access
 
     path = tmp_path / "endpoints.txt"
     eps = [Endpoint("http://127.0.0.1:1"), Endpoint("http://127.0.0.1:2", "draining"), Endpoint("http://h:3", "down")]
@@ -105,7 +106,7 @@ def test_endpoints_file_round_trip_and_plain_servers_file(tmp_path: Path) -> Non
     assert endpoints.read(path) == eps
     assert endpoints.read(tmp_path / "missing.txt") is None
     job = JobSpec.model_validate({"input": {"path": "x"}, "servers_file": str(path), "output": {"dir": "o"}})
-    assert job.resolved_servers() == [e.url for e in eps]  # a run that does not follow it still reads it
+    assert resolve_access(job).servers == [e.url for e in eps]  # a run that does not follow it still reads it
 
 
 class FakeDispatcher:

@@ -9,8 +9,7 @@ import pytest
 
 from tokenmill.config import FleetProfile
 from tokenmill.errors import ServerError
-from tokenmill.fleet.keeper import ServerStatus
-from tokenmill.fleet.state import STATE, read_json
+from tokenmill.fleet.state import STATE, ServerStatus, read_json
 from tokenmill.fleet.supervisor import Fleet, ServerHandle
 
 

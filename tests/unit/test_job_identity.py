@@ -15,9 +15,16 @@ import orjson
 import pytest
 
 from tokenmill.config import JobSpec, parse_job
-from tokenmill.errors import ConfigError
+from tokenmill.errors import ConfigError, OutputError
 from tokenmill.output.fsio import atomic_create
-from tokenmill.output.identity import check_job_identity, fingerprint, recorded_job
+from tokenmill.output.identity import (
+    JobRecord,
+    check_job_identity,
+    fingerprint,
+    read_record,
+    read_record_quietly,
+    recorded_job,
+)
 
 
 def job(**sampling: object) -> JobSpec:
@@ -134,3 +141,27 @@ def test_the_record_is_created_once_and_never_replaced(tmp_path: Path) -> None:
     path = tmp_path / "job.json"
     assert atomic_create(path, b"first") and not atomic_create(path, b"second")
     assert path.read_bytes() == b"first" and sorted(p.name for p in tmp_path.iterdir()) == ["job.json"]
+
+
+def test_a_job_record_reads_back_what_it_wrote_and_keeps_keys_it_does_not_know(tmp_path: Path) -> None:
+    first = check_job_identity(tmp_path, job(), allow_changed=False)
+    record = read_record(tmp_path)
+    assert record is not None and record.job_id == first and record.setting("api") == "openai-chat"
+    assert record.section("output")["dir"] == "out" and record.fingerprint == fingerprint(job())
+    later = {**record.to_json(), "written_by": "a later version"}
+    again = JobRecord.from_json(later)
+    assert again.to_json() == later, "a record rewritten (a claim copied into a directory) keeps every key"
+
+
+def test_a_job_record_with_mistyped_fields_reads_as_empty_ones() -> None:
+    record = JobRecord.from_json({"job_id": 7, "spec": [], "identity": "x", "created_at": True})
+    assert (record.job_id, record.spec, record.identity, record.created_at) == ("", {}, {}, 0.0)
+    assert record.setting("model") is None and record.section("output") == {}
+
+
+def test_status_reads_the_model_and_api_through_the_one_job_json_reader(tmp_path: Path) -> None:
+    check_job_identity(tmp_path, job(), allow_changed=False)
+    (tmp_path / "job.json").write_bytes(b"{not json")
+    assert read_record_quietly(tmp_path) is None
+    with pytest.raises(OutputError, match="unreadable"):
+        read_record(tmp_path)

@@ -48,7 +48,7 @@ def dispatcher(jobspec: JobSpec, fail_every: int = 0) -> Dispatcher:
             return TransientError("boom")
         return None
 
-    return factories.dispatcher(jobspec.resolved_servers(), ScriptedBackend(script), Sink(), retry(), 4)
+    return factories.dispatcher(jobspec.servers, ScriptedBackend(script), Sink(), retry(), 4)
 
 
 async def test_the_observer_hook_feeds_client_metrics(tmp_path: Path) -> None:

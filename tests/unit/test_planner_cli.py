@@ -116,8 +116,8 @@ def test_dataset_sample_sets_the_workload(tmp_path: Path) -> None:
 
 
 def test_missing_arguments_and_unknown_names() -> None:
-    out = CliRunner().invoke(cli, ["plan", "--model", "qwen3.6-27b"])
-    assert out.exit_code == 2 and "give --model and --gpu" in out.output
+    out = CliRunner().invoke(cli, ["plan", "--planner-model", "qwen3.6-27b"])
+    assert out.exit_code == 2 and "give --planner-model and --gpu" in out.output
     named = run("-g", "h200", "--flags", "--model-path Qwen/Qwen3.6-27B --tp 1", "--no-what-if", "--json")
     assert json.loads(named)["model"]["name"] == "Qwen3.6-27B"
     out = CliRunner().invoke(cli, ["plan", "--model", "qwen3.6-27b", "--gpu", "tpu"])

@@ -97,7 +97,7 @@ def job(tmp_path: Path, **kw: Any) -> Any:
 def test_samples_is_part_of_the_jobs_identity_but_one_leaves_older_outputs_as_they_were(tmp_path: Path) -> None:
     plain, one, three = job(tmp_path), job(tmp_path, samples=1), job(tmp_path, samples=3)
     assert fingerprint(plain) == fingerprint(one)
-    assert "samples" not in new_record(plain)["identity"]
+    assert "samples" not in new_record(plain).identity
     assert fingerprint(three) != fingerprint(one)
     assert changed_fields(new_record(one), three) == ["samples"]
     assert changed_fields(new_record(three), one) == ["samples"]

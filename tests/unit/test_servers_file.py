@@ -5,9 +5,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from tokenmill.config import JobSpec
 from tokenmill.config.servers import Endpoint, parse_servers
+from tokenmill.errors import ConfigError
 from tokenmill.run import endpoints
+from tokenmill.run.access import read_api_key, resolve_access
 
 TEXT = """# tokenmill fleet endpoints
 http://127.0.0.1:30000
@@ -34,6 +38,29 @@ def test_a_jobs_servers_file_keeps_its_marks(tmp_path: Path) -> None:
     job = JobSpec.model_validate(
         {"input": {"path": "x.jsonl"}, "servers_file": str(path), "output": {"dir": str(tmp_path / "out")}}
     )
-    marks = {ep.url: ep.mark for ep in job.resolved_endpoints()}
+    marks = {ep.url: ep.mark for ep in resolve_access(job).endpoints}
     assert marks["http://127.0.0.1:30002"] == "down" and marks["http://127.0.0.1:30001"] == "draining"
-    assert job.resolved_servers() == list(marks)
+    assert resolve_access(job).servers == list(marks)
+
+
+def test_the_api_key_is_read_from_the_variable_the_job_names(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    job = JobSpec.model_validate(
+        {"input": {"path": "x.jsonl"}, "servers": ["http://h:1"], "api_key_env": "TM_KEY", "output": {"dir": "o"}}
+    )
+    monkeypatch.delenv("TM_KEY", raising=False)
+    with pytest.raises(ConfigError, match="api_key_env names 'TM_KEY'"):
+        resolve_access(job)
+    with pytest.raises(ConfigError, match="--api-key-env names 'TM_KEY'"):
+        read_api_key("TM_KEY", "--api-key-env")
+    monkeypatch.setenv("TM_KEY", "k1")
+    access = resolve_access(job)
+    assert access.api_key == "k1" and dict(access.headers) == {"Authorization": "Bearer k1"}
+    assert read_api_key(None) is None
+
+
+def test_an_unreadable_servers_file_names_the_setting(tmp_path: Path) -> None:
+    job = JobSpec.model_validate(
+        {"input": {"path": "x.jsonl"}, "servers_file": str(tmp_path / "nope.txt"), "output": {"dir": "o"}}
+    )
+    with pytest.raises(ConfigError, match=r"servers_file .*nope\.txt.* cannot be read"):
+        resolve_access(job)

@@ -13,7 +13,7 @@ from tests.unit.test_dispatch import ScriptedBackend, Sink, prompts, retry
 from tests.unit.test_doctor_rules import observe, verdicts
 
 from tokenmill.config import UploadSpec
-from tokenmill.config.job import parse_bytes
+from tokenmill.config.output import parse_bytes
 from tokenmill.doctor import ClientObs, Observation
 from tokenmill.monitor.events import EVENT_FORMAT, EVENTS_FILE, EventLog
 from tokenmill.monitor.snapshot import Snapshot, status_line

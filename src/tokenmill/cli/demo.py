@@ -7,13 +7,15 @@ from pathlib import Path
 
 import click
 
+from tokenmill.cli.options import renamed
 from tokenmill.cli.run import execute
 from tokenmill.config import JobSpec
 from tokenmill.errors import ConfigError
-from tokenmill.output.identity import JOB_FILE
+from tokenmill.output import layout
 
 # written first into a directory the demo creates: a demo stopped before its first record still owns it
 DEMO_MARKER = ".tokenmill-demo"
+SERVERS = 4  # simulated servers started
 DEMO_DEGENERATE = {"loop_rate": 0.03, "empty_rate": 0.01, "unclosed_think_rate": 0.01}
 DEMO_RESAMPLING = {"frequency_penalty": 0.5}
 
@@ -21,7 +23,7 @@ DEMO_RESAMPLING = {"frequency_penalty": 0.5}
 def _claim(out: Path, fresh: bool) -> None:
     """Make ``out`` the demo's: start over in a directory an earlier demo (or run) left, refuse anyone else's."""
     if out.exists():
-        ours = (out / DEMO_MARKER).exists() or (out / JOB_FILE).exists()
+        ours = (out / DEMO_MARKER).exists() or (out / layout.JOB).exists()
         if not ours and any(out.iterdir()):
             raise ConfigError(f"{out} exists and is not a tokenmill output; choose another --output")
         if fresh:
@@ -31,12 +33,15 @@ def _claim(out: Path, fresh: bool) -> None:
 
 
 @click.command()
-@click.option("--servers", "n_servers", default=4, show_default=True, help="Simulated servers to start.")
+@click.option(
+    "--server-count", "n_servers", type=click.IntRange(min=1), help=f"Simulated servers to start [default: {SERVERS}]."
+)
+@renamed("--servers", "--server-count", "n_servers", type=click.IntRange(min=1))
 @click.option("--output", "-o", default="tokenmill-demo", show_default=True, help="Output directory.")
 @click.option("--limit", type=int, default=None, help="Use only the first N sample prompts.")
 @click.option("--fresh/--resume", default=True, show_default=True, help="Start over, or continue a stopped demo.")
 @click.option("--live/--no-live", default=None, help="Force the live display on or off.")
-def demo(n_servers: int, output: str, limit: int | None, fresh: bool, live: bool | None) -> None:
+def demo(n_servers: int | None, output: str, limit: int | None, fresh: bool, live: bool | None) -> None:
     """Start a local fleet of simulated SGLang servers and complete the bundled sample dataset.
 
     About a minute on two cores. The output directory then holds the shards, the manifest and a summary;
@@ -48,6 +53,7 @@ def demo(n_servers: int, output: str, limit: int | None, fresh: bool, live: bool
     from tokenmill.sources import sample_dataset_path
 
     out = Path(output)
+    n_servers = n_servers or SERVERS
     _claim(out, fresh)
     # Twins of a 27B GDN hybrid on RTX PRO 6000 with SGLang's default flags, where the recurrent-state pool (not
     # the KV cache) caps concurrency: the doctor's verdict shows what to change. Ten times real speed. Like a

@@ -4,120 +4,65 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 from pathlib import Path
-from typing import Any
 
 import click
 
+from tokenmill.cli.options import json_option, output_option, planner_options, server_options
 from tokenmill.config import DoctorSpec, normalize_url
-from tokenmill.errors import ConfigError
+from tokenmill.config.servers import read_servers
+
+_DEFAULTS = {name: field.default for name, field in DoctorSpec.model_fields.items()}  # shown in the help
 
 
-def _table(servers: list[object]) -> str:
-    from tokenmill.doctor.model import ServerObs
-    from tokenmill.fmt import num, pct
-
-    lines = ["server                          running    queue   KV     state  decode tok/s  prompt tok/s  health"]
-    for s in servers:
-        assert isinstance(s, ServerObs)
-        v = s.view
-        run = f"{num(v.running)}/{v.max_running or '?'}"
-        health = "up" if v.healthy else f"down: {v.error}"
-        lines.append(
-            f"{v.url:<31} {run:>9} {num(v.queued):>8} {pct(v.kv_usage):>6} {pct(v.state_usage):>6} "
-            f"{num(v.decode_tok_s):>13} {num(v.prompt_tok_s):>13}  {health}"
-        )
-    return "\n".join(lines)
-
-
-def _vs_hardware(obs: Any, predictor: Any, compare: Any) -> list[dict[str, Any]]:
-    """Each healthy server's decode rate against the planner's expected rate, the roofline's ceiling and, with
-    --compare-gpu, the same workload planned on that GPU (all on the GPU's clock: a twin's time scale taken out)."""
-    rows: list[dict[str, Any]] = []
-    for server in obs.servers:
-        v = server.view
-        exp = predictor.expected(server, obs.client) if v.healthy and v.decode_tok_s else None
-        if exp is None:
-            continue
-        scale = v.info.time_scale if v.info is not None and v.info.time_scale else 1.0
-        measured = v.decode_tok_s * scale
-        row = {
-            "server": v.url,
-            "gpu": exp.gpu,
-            "decode_tok_s": round(measured, 1),
-            "expected_tok_s": round(exp.tok_s, 1),
-            "expected_share": round(measured / exp.tok_s, 4) if exp.tok_s else None,
-            "ceiling_tok_s": round(exp.ceiling_tok_s, 1),
-            "ceiling_share": round(measured / exp.ceiling_tok_s, 4) if exp.ceiling_tok_s else None,
-        }
-        other = compare.expected(server, obs.client) if compare is not None else None
-        if other is not None and other.tok_s:
-            row.update(
-                compare_gpu=other.gpu,
-                compare_tok_s=round(other.tok_s, 1),
-                compare_share=round(measured / other.tok_s, 4),
-            )
-        rows.append(row)
-    return rows
-
-
-def _vs_hardware_text(rows: list[dict[str, Any]]) -> str:
-    from tokenmill.fmt import num
-
-    lines = []
-    for r in rows:
-        line = (
-            f"{r['server']}: decodes {num(r['decode_tok_s'])} tok/s (GPU clock), {r['expected_share'] * 100:.0f}% of "
-            f"the planner's {num(r['expected_tok_s'])} on {r['gpu']}, {r['ceiling_share'] * 100:.0f}% of the "
-            f"roofline's {num(r['ceiling_tok_s'])}"
-        )
-        if "compare_gpu" in r:
-            line += f", {r['compare_share'] * 100:.0f}% of the {num(r['compare_tok_s'])} planned on {r['compare_gpu']}"
-        lines.append(line)
-    return "\n".join(lines)
-
-
-def _rules_text() -> str:
-    from tokenmill.doctor.rules import RULES
-
-    return "\n".join(f"{r.id:<24} binds {r.binds:<20} when {r.when}" for r in RULES)
+def _urls(servers: tuple[str, ...], servers_file: str | None) -> list[str]:
+    urls = [normalize_url(u) for u in servers]
+    if servers_file:  # a server marked down shows as one
+        urls += [ep.url for ep in read_servers(servers_file, "--servers-file")]
+    urls = list(dict.fromkeys(urls))
+    if not urls:
+        raise click.UsageError("give --servers URL (repeatable) or --servers-file")
+    return urls
 
 
 @click.command()
-@click.option("--servers", "-s", multiple=True, help="Server base URL (repeat).")
-@click.option("--servers-file", type=click.Path(exists=True, dir_okay=False), help="One base URL per line.")
-@click.option("--model", "-m", help="Model for predicted gains (bundled name or config.json; default: the servers').")
-@click.option("--gpu", "-g", help="GPU of the servers for predicted gains (e.g. h100, rtx-pro-6000).")
+@server_options
+@planner_options(
+    model_help="The planner's model for predicted gains: a bundled name or a config.json (default: the servers').",
+    gpu_help="GPU of the servers for predicted gains (e.g. h100, rtx-pro-6000; one of --gpu-file too).",
+)
 @click.option(
     "--compare-gpu",
     help="Also plan the servers' flags and workload on this GPU (e.g. b200) and show their share of it.",
 )
 @click.option("--concurrency", type=click.IntRange(min=1), help="The client's in-flight limit per server, if known.")
-@click.option(
-    "--output",
-    "-o",
-    "out",
-    type=click.Path(exists=True, file_okay=False),
-    help="Output directory of a run in progress: read the client's side (in flight, limits, CPU) from it.",
+@output_option(
+    "Output directory of a run in progress: read the client's side (in flight, limits, CPU) from it.", exists=True
 )
 @click.option(
-    "--samples", type=click.IntRange(min=2), help="Least scrapes per server (default 4; more until the rates settle)."
+    "--samples",
+    type=click.IntRange(min=2),
+    help=f"Least scrapes per server (default {_DEFAULTS['oneshot_samples']}; more until the rates settle).",
 )
-@click.option("--interval", type=click.FloatRange(min=0.1), help="Seconds between scrapes (default 2).")
+@click.option(
+    "--interval",
+    type=click.FloatRange(min=0.1),
+    help=f"Seconds between scrapes (default {_DEFAULTS['oneshot_interval_s']:g}).",
+)
 @click.option(
     "--max-seconds",
     type=click.FloatRange(min=0.1),
-    help="Sample until the rates settle, at most this long (default 60).",
+    help=f"Sample until the rates settle, at most this long (default {_DEFAULTS['oneshot_max_s']:g}).",
 )
 @click.option("--api-key-env", help="Env var holding the servers' API key (for /server_info).")
-@click.option("--json", "as_json", is_flag=True, help="Print the verdicts as JSON.")
+@json_option("Print the verdicts as JSON.")
 @click.option("--rules", "list_rules", is_flag=True, help="List the rules and exit.")
 def doctor(
     servers: tuple[str, ...],
     servers_file: str | None,
-    model: str | None,
+    planner_model: str | None,
     gpu: str | None,
+    gpu_file: str | None,
     compare_gpu: str | None,
     concurrency: int | None,
     out: str | None,
@@ -132,7 +77,7 @@ def doctor(
     cache, the running cap, the client's concurrency, compute, prefill, retractions, a down or flapping server,
     or the client CPU.
 
-    Each verdict shows its numbers and the exact flags to change; with the model and GPU known (--model,
+    Each verdict shows its numbers and the exact flags to change; with the model and GPU known (--planner-model,
     --gpu, or a twin that says), the planner predicts max running and tok/s before and after, and the
     verdicts are ranked by the predicted gain of their best change (the headline is the highest).
 
@@ -141,59 +86,31 @@ def doctor(
         tokenmill doctor --servers http://10.0.0.5:30000 --gpu h100
         tokenmill doctor --servers-file servers.txt --output run-out/    # with the running job's side
     """
+    from tokenmill.doctor.checkup import Planning, checkup, oneshot_spec
+    from tokenmill.doctor.render import format_verdicts, hardware_text, rules_text, servers_table
+    from tokenmill.run.access import auth_headers, read_api_key
+
     if list_rules:
-        click.echo(_rules_text())
+        click.echo(rules_text())
         return
-    urls = [normalize_url(u) for u in servers]
-    if servers_file:
-        from tokenmill.config.servers import parse_servers
-
-        urls += [ep.url for ep in parse_servers(Path(servers_file).read_text())]  # a server marked down shows as one
-    urls = list(dict.fromkeys(urls))
-    if not urls:
-        raise click.UsageError("give --servers URL (repeatable) or --servers-file")
-    headers = {}
-    if api_key_env:
-        key = os.environ.get(api_key_env)
-        if not key:
-            raise ConfigError(f"--api-key-env names {api_key_env!r}, but that variable is not set; export it")
-        headers["Authorization"] = f"Bearer {key}"
-    spec = DoctorSpec()
-    spec = spec.model_copy(
-        update={
-            "down_after_s": 0.0,  # one look: a server that never answered is down
-            "oneshot_samples": samples or spec.oneshot_samples,
-            "oneshot_interval_s": interval or spec.oneshot_interval_s,
-            "oneshot_max_s": max_seconds or spec.oneshot_max_s,
-        }
+    urls = _urls(servers, servers_file)
+    headers = auth_headers(read_api_key(api_key_env, "--api-key-env"))
+    found = asyncio.run(
+        checkup(
+            urls,
+            oneshot_spec(samples, interval, max_seconds),
+            Planning(planner_model, gpu, compare_gpu, gpu_file),
+            headers=headers,
+            concurrency=concurrency,
+            out=Path(out) if out else None,
+        )
     )
-    from tokenmill.doctor import PlannerPredictor, diagnose, format_verdicts
-    from tokenmill.doctor.oneshot import observe
-
-    for name in (gpu, compare_gpu):  # a misspelt name would only mean silently missing predictions: say so now
-        if name:
-            from tokenmill.planner.hardware import GpuCatalog
-
-            GpuCatalog.load().get(name)
-    if model:
-        from tokenmill.planner.catalog import load_model
-
-        load_model(model)
-
-    obs, settling = asyncio.run(
-        observe(urls, spec, headers=headers, concurrency=concurrency, out=Path(out) if out else None)
-    )
-    predictor = PlannerPredictor(model, gpu)
-    verdicts = diagnose(obs, spec, predictor)
-    hardware = _vs_hardware(obs, predictor, PlannerPredictor(model, compare_gpu) if compare_gpu else None)
     if as_json:
-        sampling = {"text": settling.text(), "settled": settling.settled(), "spread": settling.spread()}
-        body = {"sampling": sampling, "verdicts": [v.as_dict() for v in verdicts], "vs_hardware": hardware}
-        click.echo(json.dumps(body, indent=2))
+        click.echo(json.dumps(found.as_dict(), indent=2))
         return
-    click.echo(_table(list(obs.servers)))
-    click.echo(settling.text())
-    if hardware:
-        click.echo(_vs_hardware_text(hardware))
+    click.echo(servers_table(found.obs.servers))
+    click.echo(found.settling.text())
+    if found.vs_hardware:
+        click.echo(hardware_text(found.vs_hardware))
     click.echo("")
-    click.echo(format_verdicts(verdicts, len(urls)))
+    click.echo(format_verdicts(found.verdicts, len(urls)))

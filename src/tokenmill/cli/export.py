@@ -7,6 +7,7 @@ from typing import Any
 
 import click
 
+from tokenmill.cli.options import renamed
 from tokenmill.export import FORMATS, ExportOptions, counts_path, export
 
 
@@ -14,12 +15,12 @@ from tokenmill.export import FORMATS, ExportOptions, counts_path, export
 @click.argument("target", metavar="OUT | PREFIX")
 @click.option("--format", "fmt", type=click.Choice(FORMATS), required=True, help="What to write.")
 @click.option(
-    "--output",
-    "-o",
+    "--to",
     "dest",
     type=click.Path(path_type=Path),
     help="Where (default: OUT/export.<format>.<ext>; for a PREFIX, export.<format>.<ext> here).",
 )
+@renamed(("--output", "-o"), "--to", "dest", type=click.Path(path_type=Path))
 @click.option("--reasoning", type=click.Choice(["keep", "drop"]), default="keep", show_default=True)
 @click.option(
     "--drop",
@@ -85,9 +86,9 @@ def export_cmd(
 
     \b
     Example:
-        tokenmill export out/ --format specforge -o train.jsonl --drop degenerate,duplicate
-        tokenmill export s3://bucket/corpora/run-1/ --format sharegpt -o train.jsonl
-        tokenmill export out/ --format tokens --max-length 4096 -o prompts.jsonl   # input_ids + loss_mask
+        tokenmill export out/ --format specforge --to train.jsonl --drop degenerate,duplicate
+        tokenmill export s3://bucket/corpora/run-1/ --format sharegpt --to train.jsonl
+        tokenmill export out/ --format tokens --max-length 4096 --to prompts.jsonl   # input_ids + loss_mask
     """
     from tokenmill.quality.corpus import parse_selectors
     from tokenmill.tokens import TokenOptions

@@ -3,55 +3,19 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import click
 from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from tokenmill.config import PlannerConfig
-from tokenmill.errors import DoesNotFitError
-from tokenmill.planner.catalog import bundled_models, load_model
+from tokenmill.cli.options import json_option, planner_options
+from tokenmill.planner.catalog import bundled_models
 from tokenmill.planner.flags import parse_flags
 from tokenmill.planner.hardware import GpuCatalog, GpuSpec
 from tokenmill.planner.models import kv_bytes_per_token, param_counts, state_bytes_per_slot
-from tokenmill.planner.plan import Workload, compare, train_cut, what_if
-from tokenmill.planner.plan import plan as make_plan
-from tokenmill.planner.render import PlanReport, render_plan, report_dict, what_if_dicts, what_if_table
-
-
-def _workload(
-    config: PlannerConfig,
-    prompts: int | None,
-    input_len: float | None,
-    output_len: float | None,
-    dataset: str | None,
-    tokenizer: str | None,
-    sample_rows: int | None,
-) -> Workload:
-    sources = []
-    if dataset is not None:
-        from tokenmill.planner.sample import count_prompts, measure_prompts
-
-        if input_len is None:
-            measured = measure_prompts(dataset, rows=sample_rows or config.dataset_sample_rows, tokenizer=tokenizer)
-            input_len = measured.mean_tokens
-            sources.append(f"input measured on {measured.rows} rows of {Path(dataset).name}, {measured.method}")
-            total = measured.total_rows
-        else:
-            total = count_prompts(dataset) if prompts is None else None
-        if prompts is None and total:
-            prompts = total
-            sources.append(f"{total:,} prompts counted in the dataset")
-    if prompts is None or input_len is None or output_len is None:
-        sources.append("defaults for what was not given")
-    return Workload(
-        prompts=prompts or config.workload_prompts,
-        input_len=input_len or config.workload_input_len,
-        output_len=output_len or config.workload_output_len,
-        source="; ".join(sources) or "given",
-    )
+from tokenmill.planner.question import PlanAnswer, PlanQuestion, WorkloadQuestion, answer
+from tokenmill.planner.render import render_plan, report_dict, what_if_dicts, what_if_table
 
 
 def _list_models(console: Console) -> None:
@@ -107,8 +71,7 @@ def _list_gpus(console: Console, catalog: GpuCatalog) -> None:
 
 
 @click.command()
-@click.option("--model", "-m", help="Bundled model name (e.g. qwen3.6-27b) or a path to a config.json")
-@click.option("--gpu", "-g", help="GPU name (e.g. rtx-pro-6000, h100, b200); see --list-gpus")
+@planner_options()
 @click.option("--gpus", "gpu_count", type=click.IntRange(min=1), default=1, show_default=True, help="GPUs in the fleet")
 @click.option(
     "--flags",
@@ -127,7 +90,6 @@ def _list_gpus(console: Console, catalog: GpuCatalog) -> None:
     "--eta", type=click.FloatRange(min=0.01, max=1.0), help="Bandwidth efficiency (from `tokenmill calibrate`)"
 )
 @click.option("--compare", "compare_gpus", multiple=True, help="Also plan on this GPU and show the ratio (repeatable)")
-@click.option("--gpu-file", type=click.Path(exists=True, dir_okay=False), help="YAML file with more GPUs")
 @click.option(
     "--sglang-version",
     help="The SGLang release the servers run (e.g. 0.5.10): sizing rules and flag spellings follow it "
@@ -144,12 +106,13 @@ def _list_gpus(console: Console, catalog: GpuCatalog) -> None:
     help="Log-normal sigma of the output lengths for --train-max-length [default: PlannerConfig.workload_output_sigma]",
 )
 @click.option("--what-if/--no-what-if", "with_what_if", default=True, help="Rank alternative configurations")
-@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables")
+@json_option("Print JSON instead of tables")
 @click.option("--list-models", is_flag=True, help="List the bundled models and exit")
 @click.option("--list-gpus", is_flag=True, help="List the known GPUs and exit")
 def plan(
-    model: str | None,
+    planner_model: str | None,
     gpu: str | None,
+    gpu_file: str | None,
     gpu_count: int,
     flags: tuple[str, ...],
     prompts: int | None,
@@ -160,7 +123,6 @@ def plan(
     sample_rows: int | None,
     eta: float | None,
     compare_gpus: tuple[str, ...],
-    gpu_file: str | None,
     sglang_version: str | None,
     train_max_length: int | None,
     output_sigma: float | None,
@@ -173,52 +135,44 @@ def plan(
 
     \b
     Example:
-        tokenmill plan --model qwen3.6-27b --gpu rtx-pro-6000
+        tokenmill plan --planner-model qwen3.6-27b --gpu rtx-pro-6000
         tokenmill plan -m qwen3.6-27b -g rtx-pro-6000 --gpus 8 --prompts 200000 \\
             --input-len 900 --output-len 3000 --flags "--mamba-radix-cache-strategy extra_buffer" --compare h100
     """
     console = Console()
-    catalog = GpuCatalog.load(gpu_file)
     if list_models or list_gpus:
         if list_models:
             _list_models(console)
         if list_gpus:
-            _list_gpus(console, catalog)
+            _list_gpus(console, GpuCatalog.load(gpu_file))
         return
-    engine = parse_flags(list(flags))
-    model = model or engine.model_path  # `--flags "--model-path Qwen/Qwen3.6-27B ..."` names the model too
+    model = planner_model or parse_flags(list(flags)).model_path  # `--flags "--model-path Qwen/..."` names it too
     if not model or not gpu:
-        raise click.UsageError("give --model and --gpu (see --list-models and --list-gpus)")
-    config = PlannerConfig.model_validate({} if sglang_version is None else {"sglang_version": sglang_version})
-    spec = load_model(model)
-    card = catalog.get(gpu)
-    workload = _workload(config, prompts, input_len, output_len, dataset, tokenizer, sample_rows)
-    eta_source = "--eta" if eta is not None else "default, uncalibrated"
-    rows = tuple(what_if(spec, card, engine, workload, config, gpu_count=gpu_count, eta=eta)) if with_what_if else ()
-    try:
-        result = make_plan(spec, card, engine, workload, config, gpu_count=gpu_count, eta=eta)
-    except DoesNotFitError as exc:
-        if not any(r.result for r in rows):
-            raise
+        raise click.UsageError("give --planner-model and --gpu (see --list-models and --list-gpus)")
+    workload = WorkloadQuestion(prompts, input_len, output_len, dataset, tokenizer, sample_rows)
+    question = PlanQuestion(model, gpu, workload, flags, gpu_count, eta, compare_gpus, gpu_file, sglang_version,
+                            train_max_length, output_sigma, with_what_if)  # fmt: skip
+    _print(console, answer(question), as_json)
+
+
+def _print(console: Console, found: PlanAnswer, as_json: bool) -> None:
+    if found.report is None:  # the configuration does not fit; some of the what-ifs do
         if as_json:
-            click.echo(json.dumps({"error": str(exc), "what_if": what_if_dicts(rows)}, indent=2))
+            click.echo(
+                json.dumps({"error": str(found.does_not_fit), "what_if": what_if_dicts(found.what_if)}, indent=2)
+            )
         else:
-            console.print(f"[bold red]{exc}[/]\nConfigurations that fit:")
-            console.print(what_if_table(0.0, rows, config.whatif_rows_shown))
+            console.print(f"[bold red]{found.does_not_fit}[/]\nConfigurations that fit:")
+            console.print(what_if_table(0.0, found.what_if, found.config.whatif_rows_shown))
         return
-    comparisons = tuple(
-        compare(result, catalog.get(name), config, gpu_count=gpu_count, eta=eta) for name in compare_gpus
-    )
-    report = PlanReport(result, comparisons, rows, config, eta_source)
-    sigma = output_sigma or config.workload_output_sigma
-    cut = train_cut(workload, train_max_length, sigma) if train_max_length is not None else None
+    cut = found.cut
     if as_json:
-        data = report_dict(report)
+        data = report_dict(found.report)
         if cut is not None:
             data["train_cut"] = {"max_length": cut.max_length, "records": cut.records, "tokens": cut.tokens,
                                  "sigma": cut.sigma}  # fmt: skip
         click.echo(json.dumps(data, indent=2))
     else:
-        console.print(render_plan(report))
+        console.print(render_plan(found.report))
         if cut is not None:
             console.print(cut.text())

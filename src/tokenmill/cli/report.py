@@ -6,17 +6,23 @@ from pathlib import Path
 
 import click
 
+from tokenmill.cli.options import renamed
+from tokenmill.output import layout
+from tokenmill.report.data import MAX_POINTS
+
 
 @click.command()
 @click.argument("out", metavar="OUT | PREFIX")
 @click.option(
-    "--output",
-    "-o",
+    "--to",
     "dest",
     type=click.Path(dir_okay=False),
     help="HTML file to write (default: OUT/report.html; for a PREFIX, report.html here).",
 )
-@click.option("--max-points", default=2000, show_default=True, help="Most snapshots plotted (long runs are thinned).")
+@renamed(("--output", "-o"), "--to", "dest", type=click.Path(dir_okay=False))
+@click.option(
+    "--max-points", default=MAX_POINTS, show_default=True, help="Most snapshots plotted (long runs are thinned)."
+)
 @click.option("--no-quality", is_flag=True, help="Leave out the corpus quality section (it reads every shard once).")
 def report(out: str, dest: str | None, max_points: int, no_quality: bool) -> None:
     """Build a self-contained HTML report of the run(s) in OUT from its event log.
@@ -34,7 +40,7 @@ def report(out: str, dest: str | None, max_points: int, no_quality: bool) -> Non
     \b
     Example:
         tokenmill report tokenmill-demo && xdg-open tokenmill-demo/report.html
-        tokenmill report s3://bucket/corpora/run-1/ -o run-1.html
+        tokenmill report s3://bucket/corpora/run-1/ --to run-1.html
     """
     from tokenmill.report import build_report
 
@@ -47,7 +53,7 @@ def report(out: str, dest: str | None, max_points: int, no_quality: bool) -> Non
 
         with tempfile.TemporaryDirectory(prefix="tokenmill-report-") as tmp:
             view = fetch_view(Store(out), Path(tmp))
-            target = Path(dest or "report.html").absolute()
+            target = Path(dest or layout.REPORT).absolute()
             corpus = None if no_quality else inspect_output(out)
             path = build_report(view.root, target, max_points, quality=not no_quality, corpus=corpus)
         click.echo(f"report written to {path} (figures as PNG in {path.parent / path.stem})")
@@ -55,4 +61,4 @@ def report(out: str, dest: str | None, max_points: int, no_quality: bool) -> Non
     if not Path(out).is_dir():
         raise click.BadParameter(f"{out} is not a directory (give OUT, or a remote prefix URL)")
     path = build_report(Path(out), Path(dest) if dest else None, max_points=max_points, quality=not no_quality)
-    click.echo(f"report written to {path} (figures as PNG in {path.parent / (path.stem if dest else 'report')})")
+    click.echo(f"report written to {path} (figures as PNG in {path.parent / path.stem})")

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from tokenmill.cli.fleet import fleet_run_options
+from tokenmill.cli.options import field_option
 from tokenmill.config import JobSpec, load_job
 from tokenmill.logs import setup_logging
 
@@ -17,22 +18,33 @@ if TYPE_CHECKING:
     from tokenmill.run.target import RunTarget
 
 
+# option -> the job field it overrides; each option takes what the job file takes there (see JobSpec)
+OVERRIDES = {
+    "servers": "servers",
+    "output": "output.dir",
+    "concurrency": "concurrency",
+    "limit": "input.limit",
+    "offset": "input.offset",
+    "api": "api",
+    "model": "model",
+    "max_tokens": "sampling.max_tokens",
+    "on_bad_row": "input.on_bad_row",
+    "metrics_port": "monitor.metrics_port",
+    "compare_gpu": "monitor.compare_gpu",
+}
+_SHORT = {"servers": ("-s", "servers"), "output": ("-o", "output")}  # as every command spells them (cli/options.py)
+_HELP = {
+    "servers": "Server base URL (repeat); replaces the job's list.",
+    "output": "Output directory (another one than the file's: a trial run).",
+    "limit": "Read at most this many rows (a trial run).",
+    "offset": "Skip this many rows first (a trial run).",
+    "api": "The API requests are sent to.",
+}
+
+
 def _overrides(**given: Any) -> dict[str, Any]:
-    mapping = {
-        "servers": "servers",
-        "output": "output.dir",
-        "concurrency": "concurrency",
-        "limit": "input.limit",
-        "offset": "input.offset",
-        "api": "api",
-        "model": "model",
-        "max_tokens": "sampling.max_tokens",
-        "on_bad_row": "input.on_bad_row",
-        "metrics_port": "monitor.metrics_port",
-        "compare_gpu": "monitor.compare_gpu",
-    }
     out: dict[str, Any] = {}
-    for name, key in mapping.items():
+    for name, key in OVERRIDES.items():
         value = given.get(name)
         if value is None or value == ():
             continue
@@ -41,19 +53,13 @@ def _overrides(**given: Any) -> dict[str, Any]:
 
 
 def job_options(fn: Any) -> Any:
-    """The common-field overrides shared by run and retry-failed."""
+    """The common-field overrides shared by run and retry-failed: one option per field of :data:`OVERRIDES`, typed
+    and described by the field, then the run's own switches."""
     options = [
-        click.option("--servers", multiple=True, help="Server base URL (repeat); replaces the job's list."),
-        click.option(
-            "--output", "-o", help="Output directory (overrides output.dir; another one than the file's: a trial run)."
-        ),
-        click.option("--concurrency", type=int, help="In-flight requests per server."),
-        click.option("--limit", type=int, help="Read at most this many rows (a trial run)."),
-        click.option("--offset", type=int, help="Skip this many rows first (a trial run)."),
-        click.option("--api", type=click.Choice(["openai-chat", "openai-completions", "sglang-generate"])),
-        click.option("--model", help="Model name sent in requests."),
-        click.option("--max-tokens", type=int, help="sampling.max_tokens"),
-        click.option("--on-bad-row", type=click.Choice(["error", "skip"]), help="Stop at a bad row, or record it."),
+        field_option(JobSpec, key, f"--{name.replace('_', '-')}", *_SHORT.get(name, ()), help=_HELP.get(name))
+        for name, key in OVERRIDES.items()
+    ]  # fmt: skip
+    options += [
         click.option("--allow-changed-job", is_flag=True, help="Allow a job with other settings in the same output."),
         click.option(
             "--allow-existing-prefix",
@@ -61,15 +67,6 @@ def job_options(fn: Any) -> Any:
             help="Upload to an output.remote prefix that already holds other objects (none is ever overwritten).",
         ),
         click.option("--live/--no-live", default=None, help="Force the live display on or off."),
-        click.option(
-            "--metrics-port",
-            type=click.IntRange(0, 65535),
-            help="Serve tokenmill_* Prometheus metrics on 127.0.0.1:PORT (0: any free port).",
-        ),
-        click.option(
-            "--compare-gpu",
-            help="Show the run's decode rate as a share of what the same workload would give on this GPU (e.g. b200).",
-        ),
         click.option("--log-level", default="INFO", show_default=True),
     ]
     for option in reversed(options):
@@ -92,9 +89,10 @@ def execute(
     """Run a job (or one partition of it) and print its summary; exit 0 when finished (and uploaded), 3 when there
     is more to do. ``target``: where it writes (None: the job as it is); ``reopen``: why it may add to a job its
     prefix marks finished."""
+    from tokenmill.output import layout
     from tokenmill.run.runner import run_job, run_sync
 
-    log_name = "tokenmill.log" if partition is None else f"tokenmill.p{partition[0]:03d}.log"
+    log_name = layout.Names(partition[0] if partition is not None else None).log
     setup_logging(log_level, Path(job.output.dir) / log_name)
     result = run_sync(
         run_job(

@@ -16,8 +16,6 @@ import logging
 import shlex
 import signal
 import sys
-import types
-import typing
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -26,6 +24,7 @@ import click
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from tokenmill.cli.options import click_type
 from tokenmill.config import FaultSpec, SimConfig, format_validation_error
 from tokenmill.errors import ConfigError
 from tokenmill.fsio import atomic_write
@@ -165,24 +164,11 @@ def _write_atomically(path: Path, text: str) -> None:
 # ---- options generated from the pydantic models (defaults stay in tokenmill.config) ---------------------------
 
 
-def _click_type(annotation: Any) -> tuple[click.ParamType[Any, Any] | None, bool]:
-    """(click type, is_flag) for a field annotation; None type for fields the CLI does not offer."""
-    args = [a for a in typing.get_args(annotation) if a is not type(None)]
-    if isinstance(annotation, types.UnionType) or typing.get_origin(annotation) is typing.Union:
-        return _click_type(args[0]) if len(args) == 1 else (None, False)
-    if typing.get_origin(annotation) is typing.Literal:
-        return click.Choice([str(a) for a in args]), False
-    simple: dict[Any, click.ParamType[Any, Any]] = {int: click.INT, float: click.FLOAT, str: click.STRING}
-    if annotation is bool:
-        return None, True
-    return simple.get(annotation), False
-
-
 def _options(model: type[BaseModel], section: str = "", taken: frozenset[str] = frozenset()) -> list[click.Option]:
     """One option per field; a nested section's fields clashing with ``taken`` get a ``--fault-`` style prefix."""
     opts = []
     for name, field in model.model_fields.items():
-        ptype, is_flag = _click_type(field.annotation)
+        ptype, is_flag = click_type(field.annotation)
         if ptype is None and not is_flag:
             continue
         flag = name.replace("_", "-")

@@ -5,15 +5,18 @@ from __future__ import annotations
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 import orjson
 
 from tokenmill.records import Skip
 
+if TYPE_CHECKING:
+    from tokenmill.output.identity import JobRecord
 
-def _input_ids(job_file: str, out: Path | None, record: dict[str, Any] | None = None) -> Iterator[str | Skip]:
+
+def _input_ids(job_file: str, out: Path | None, record: JobRecord | None = None) -> Iterator[str | Skip]:
     from tokenmill.config import load_job
     from tokenmill.output.identity import job_with_ids
     from tokenmill.sources import iter_prompts
@@ -45,7 +48,9 @@ def _verify_prefix(url: str | None, job_file: str | None) -> Any:
         raise ConfigError("no remote prefix to check: give one (s3://bucket/prefix/), or a job file with output.remote")
     store = Store(url, options)
     claimed = read_claim(store) if job_file else None
-    record = claimed[0].job if claimed is not None else None
+    from tokenmill.output.identity import JobRecord
+
+    record = JobRecord.from_json(claimed[0].job) if claimed is not None and claimed[0].job is not None else None
     return audit_prefix(store, _input_ids(job_file, None, record) if job_file else None, samples)
 
 

@@ -1,6 +1,6 @@
 """Job spec, fleet profile, simulated-server, planner and monitor settings: the one home of every default.
 
-Each area has its module (job, fleet, sim, planner, monitor; base holds what they share); every name is
+Each area has its module (job, output, fleet, sim, planner, monitor; base holds what they share); every name is
 imported from here.
 """
 
@@ -19,7 +19,6 @@ from tokenmill.config.fleet import (
 from tokenmill.config.job import (
     AUTO_ID_COLUMN,
     AUTO_ID_FIELD,
-    MASKED,
     THINKING_PROBE_MAX_TOKENS,
     ApiKind,
     BadRowPolicy,
@@ -28,18 +27,17 @@ from tokenmill.config.job import (
     InputSpec,
     JobSpec,
     Mapping,
-    OutputSpec,
     PartitionSpec,
     RetrySpec,
     SamplingSpec,
     ThinkingInline,
     ThinkingMode,
-    UploadSpec,
     backoff,
     load_job,
     parse_job,
 )
 from tokenmill.config.monitor import DoctorSpec, MonitorSpec
+from tokenmill.config.output import MASKED, OutputSpec, UploadSpec
 from tokenmill.config.planner import PlannerConfig
 from tokenmill.config.sim import FaultSpec, SimConfig
 

@@ -14,9 +14,11 @@ new requests. Any other comment is ignored, and the last line wins for a repeate
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal
 
 from tokenmill.config.base import normalize_url
+from tokenmill.errors import ConfigError
 
 Mark = Literal["up", "draining", "down"]
 
@@ -47,3 +49,13 @@ def parse_servers(text: str) -> list[Endpoint]:
         norm = normalize_url(url)
         found[norm] = Endpoint(norm, mark)
     return list(found.values())
+
+
+def read_servers(path: str | Path, named_by: str = "servers_file") -> list[Endpoint]:
+    """The servers in the file ``path``; ConfigError when it cannot be read (``named_by``: the setting or option
+    that names it, for the message)."""
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise ConfigError(f"{named_by} {str(path)!r} cannot be read: {exc}") from exc
+    return parse_servers(text)

@@ -1,11 +1,13 @@
-"""Verdicts as plain text: the report of `tokenmill doctor`, and the log lines of a run."""
+"""The doctor as plain text: the report of `tokenmill doctor` (servers, hardware, verdicts), a run's log lines."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from tokenmill.doctor.engine import headline, rank
-from tokenmill.doctor.model import Verdict
+from tokenmill.doctor.model import ServerObs, Verdict
+from tokenmill.fmt import num, pct
 from tokenmill.monitor.snapshot import binding_text
 
 _MARK = {"critical": "!!", "warning": "! ", "info": "i "}
@@ -46,6 +48,42 @@ def format_verdicts(verdicts: Sequence[Verdict], servers: int) -> str:
     elif top is None:
         head += (
             "; no change has a predicted gain "
-            "(the planner's predictions need the model and GPU: --model / --gpu, or a twin that says)"
+            "(the planner's predictions need the model and GPU: --planner-model / --gpu, or a twin that says)"
         )
     return "\n\n".join([head, *(format_verdict(v) for v in verdicts)])
+
+
+def servers_table(servers: Sequence[ServerObs]) -> str:
+    """One line per server: running, queue, pools, rates and health, as one look saw them."""
+    lines = ["server                          running    queue   KV     state  decode tok/s  prompt tok/s  health"]
+    for s in servers:
+        v = s.view
+        run = f"{num(v.running)}/{v.max_running or '?'}"
+        health = "up" if v.healthy else f"down: {v.error}"
+        lines.append(
+            f"{v.url:<31} {run:>9} {num(v.queued):>8} {pct(v.kv_usage):>6} {pct(v.state_usage):>6} "
+            f"{num(v.decode_tok_s):>13} {num(v.prompt_tok_s):>13}  {health}"
+        )
+    return "\n".join(lines)
+
+
+def hardware_text(rows: Sequence[dict[str, Any]]) -> str:
+    """Each server's decode rate as a share of what the planner expects, of the roofline, of another GPU."""
+    lines = []
+    for r in rows:
+        line = (
+            f"{r['server']}: decodes {num(r['decode_tok_s'])} tok/s (GPU clock), {r['expected_share'] * 100:.0f}% of "
+            f"the planner's {num(r['expected_tok_s'])} on {r['gpu']}, {r['ceiling_share'] * 100:.0f}% of the "
+            f"roofline's {num(r['ceiling_tok_s'])}"
+        )
+        if "compare_gpu" in r:
+            line += f", {r['compare_share'] * 100:.0f}% of the {num(r['compare_tok_s'])} planned on {r['compare_gpu']}"
+        lines.append(line)
+    return "\n".join(lines)
+
+
+def rules_text() -> str:
+    """The rule table, one line a rule."""
+    from tokenmill.doctor.rules import RULES
+
+    return "\n".join(f"{r.id:<24} binds {r.binds:<20} when {r.when}" for r in RULES)

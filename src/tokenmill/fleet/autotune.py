@@ -14,7 +14,7 @@ from pathlib import Path
 
 from tokenmill.config import AutotuneSpec, FlagValue, FleetProfile
 from tokenmill.errors import ConfigError, ServerError
-from tokenmill.fleet.state import pid_alive, read_state, request_apply
+from tokenmill.fleet.state import FleetState, load_state, pid_alive, request_apply
 from tokenmill.fleet.supervisor import Fleet
 
 Say = Callable[[str], None]
@@ -128,18 +128,17 @@ class RemoteActuator:
         self.state_dir = state_dir
         self.spec = spec
 
-    def _state(self) -> dict[str, object]:
-        state = read_state(self.state_dir)
-        if not pid_alive(state.get("supervisor_pid")):  # type: ignore[arg-type]
+    def _state(self) -> FleetState:
+        state = load_state(self.state_dir)
+        if not pid_alive(state.supervisor_pid):
             raise ServerError(f"the fleet of {self.state_dir} is not running: start it with `tokenmill fleet up`")
         return state
 
     def profile(self) -> FleetProfile:
-        return FleetProfile.model_validate(self._state()["profile"])
+        return FleetProfile.model_validate(self._state().profile)
 
     def servers(self) -> list[str]:
-        servers = self._state().get("servers")
-        return [str(s["url"]) for s in servers if isinstance(s, dict)] if isinstance(servers, list) else []
+        return [s.url for s in self._state().servers]
 
     def refuse(self, change: str) -> str | None:
         return refusal(change, self.spec.allow)
@@ -158,15 +157,14 @@ class RemoteActuator:
         )
         shown = 0
         while True:
-            state = self._state()
-            last = state.get("apply")
-            if isinstance(last, dict) and last.get("id") == request_id:
-                lines = list(last.get("progress") or [])
+            last = self._state().apply
+            if last is not None and last.id == request_id:
+                lines = last.progress
                 for line in lines[shown:]:
-                    say(str(line))
+                    say(line)
                 shown = len(lines)
-                if last.get("state") == "done":
+                if last.state == "done":
                     return
-                if last.get("state") == "failed":
+                if last.state == "failed":
                     raise ServerError(f"re-flag {request_id} failed: {lines[-1] if lines else '?'}")
             time.sleep(REMOTE_POLL_S)

@@ -19,47 +19,20 @@ import logging
 import socket
 import threading
 import time
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from tokenmill.config import FleetProfile, backoff
 from tokenmill.errors import ServerError
 from tokenmill.fleet import health
 from tokenmill.fleet.process import ServerProcess, tail
+from tokenmill.fleet.state import ServerStatus
 from tokenmill.fleet.template import Slot, redact, render
 from tokenmill.fleet.watchdog import Watchdog
 
 log = logging.getLogger("tokenmill.fleet")
 
-State = Literal["starting", "up", "down", "stopping", "stopped", "failed"]
 PORT_RETRIES = 3  # auto-picked ports: another process may take the port between the pick and the bind
-
-
-@dataclass(slots=True)
-class ServerStatus:
-    """One server as the fleet reports it (``state.json``, ``fleet status``)."""
-
-    index: int
-    url: str
-    state: State
-    gpus: list[int]
-    pid: int | None = None
-    restarts: int = 0
-    generation: int = 0  # which profile it runs: 0 the first, +1 per re-flag
-    command: str = ""  # redacted
-    flags: dict[str, Any] = field(default_factory=dict)
-    log_path: str = ""
-    error: str | None = None
-    node: str | None = None  # Ray node id, when placed by Ray
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> ServerStatus:
-        known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
-        return cls(**known)
 
 
 def free_port(host: str) -> int:

@@ -25,6 +25,7 @@ from typing import Any
 
 from tokenmill.config import JobSpec
 from tokenmill.errors import TokenmillError
+from tokenmill.output import layout
 
 log = logging.getLogger("tokenmill.fleet")
 
@@ -47,7 +48,7 @@ def run_partition(job: JobSpec, index: int, count: int, allow_changed_job: bool 
     from tokenmill.logs import setup_logging
     from tokenmill.run import run_job, run_sync
 
-    setup_logging("INFO", Path(job.output.dir) / f"tokenmill.p{index:03d}.log")
+    setup_logging("INFO", Path(job.output.dir) / layout.Names(index).log)
     try:
         result = run_sync(
             run_job(

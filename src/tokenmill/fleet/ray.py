@@ -19,8 +19,8 @@ from typing import Any
 
 from tokenmill.config import FleetProfile
 from tokenmill.errors import ConfigError
-from tokenmill.fleet.keeper import ServerKeeper, ServerStatus
-from tokenmill.fleet.state import server_log
+from tokenmill.fleet.keeper import ServerKeeper
+from tokenmill.fleet.state import ServerStatus, server_log
 from tokenmill.fleet.supervisor import Fleet, ServerHandle
 
 log = logging.getLogger("tokenmill.fleet")

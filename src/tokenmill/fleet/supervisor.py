@@ -33,8 +33,17 @@ from typing import Any, Protocol
 from tokenmill.config import FleetProfile
 from tokenmill.errors import ConfigError, ServerError
 from tokenmill.fleet import health
-from tokenmill.fleet.keeper import ServerStatus
-from tokenmill.fleet.state import APPLY_REQUEST, ENDPOINTS, STATE, StateLock, read_json, write_json
+from tokenmill.fleet.state import (
+    APPLY_REQUEST,
+    ENDPOINTS,
+    ApplyProgress,
+    ApplyState,
+    FleetState,
+    ServerStatus,
+    StateLock,
+    read_request,
+    write_state,
+)
 from tokenmill.run import endpoints
 from tokenmill.run.endpoints import Endpoint
 
@@ -90,8 +99,8 @@ class Fleet:
         self._stopped = threading.Event()
         self._watcher: threading.Thread | None = None
         self._last_endpoints: str | None = None
-        self._last_state: dict[str, Any] | None = None
-        self._apply: dict[str, Any] | None = None
+        self._last_state: FleetState | None = None
+        self._apply: ApplyProgress | None = None
         self._apply_thread: threading.Thread | None = None
         self._handled_request: str | None = None
         self._runs: dict[int, FleetProfile] = {}  # the profile each server runs, when not the fleet's
@@ -292,19 +301,19 @@ class Fleet:
             if text != self._last_endpoints:
                 endpoints.write(self.endpoints_path, eps)
                 self._last_endpoints = text
-            state = {
-                "supervisor_pid": os.getpid(),
-                "kind": self.kind,
-                "status": self.status,
-                "started_at": self._started_at,
-                "endpoints_file": str(self.endpoints_path),
-                "profile": self.profile.model_dump(mode="json"),
-                "servers": [s.to_dict() for s in statuses],
-                "reflagged": {str(i): p.flags for i, p in self._runs.items()},
-                "apply": self._apply,
-            }
+            state = FleetState(
+                supervisor_pid=os.getpid(),
+                kind=self.kind,
+                status=self.status,
+                started_at=self._started_at,
+                endpoints_file=str(self.endpoints_path),
+                profile=self.profile.model_dump(mode="json"),
+                servers=tuple(statuses),
+                reflagged={str(i): p.flags for i, p in self._runs.items()},
+                apply=self._apply,
+            )
             if state != self._last_state:
-                write_json(self.state_dir / STATE, state)
+                write_state(self.state_dir, state)
                 self._last_state = state
 
     def _watch(self) -> None:
@@ -318,22 +327,14 @@ class Fleet:
     def _take_request(self) -> None:
         if self.status != "ready" or (self._apply_thread is not None and self._apply_thread.is_alive()):
             return
-        request = read_json(self.state_dir / APPLY_REQUEST)
-        if request is None or request.get("id") == self._handled_request:
+        request = read_request(self.state_dir)
+        if request is None or request.id == self._handled_request:
             return
-        request_id = str(request.get("id"))
-        self._handled_request = request_id
+        self._handled_request = request.id
         (self.state_dir / APPLY_REQUEST).unlink(missing_ok=True)
-        servers, batch, drain = request.get("servers"), request.get("batch"), request.get("drain_timeout_s")
         self._apply_thread = threading.Thread(
             target=self._apply_requested,
-            args=(
-                request_id,
-                request.get("profile"),
-                servers if isinstance(servers, list) else None,
-                batch if isinstance(batch, int) and batch > 0 else 1,
-                float(drain) if isinstance(drain, int | float) else None,
-            ),
+            args=(request.id, request.profile, request.servers, request.batch, request.drain_timeout_s),
             daemon=True,
         )
         self._apply_thread.start()
@@ -364,7 +365,7 @@ class Fleet:
         else:
             self._set_apply(request_id, "done", progress)
 
-    def _set_apply(self, request_id: str, state: str, progress: list[str]) -> None:
+    def _set_apply(self, request_id: str, state: ApplyState, progress: list[str]) -> None:
         with self._lock:
-            self._apply = {"id": request_id, "state": state, "progress": list(progress)}
+            self._apply = ApplyProgress(request_id, state, tuple(progress))
         self.publish()

@@ -31,13 +31,15 @@ from typing import Any
 
 import orjson
 
-EVENTS_FILE = "events.jsonl"
+from tokenmill.output import layout
+
+EVENTS_FILE = layout.EVENTS
 EVENT_FORMAT = 2  # 2: one name per quantity (client_tok_s, decode_tok_s, kv_usage, ...); 1: no format field
 
 
 def events_file(partition: int | None = None) -> str:
     """The event log's name: ``events.jsonl``, or ``events.pPPP.jsonl`` for one partition of a split run."""
-    return EVENTS_FILE if partition is None else f"events.p{partition:03d}.jsonl"
+    return layout.Names(partition).events
 
 
 def run_format(start: dict[str, Any] | None) -> int:

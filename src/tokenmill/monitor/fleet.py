@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import aiohttp
 
+from tokenmill.config import MonitorSpec
 from tokenmill.monitor.info import ServerInfo, fetch_server_info
 from tokenmill.monitor.scrape import Engine, ServerSnapshot, scrape
 from tokenmill.monitor.stats import GaugeWindow, Window
@@ -125,6 +126,9 @@ def _prompt_counter(s: ServerSnapshot) -> float | None:
     return s.prefill_tokens_total if s.prefill_tokens_total is not None else s.prompt_tokens_total
 
 
+_DEFAULTS = MonitorSpec()  # where the defaults below come from
+
+
 class FleetMonitor:
     """Scrapes ``urls`` every ``interval_s``; :attr:`views` holds the latest view of each server."""
 
@@ -132,10 +136,10 @@ class FleetMonitor:
         self,
         urls: Sequence[str],
         *,
-        interval_s: float = 3.0,
-        timeout_s: float = 2.0,
-        window_s: float = 30.0,
-        flap_window_s: float = 600.0,
+        interval_s: float = _DEFAULTS.scrape_interval_s,
+        timeout_s: float = _DEFAULTS.scrape_timeout_s,
+        window_s: float = _DEFAULTS.rate_window_s,
+        flap_window_s: float = _DEFAULTS.doctor.flap_window_s,
         headers: Mapping[str, str] | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:

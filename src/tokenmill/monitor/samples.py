@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import time
+from pathlib import Path
 
 import aiohttp
 
-from tokenmill.config import normalize_url
-from tokenmill.errors import ServerError
-from tokenmill.planner.calibrate import ThroughputSample, samples_from_metrics, usable
+from tokenmill.config import PlannerConfig, normalize_url
+from tokenmill.errors import InputError, ServerError
+from tokenmill.planner.calibrate import ThroughputSample, samples_from_log, samples_from_metrics, usable
 
 
 async def _fetch(session: aiohttp.ClientSession, url: str) -> str:
@@ -42,3 +43,36 @@ async def scrape_samples(
                 break
             await asyncio.sleep(interval_s)  # the scrape period, not a synchronization
     return samples
+
+
+def log_samples(path: str | Path) -> list[ThroughputSample]:
+    """The samples of a saved log: SGLang's scheduler log (Decode batch lines) or JSON lines."""
+    try:
+        with Path(path).open(encoding="utf-8", errors="replace") as fh:
+            return samples_from_log(fh)
+    except OSError as exc:
+        raise InputError(f"cannot read {path}: {exc}") from exc
+
+
+def collect_samples(
+    server: str | None,
+    metrics_log: str | None,
+    config: PlannerConfig,
+    *,
+    window_s: float | None = None,
+    interval_s: float | None = None,
+    max_samples: int | None = None,
+) -> list[ThroughputSample]:
+    """The samples of ``tokenmill calibrate``: scraped from ``server`` (over ``window_s``, every ``interval_s``;
+    None: the planner config's), or read from ``metrics_log``."""
+    if server is None:
+        assert metrics_log is not None
+        return log_samples(metrics_log)
+    return asyncio.run(
+        scrape_samples(
+            server,
+            window_s=window_s if window_s is not None else config.calibrate_window_s,
+            interval_s=interval_s or config.calibrate_interval_s,
+            max_samples=max_samples,
+        )
+    )

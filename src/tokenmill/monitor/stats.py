@@ -19,7 +19,7 @@ class Window:
     A counter that goes down (a restarted server) starts the window afresh, so no negative rate appears.
     """
 
-    def __init__(self, span_s: float = 30.0) -> None:
+    def __init__(self, span_s: float) -> None:
         self.span_s = span_s
         self.samples: deque[tuple[float, float]] = deque()
 
@@ -45,7 +45,7 @@ class Window:
 class GaugeWindow:
     """Mean and maximum of a gauge over the last ``span_s`` seconds (``None`` values are not counted)."""
 
-    def __init__(self, span_s: float = 30.0) -> None:
+    def __init__(self, span_s: float) -> None:
         self.span_s = span_s
         self.samples: deque[tuple[float, float]] = deque()
 

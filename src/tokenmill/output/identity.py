@@ -8,10 +8,12 @@ that only select rows (offset, limit, on_bad_row), so trial runs with ``--limit`
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import logging
 import time
 import uuid
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -19,12 +21,13 @@ import orjson
 
 from tokenmill.config import AUTO_ID_FIELD, MASKED, JobSpec, parse_job, set_dotted
 from tokenmill.errors import ConfigError, OutputError
+from tokenmill.output import layout
 from tokenmill.output.fsio import atomic_create
 from tokenmill.sources.ids import describe, resolve_id_field, with_ids
 
 log = logging.getLogger("tokenmill.run")
 
-JOB_FILE = "job.json"
+JOB_FILE = layout.JOB
 # Fields that change what a completion is; a rerun with other values would mix two datasets in one output.
 FINGERPRINT_FIELDS = ("input", "api", "model", "sampling", "save_token_ids")
 # Input fields that only select rows (trial runs): changing them between runs is fine.
@@ -51,18 +54,70 @@ def fingerprint(job: JobSpec) -> str:
     return hashlib.sha256(orjson.dumps(_identity(job), option=orjson.OPT_SORT_KEYS)).hexdigest()
 
 
-def new_record(job: JobSpec) -> dict[str, Any]:
+_RECORD_KEYS = ("job_id", "fingerprint", "identity", "spec", "created_at")
+
+
+@dataclass(frozen=True, slots=True)
+class JobRecord:
+    """``OUT/job.json``: the job an output directory belongs to; the remote prefix's claim holds a copy.
+
+    :meth:`from_json` reads what any version wrote (a missing or mistyped field is empty), :meth:`to_json` writes
+    it back with the keys it did not know (``extra``) kept."""
+
+    job_id: str
+    fingerprint: str
+    identity: dict[str, Any]
+    spec: dict[str, Any]  # the job as validated, secrets masked
+    created_at: float
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def new(cls, job: JobSpec) -> JobRecord:
+        """The record of a new job (a fresh job id)."""
+        return cls(uuid.uuid4().hex, fingerprint(job), _identity(job), job.model_dump(mode="json"), time.time())
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> JobRecord:
+        def typed(key: str, kind: type[Any] | tuple[type[Any], ...], empty: Any) -> Any:
+            value = data.get(key)
+            return value if isinstance(value, kind) and not isinstance(value, bool) else empty
+
+        return cls(
+            job_id=typed("job_id", str, ""),
+            fingerprint=typed("fingerprint", str, ""),
+            identity=typed("identity", dict, {}),
+            spec=typed("spec", dict, {}),
+            created_at=float(typed("created_at", (int, float), 0.0)),
+            extra={k: v for k, v in data.items() if k not in _RECORD_KEYS},
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "job_id": self.job_id,
+            "fingerprint": self.fingerprint,
+            "identity": self.identity,
+            "spec": self.spec,
+            "created_at": self.created_at,
+            **self.extra,
+        }
+
+    def section(self, name: str) -> dict[str, Any]:
+        """A section of the recorded spec (``output``, ``input``), empty when it has none."""
+        value = self.spec.get(name)
+        return value if isinstance(value, dict) else {}
+
+    def setting(self, key: str) -> str | None:
+        """A string setting of the recorded job (``tokenizer``, ``api``, ``model``); None when unset."""
+        value = self.spec.get(key)
+        return value if isinstance(value, str) and value else None
+
+
+def new_record(job: JobSpec) -> JobRecord:
     """The ``job.json`` record of a new job (a fresh job id); also what the remote prefix's claim holds."""
-    return {
-        "job_id": uuid.uuid4().hex,
-        "fingerprint": fingerprint(job),
-        "identity": _identity(job),
-        "spec": job.model_dump(mode="json"),
-        "created_at": time.time(),
-    }
+    return JobRecord.new(job)
 
 
-def read_record(out: Path) -> dict[str, Any] | None:
+def read_record(out: Path) -> JobRecord | None:
     """``OUT/job.json``, or None when there is none; an unreadable one is an :class:`OutputError`."""
     path = out / JOB_FILE
     try:
@@ -73,7 +128,15 @@ def read_record(out: Path) -> dict[str, Any] | None:
         raise OutputError(f"{path} is unreadable ({exc}); restore it or use a new output directory") from exc
     if not isinstance(data, dict):
         raise OutputError(f"{path} is not a job record; restore it or use a new output directory")
-    return data
+    return JobRecord.from_json(data)
+
+
+def read_record_quietly(out: Path) -> JobRecord | None:
+    """``OUT/job.json`` for a reader that shows what it can (``status``): None when it is missing or unreadable."""
+    try:
+        return read_record(out)
+    except OutputError:
+        return None
 
 
 def recorded_job(out: Path, overrides: dict[str, Any] | None = None) -> JobSpec:
@@ -82,8 +145,8 @@ def recorded_job(out: Path, overrides: dict[str, Any] | None = None) -> JobSpec:
     A ConfigError says to pass the job file instead when there is no record, or when the record keeps secrets
     masked (storage options such as an S3 secret are never written to job.json)."""
     record = read_record(out)
-    spec = record.get("spec") if record is not None else None
-    if not isinstance(spec, dict):
+    spec = copy.deepcopy(record.spec) if record is not None else {}
+    if not spec:
         raise ConfigError(f"{out} holds no job record ({JOB_FILE}): pass the job file instead of the directory")
     if _masked(spec):
         raise ConfigError(
@@ -104,11 +167,11 @@ def _masked(value: Any) -> bool:
     return isinstance(value, str) and value == MASKED
 
 
-def create_record(out: Path, record: dict[str, Any]) -> dict[str, Any]:
+def create_record(out: Path, record: JobRecord) -> JobRecord:
     """Write ``OUT/job.json`` unless it exists (fsynced: after a machine crash the job id must still be there, it
     owns the output.remote prefix) and return the record it holds: ``record``, or the one another process (a
     partition sharing the directory) wrote first."""
-    if atomic_create(out / JOB_FILE, orjson.dumps(record, option=orjson.OPT_INDENT_2)):
+    if atomic_create(out / JOB_FILE, orjson.dumps(record.to_json(), option=orjson.OPT_INDENT_2)):
         return record
     found = read_record(out)
     if found is None:
@@ -116,14 +179,14 @@ def create_record(out: Path, record: dict[str, Any]) -> dict[str, Any]:
     return found
 
 
-def changed_fields(record: dict[str, Any], job: JobSpec) -> list[str] | None:
+def changed_fields(record: JobRecord, job: JobSpec) -> list[str] | None:
     """The fingerprint fields in which ``job`` differs from ``record``; None when it is the same job."""
-    if record.get("fingerprint") == fingerprint(job):
+    if record.fingerprint == fingerprint(job):
         return None
     ident = _identity(job)
-    before = record.get("identity", {})
-    keys = set(ident) | (set(before) if isinstance(before, dict) else set())  # samples: only there when not 1
-    return sorted(k for k in keys if not isinstance(before, dict) or before.get(k) != ident.get(k))
+    before = record.identity
+    keys = set(ident) | set(before)  # samples: only there when not 1
+    return sorted(k for k in keys if before.get(k) != ident.get(k))
 
 
 # Defaults that changed, with their old value: an output written before records the old one, and a job file that
@@ -141,9 +204,9 @@ def _leaves(before: Any, now: Any, prefix: str = "") -> list[tuple[str, Any, Any
     return [] if before == now else [(prefix.rstrip("."), before, now)]
 
 
-def _differences(record: dict[str, Any], job: JobSpec) -> str:
+def _differences(record: JobRecord, job: JobSpec) -> str:
     """The changed values, and how to go on when a changed default explains them."""
-    leaves = _leaves(record.get("identity", {}), _identity(job))
+    leaves = _leaves(record.identity, _identity(job))
     if not leaves:
         return ""
     text = ": " + ", ".join(f"{key} {before!r} -> {now!r}" for key, before, now in leaves[:6])
@@ -157,7 +220,7 @@ def _differences(record: dict[str, Any], job: JobSpec) -> str:
     return text
 
 
-def refuse_changed(record: dict[str, Any], job: JobSpec, where: str, instead: str) -> None:
+def refuse_changed(record: JobRecord, job: JobSpec, where: str, instead: str) -> None:
     """A :class:`ConfigError` when ``job`` is not the job of ``record`` (the one that wrote ``where``: an output
     directory, a remote prefix), naming what changed and what to use ``instead``."""
     changed = changed_fields(record, job)
@@ -176,15 +239,14 @@ def check_job_identity(out: Path, job: JobSpec, allow_changed: bool) -> str:
     if old is not None:
         if not allow_changed:
             refuse_changed(old, job, str(out), "a new output.dir")
-        return str(old.get("job_id", ""))
-    record = create_record(out, new_record(job))
-    return str(record["job_id"])
+        return old.job_id
+    return create_record(out, new_record(job)).job_id
 
 
-def recorded_ids(record: dict[str, Any]) -> tuple[bool, str | None]:
+def recorded_ids(record: JobRecord) -> tuple[bool, str | None]:
     """(True, the id column or None for row indices) as a job record holds them; (False, None) when it does not."""
-    recorded = record.get("spec", {}).get("input", {}) if isinstance(record, dict) else {}
-    if not isinstance(recorded, dict) or "id_field" not in recorded:
+    recorded = record.section("input")
+    if "id_field" not in recorded:
         return False, None
     value = recorded["id_field"]
     if value == AUTO_ID_FIELD or not (value is None or isinstance(value, str)):
@@ -196,14 +258,11 @@ def recorded_id_field(out: Path) -> tuple[bool, str | None]:
     """(True, the id column or None for row indices) as ``OUT/job.json`` records them; (False, None) when the
     output holds no job yet. A job.json written before ids were decided automatically holds the choice too:
     its ``id_field`` was a column name or null (row indices)."""
-    try:
-        data = orjson.loads((out / JOB_FILE).read_bytes())
-    except (OSError, orjson.JSONDecodeError):
-        return False, None
-    return recorded_ids(data)
+    record = read_record_quietly(out)
+    return (False, None) if record is None else recorded_ids(record)
 
 
-def job_with_ids(job: JobSpec, out: Path | None = None, record: dict[str, Any] | None = None) -> JobSpec:
+def job_with_ids(job: JobSpec, out: Path | None = None, record: JobRecord | None = None) -> JobSpec:
     """``job`` with the source of its prompt ids decided (``input.id_field: auto``): the choice recorded in
     ``record`` (a job record from elsewhere, e.g. the remote prefix's claim) or in ``OUT/job.json`` when there is
     one (a resumed run keeps its ids), else the input's first row decides."""

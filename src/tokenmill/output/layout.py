@@ -7,12 +7,18 @@ OUT/failed.jsonl                    prompts that could not be completed
 OUT/failed.retry-1.jsonl            failures set aside by ``retry-failed`` (history, not state)
 OUT/skipped.jsonl                   input rows skipped under ``on_bad_row: skip``
 OUT/offloaded.jsonl                 shards deleted after a verified upload (``output.delete_after_upload``)
+OUT/job.json                        the job the directory belongs to (:class:`~tokenmill.output.identity.JobRecord`)
+OUT/events.jsonl                    the event log: one JSON line per interval (:mod:`tokenmill.monitor.events`)
+OUT/summary.json, OUT/summary.md    the end of the last run, as data and as text (:mod:`tokenmill.run.summary`)
+OUT/tokenmill.log                   the run's log
+OUT/regenerate/                     regeneration rounds (:mod:`tokenmill.output.rounds`)
+OUT/report.html, OUT/report/        ``tokenmill report``: the page and its figures
 OUT/.lock                           held by the one process writing to OUT
 
 A partitioned run (``run --partitions N``) has one writer per partition P, each with its own files beside
 the default ones: ``completions_pPPP_NNNNNN.jsonl[.open]``, ``manifest.pPPP.jsonl``, ``failed.pPPP.jsonl``,
-``skipped.pPPP.jsonl`` and ``.lock.pPPP`` (:class:`Names`). Resume and ``verify`` read every partition's
-files; a writer repairs only its own.
+``skipped.pPPP.jsonl``, ``events.pPPP.jsonl``, ``tokenmill.pPPP.log`` and ``.lock.pPPP`` (:class:`Names`). Resume
+and ``verify`` read every partition's files; a writer repairs only its own.
 """
 
 from __future__ import annotations
@@ -30,6 +36,13 @@ FAILED = "failed.jsonl"
 SKIPPED = "skipped.jsonl"
 OFFLOADED = "offloaded.jsonl"
 LOCK = ".lock"
+JOB = "job.json"
+EVENTS = "events.jsonl"
+SUMMARY_JSON = "summary.json"
+SUMMARY_MD = "summary.md"
+LOG = "tokenmill.log"
+ROUNDS = "regenerate"
+REPORT = "report.html"  # and its figures in OUT/report/
 
 _SEALED = re.compile(r"completions_(?:p(\d{3,})_)?(\d{6,})\.jsonl")
 _OPEN = re.compile(r"completions_(?:p(\d{3,})_)?(\d{6,})\.jsonl\.open")
@@ -77,6 +90,14 @@ class Names:
     @property
     def skipped(self) -> str:
         return self._tagged(SKIPPED)
+
+    @property
+    def events(self) -> str:
+        return self._tagged(EVENTS)
+
+    @property
+    def log(self) -> str:
+        return self._tagged(LOG)
 
     @property
     def lock(self) -> str:

@@ -29,7 +29,7 @@ from tokenmill.output import layout, manifest
 from tokenmill.output.fsio import atomic_write, fsync_dir, output_error
 from tokenmill.output.records_reader import iter_records
 
-DIR = "regenerate"
+DIR = layout.ROUNDS
 FORMAT = "tokenmill.regenerate-round/1"
 
 

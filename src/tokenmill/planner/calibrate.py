@@ -8,7 +8,7 @@ lines. Each sample's measured step time is ``B / T``; the roofline predicts
 ``1 / eta_request_ratio`` (so eta scales both streams and the ratio stays as configured).
 :func:`fit_eta` picks the eta that minimizes the squared log error of predicted vs measured throughput
 over the memory-bound samples. Parsing is pure (strings in, samples out); scraping and file reading live
-in ``tokenmill.cli.calibrate``.
+in :mod:`tokenmill.monitor.samples`.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import math
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -51,6 +52,23 @@ class Calibration:
     @property
     def implied_range(self) -> tuple[float, float]:
         return (min(self.implied), max(self.implied)) if self.implied else (math.nan, math.nan)
+
+    def as_dict(self) -> dict[str, Any]:
+        lo, hi = self.implied_range
+        return {
+            "eta_bw": self.eta_bw,
+            "samples_used": self.used,
+            "samples_skipped": self.skipped,
+            "implied_min": lo,
+            "implied_max": hi,
+            "rms_log_error": self.rms_log_error,
+            "notes": list(self.notes),
+        }
+
+
+def average_context(input_len: float | None, output_len: float | None) -> float | None:
+    """The tokens a running request holds on average (its prompt and half its answer), when both are known."""
+    return input_len + output_len / 2 if input_len is not None and output_len is not None else None
 
 
 _RUNNING = "sglang:num_running_reqs"

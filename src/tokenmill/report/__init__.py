@@ -11,8 +11,9 @@ from pathlib import Path
 
 from tokenmill.errors import OutputError
 from tokenmill.fsio import atomic_write
+from tokenmill.output import layout
 from tokenmill.quality.corpus import CorpusQuality, inspect_output
-from tokenmill.report.data import RunData, load
+from tokenmill.report.data import MAX_POINTS, RunData, load
 from tokenmill.report.html import render
 from tokenmill.report.plots import FIGURES
 from tokenmill.report.quality import figures as corpus_figures
@@ -24,7 +25,7 @@ __all__ = ["RunData", "build_report", "load"]
 def build_report(
     out: Path,
     dest: Path | None = None,
-    max_points: int = 2000,
+    max_points: int = MAX_POINTS,
     quality: bool = True,
     corpus: CorpusQuality | None = None,
 ) -> Path:
@@ -36,8 +37,8 @@ def build_report(
         corpus = corpus if corpus is not None else inspect_output(out)
         quality_pngs = corpus_figures(corpus)
         quality_html = section(corpus, quality_pngs)
-    html_path = dest or out / "report.html"
-    png_dir = html_path.parent / (html_path.stem if dest else "report")
+    html_path = dest or out / layout.REPORT
+    png_dir = html_path.parent / html_path.stem
     figures: list[tuple[str, str, bytes]] = []
     for name, title, draw in FIGURES:
         png = draw(data)

@@ -21,6 +21,7 @@ from tokenmill.errors import OutputError
 from tokenmill.monitor.combine import combined_events, event_logs
 from tokenmill.monitor.events import EVENTS_FILE, run_format
 from tokenmill.monitor.snapshot import Snapshot, upgrade_tick
+from tokenmill.output import layout
 
 NAN = float("nan")
 # attributes of ServerRow and Snapshot
@@ -69,7 +70,10 @@ def _value(x: Any) -> float:
     return float(x) if isinstance(x, int | float) and not isinstance(x, bool) else NAN
 
 
-def load(out: Path, max_points: int = 2000) -> RunData:
+MAX_POINTS = 2000  # ticks plotted at most, by default
+
+
+def load(out: Path, max_points: int = MAX_POINTS) -> RunData:
     """Read ``OUT/events.jsonl`` (and ``OUT/summary.json`` when present); a split run's partitions' logs
     (``events.pNNN.jsonl``) are read as one job's (:func:`~tokenmill.monitor.combine.combined_events`)."""
     path = out / EVENTS_FILE
@@ -114,7 +118,7 @@ def load(out: Path, max_points: int = 2000) -> RunData:
     data.ticks_total = sum(1 for r in ticks if not r.get("gap"))
     _series(data, ticks, max_points)
     data.spans = _spans(verdict_records, data.t0)
-    summary = out / "summary.json"
+    summary = out / layout.SUMMARY_JSON
     if summary.exists():
         try:
             data.summary = _summary(orjson.loads(summary.read_bytes()))

@@ -15,14 +15,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import orjson
-
 from tokenmill.errors import OutputError
 from tokenmill.fmt import duration
 from tokenmill.monitor.combine import event_logs, merge_ticks
 from tokenmill.monitor.events import EVENTS_FILE, last_events, run_format
 from tokenmill.monitor.snapshot import Snapshot, upgrade_tick
 from tokenmill.output import layout, manifest
+from tokenmill.output.identity import JobRecord, read_record_quietly
 from tokenmill.run.summary import Summary
 
 # no event for this long while no end record is written: the run was interrupted (events come every 10 s)
@@ -56,20 +55,12 @@ class Status:
     age_s: float  # seconds since the last event
 
 
-def _job(out: Path) -> dict[str, Any]:
-    try:
-        data = orjson.loads((out / "job.json").read_bytes())
-    except (OSError, orjson.JSONDecodeError):
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
 def read_status(out: Path, now: float | None = None, recorded: tuple[int, int] | None = None) -> Status:
     """The current :class:`Status` of the run(s) in ``out``; ``recorded`` (completed, failed) when the counts come
     from elsewhere (a remote prefix)."""
     logs = event_logs(out)
-    if not (out / "job.json").exists() and not logs:
-        raise OutputError(f"{out} is not a tokenmill output directory (no job.json): check the path")
+    if not (out / layout.JOB).exists() and not logs:
+        raise OutputError(f"{out} is not a tokenmill output directory (no {layout.JOB}): check the path")
     now = time.time() if now is None else now
     found = [last_events(p, ("start", "tick", "end", "upload")) for p in logs]
     writers = [(w["start"], _uploaded(w), w.get("end")) for w in found if "start" in w and "tick" in w]
@@ -86,12 +77,12 @@ def read_status(out: Path, now: float | None = None, recorded: tuple[int, int] |
         ticks.append(upgrade_tick(tick, run_format(start) if tick.get("run") == start.get("run") else 1))
     state, age = _job_state(states)
     start = writers[0][0]
-    spec = _job(out).get("spec", {})
+    record = read_record_quietly(out) or JobRecord.from_json({})
     summary = Summary.from_snapshot(
         Snapshot.from_event(merge_ticks(ticks)),
-        output_dir=str(start.get("output") or spec.get("output", {}).get("dir", "")),
-        model=str(start.get("model") or spec.get("model", "?")),
-        api=str(start.get("api") or spec.get("api", "?")),
+        output_dir=str(start.get("output") or record.section("output").get("dir", "")),
+        model=str(start.get("model") or record.setting("model") or "?"),
+        api=str(start.get("api") or record.setting("api") or "?"),
         recorded=recorded if recorded is not None else recorded_counts(out),
         state=state,
     )

@@ -18,6 +18,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.logging import RichHandler
 
+from tokenmill.config import MonitorSpec
 from tokenmill.monitor.dashboard import render
 from tokenmill.monitor.snapshot import ServerRow, Snapshot, status_line
 from tokenmill.monitor.stats import History, Window
@@ -32,6 +33,9 @@ log = logging.getLogger("tokenmill.run.progress")
 __all__ = ["Display", "Tracker"]
 
 
+_DEFAULTS = MonitorSpec()  # where the defaults below come from
+
+
 class Tracker:
     """Samples the dispatcher's counters (and the monitor's views) and derives rates and the ETA."""
 
@@ -40,8 +44,9 @@ class Tracker:
         dispatcher: Dispatcher,
         clock: Callable[[], float] = time.monotonic,
         monitor: RunMonitor | None = None,
-        history_points: int = 60,
-        history_every_s: float = 3.0,
+        history_points: int = _DEFAULTS.history_points,
+        history_every_s: float = _DEFAULTS.scrape_interval_s,
+        rate_window_s: float = _DEFAULTS.rate_window_s,
     ) -> None:
         self.d = dispatcher
         self.clock = clock
@@ -53,9 +58,10 @@ class Tracker:
         self.rows_read = 0  # input rows read so far, and those with several user turns (the feed counts them)
         self.multi_turn = 0
         self.upload: Callable[[], UploadStatus] | None = None
-        self._comp = Window()
-        self._tok = Window()
-        self._per_server = {s.url: Window() for s in dispatcher.servers}
+        self._rate_window_s = rate_window_s
+        self._comp = Window(rate_window_s)
+        self._tok = Window(rate_window_s)
+        self._per_server = {s.url: Window(rate_window_s) for s in dispatcher.servers}
         self._history = History(history_points)
         self._history_every = history_every_s
         self._next_history = self.started
@@ -68,7 +74,7 @@ class Tracker:
         views = {v.url: v for v in self.monitor.fleet.views} if self.monitor is not None else {}
         rows = []
         for s in self.d.servers:
-            w = self._per_server.setdefault(s.url, Window())
+            w = self._per_server.setdefault(s.url, Window(self._rate_window_s))
             w.add(now, s.completion_tokens)
             row = ServerRow(
                 s.url,

@@ -55,12 +55,12 @@ from tokenmill.backends.http import open_session
 from tokenmill.backends.thinking import judge, probe_thinking
 from tokenmill.config import JobSpec
 from tokenmill.errors import InputError, OutputError, StoreConflict
-from tokenmill.monitor.events import events_file
 from tokenmill.monitor.origin import Origins, fetch_origin
 from tokenmill.monitor.snapshot import Snapshot
 from tokenmill.output import OutputDir, ResumeState, layout
-from tokenmill.output.identity import JOB_FILE, check_job_identity, job_with_ids
+from tokenmill.output.identity import check_job_identity, job_with_ids
 from tokenmill.records import Prompt, Skip
+from tokenmill.run.access import Access, resolve_access
 from tokenmill.run.autotune import Autotuner
 from tokenmill.run.backlog import Backlog
 from tokenmill.run.control import ConcurrencyController
@@ -160,7 +160,7 @@ async def run_job(
     run = _Run(job, clock, partition, target=target, reopen=reopen or ("--repair-remote" if repair_remote else None))
     if partition is not None:
         run.split = choose_split(job.input, job.partitioning, *partition)
-    backend, servers = await _requests(job)
+    backend, access = await _requests(job)
     async with contextlib.AsyncExitStack() as stack:
         out = _lock_output(stack, run)
         remote = await _take_remote(run, out, original, allow_changed_job, allow_existing_prefix, repair_remote)
@@ -168,9 +168,9 @@ async def run_job(
         uploader = await _start_upload(stack, run, out, remote, allow_existing_prefix)
         feed = _start_feed(stack, run, out, state)
         source = await _gate_finished_job(run, uploader, feed)
-        origins = await _ask_origins(stack, job, servers)
-        dispatcher = _make_dispatcher(run, backend, servers, out, origins)
-        monitor, tracker, display = await _start_watch(stack, run, dispatcher, live, tuner)
+        origins = await _ask_origins(stack, job, access)
+        dispatcher = _make_dispatcher(run, backend, access, out, origins)
+        monitor, tracker, display = await _start_watch(stack, run, dispatcher, live, tuner, access)
         if run.reopened and uploader is not None:
             monitor.events.write("reopen", prefix=uploader.store.shown, reason=run.reopen)
         controller = ConcurrencyController(dispatcher.servers, job.control) if dispatcher.adaptive else None
@@ -218,13 +218,15 @@ async def run_job(
 # ---- the stages, in start-up order -------------------------------------------------------------------------
 
 
-async def _requests(job: JobSpec) -> tuple[Backend, list[str]]:
-    """The servers and the backend; with save_token_ids, a server is checked for token ids first."""
-    servers = job.resolved_servers()
+async def _requests(job: JobSpec) -> tuple[Backend, Access]:
+    """The servers and the key (read once, here) and the backend; with save_token_ids, a server is checked for
+    token ids first."""
+    access = resolve_access(job)
+    servers = access.servers
     options = BackendOptions(
         model=job.model,
         sampling=job.sampling,
-        api_key=job.api_key(),
+        api_key=access.api_key,
         save_token_ids=job.save_token_ids,
         tokenizer=job.tokenizer,
         max_response_bytes=job.retry.max_response_bytes,
@@ -239,7 +241,7 @@ async def _requests(job: JobSpec) -> tuple[Backend, list[str]]:
         if probe is not None:
             fine, message = judge(probe, job.api, job.thinking_inline == "ok")
             log.log(logging.INFO if fine else logging.WARNING, "%s", message)
-    return backend, servers
+    return backend, access
 
 
 def _lock_output(stack: contextlib.AsyncExitStack, run: _Run) -> OutputDir:
@@ -302,14 +304,14 @@ async def _start_upload(
     if remote is None:
         return None
     names = layout.Names(out.names.partition)
-    sides = (names.failed, names.skipped, events_file(out.names.partition), JOB_FILE)
+    sides = (names.failed, names.skipped, names.events, layout.JOB)
     uploader = Uploader(
         out.root,
         run.job.output,
         allow_existing_prefix=allow_existing_prefix,
         store=remote.store,
         partition=run.partition,
-        sides=sides if run.partition is not None else (*sides, "summary.json"),
+        sides=sides if run.partition is not None else (*sides, layout.SUMMARY_JSON),
         success=run.target.success if run.target is not None else True,
         reopen=run.reopen,
     )
@@ -383,28 +385,27 @@ async def _prepend(first: Prompt | None, rest: AsyncIterator[Prompt]) -> AsyncIt
         yield prompt
 
 
-async def _ask_origins(stack: contextlib.AsyncExitStack, job: JobSpec, servers: list[str]) -> Origins:
+async def _ask_origins(stack: contextlib.AsyncExitStack, job: JobSpec, access: Access) -> Origins:
     """What each server serves (every record's origin): asked now, waited for at most monitor.origin_wait_s."""
     session = await stack.enter_async_context(open_session(job.retry, limit=PROBE_SERVERS))
-    key = job.api_key()
-    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    headers = dict(access.headers)
     origins = Origins(lambda url: fetch_origin(session, url, headers))
     stack.push_async_callback(origins.close)
-    await origins.prime(servers, job.monitor.origin_wait_s)
+    await origins.prime(access.servers, job.monitor.origin_wait_s)
     return origins
 
 
-def _make_dispatcher(run: _Run, backend: Backend, servers: list[str], out: OutputDir, origins: Origins) -> Dispatcher:
+def _make_dispatcher(run: _Run, backend: Backend, access: Access, out: OutputDir, origins: Origins) -> Dispatcher:
     job = run.job
     adaptive = job.concurrency == "auto"
     pool = ServerPool(
-        servers,
+        access.servers,
         job.control.initial if adaptive else int(job.concurrency),
         adaptive=adaptive,
         backoff=job.control.throttle_factor,
     )
     pool.on_new_process = origins.forget
-    for ep in job.resolved_endpoints():  # a server the servers file marks draining or down gets no request
+    for ep in access.endpoints:  # a server the servers file marks draining or down gets no request
         if not ep.sendable:
             pool.set_draining(ep.url, True)
     sampling = job.sampling.as_dict() | ({"samples": job.samples} if job.samples > 1 else {})
@@ -417,7 +418,8 @@ async def _start_watch(
     run: _Run,
     dispatcher: Dispatcher,
     live: bool | None,
-    tuner: Autotuner | None = None,
+    tuner: Autotuner | None,
+    access: Access,
 ) -> tuple[RunMonitor, Tracker, Display]:
     job = run.job
     partition = run.partition[0] if run.partition else None
@@ -429,6 +431,7 @@ async def _start_watch(
         clock=run.clock,
         partition=partition,
         tuner=tuner,
+        headers=access.headers,
     )
     tracker = Tracker(
         dispatcher,

@@ -16,6 +16,7 @@ import orjson
 
 from tokenmill.fmt import duration
 from tokenmill.monitor.snapshot import Snapshot, binding_verdict, cut_text, expected_text, upload_text
+from tokenmill.output import layout
 from tokenmill.sources.mapping import conversation_policy
 
 
@@ -229,7 +230,7 @@ class Summary:
 def write_summary(out: Path, summary: Summary) -> None:
     """Save ``summary.md`` and ``summary.json`` next to the shards (best effort: the data is already safe)."""
     try:
-        (out / "summary.md").write_text(summary.markdown())
-        (out / "summary.json").write_bytes(orjson.dumps(asdict(summary), option=orjson.OPT_INDENT_2))
+        (out / layout.SUMMARY_MD).write_text(summary.markdown())
+        (out / layout.SUMMARY_JSON).write_bytes(orjson.dumps(asdict(summary), option=orjson.OPT_INDENT_2))
     except OSError as exc:
         logging.getLogger("tokenmill.run").warning("could not save the summary in %s: %s", out, exc)

@@ -14,7 +14,7 @@ import contextlib
 import logging
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -75,6 +75,7 @@ class RunMonitor:
         wall: Callable[[], float] = time.time,
         partition: int | None = None,
         tuner: Autotuner | None = None,
+        headers: Mapping[str, str] | None = None,  # the API key's (run/access.py)
     ) -> None:
         spec = job.monitor
         self.spec = spec
@@ -88,15 +89,13 @@ class RunMonitor:
         urls = [s.url for s in dispatcher.servers]
         self.client = ClientMetrics(urls)
         dispatcher.observer = self.client.observe
-        key = job.api_key()
-        headers = {"Authorization": f"Bearer {key}"} if key else {}
         self.fleet = FleetMonitor(
             urls,
             interval_s=spec.scrape_interval_s,
             timeout_s=spec.scrape_timeout_s,
             window_s=spec.rate_window_s,
             flap_window_s=spec.doctor.flap_window_s,
-            headers=headers,
+            headers=dict(headers or {}),
             clock=clock,
         )
         self.doctor = DoctorState(spec.doctor.confirm_rounds)

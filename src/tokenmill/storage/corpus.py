@@ -219,10 +219,9 @@ def _count(entry: manifest.ManifestEntry | None) -> int | None:
 def _job_store(out: Path) -> tuple[Store | None, str | None, str | None]:
     """The job's remote prefix as ``OUT/job.json`` records it (masked secrets left to the environment), why it
     cannot be opened, and the job's id."""
-    record = read_record(out) or {}
-    job_id = record.get("job_id") if isinstance(record.get("job_id"), str) else None
-    output = (record.get("spec") or {}).get("output") or {}
-    if not output.get("remote"):
+    record = read_record(out)
+    job_id = record.job_id or None if record is not None else None
+    if record is None or not record.section("output").get("remote"):
         return None, None, job_id
     try:
         url, options, _ = remote_target(out)

@@ -27,12 +27,19 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from tokenmill.config import JobSpec
 from tokenmill.errors import StoreConflict, StoreUnavailable
 from tokenmill.output import layout, manifest, offload
-from tokenmill.output.identity import create_record, job_with_ids, new_record, read_record, refuse_changed
+from tokenmill.output.identity import (
+    JobRecord,
+    create_record,
+    job_with_ids,
+    new_record,
+    read_record,
+    refuse_changed,
+)
 from tokenmill.output.takeover import TakenOver, holds_records, take_over
 from tokenmill.storage.prefix import RemoteManifest, claim, read_claim, shard_of
 from tokenmill.storage.readback import RemoteState, read_remote, repair
@@ -92,7 +99,7 @@ def prepare_remote(
     record, job = _owner(out, store, found, local, job, original, allow_changed, allow_existing)
     if local is None:
         create_record(out, record)
-    start = RemoteStart(store, job, reachable=True, job_id=str(record["job_id"]))
+    start = RemoteStart(store, job, reachable=True, job_id=record.job_id)
     resolve: Callable[[int | None], bool] = lambda w: fresh or w != partition  # noqa: E731
     state = retrying(lambda: read_remote(store, resolve))
     if state.problems and repair_remote:
@@ -124,38 +131,38 @@ def _owner(
     out: Path,
     store: Store,
     found: tuple[RemoteManifest, str | None] | None,
-    local: dict[str, Any] | None,
+    local: JobRecord | None,
     job: JobSpec,
     original: JobSpec,
     allow_changed: bool,
     allow_existing: bool,
-) -> tuple[dict[str, Any], JobSpec]:
+) -> tuple[JobRecord, JobSpec]:
     """The record of the job that owns the prefix (claiming it if nobody does), and the job to run."""
     for _ in range(3):
         if found is not None:
             remote, _ = found
             if local is not None:
-                if remote.job_id != local.get("job_id"):
+                if remote.job_id != local.job_id:
                     raise StoreConflict(
                         f"{store.shown} belongs to another job (job id {remote.job_id}; {out} is job "
-                        f"{local.get('job_id')}). Its objects are never overwritten: use another output.remote "
+                        f"{local.job_id}). Its objects are never overwritten: use another output.remote "
                         "prefix, or the output directory that job wrote."
                     )
                 return local, job
-            record = remote.job
-            if record is None:
+            if remote.job is None:
                 raise StoreConflict(
                     f"{store.shown} is claimed by job {remote.job_id}, whose record an earlier tokenmill kept in its "
                     f"output directory only: copy that directory's job.json into {out} and rerun, or use another "
                     "output.remote prefix"
                 )
+            record = JobRecord.from_json(remote.job)
             adopted = job_with_ids(original, record=record)
             if not allow_changed:
                 refuse_changed(record, adopted, store.shown, "another output.remote")
             return record, adopted
         record = local if local is not None else new_record(job)
         try:
-            got = claim(store, str(record["job_id"]), allow_existing, record)
+            got = claim(store, record.job_id, allow_existing, record.to_json())
         except StoreConflict:
             if local is not None:
                 raise
@@ -164,7 +171,7 @@ def _owner(
                 raise
             continue
         if got.created:
-            log.info("claimed %s for job %s", store.shown, record["job_id"])
+            log.info("claimed %s for job %s", store.shown, record.job_id)
         return record, job
     raise StoreConflict(f"the claim of {store.shown} keeps changing: another program is writing to it")
 
@@ -189,9 +196,9 @@ def _refuse_behind(out: Path, store: Store, state: RemoteState, partition: int |
 
 
 def _unreachable(
-    store: Store, job: JobSpec, local: dict[str, Any] | None, fresh: bool, partition: int | None, exc: Exception
+    store: Store, job: JobSpec, local: JobRecord | None, fresh: bool, partition: int | None, exc: Exception
 ) -> RemoteStart:
-    job_id = str(local["job_id"]) if local is not None and local.get("job_id") else None
+    job_id = local.job_id if local is not None and local.job_id else None
     if fresh and partition is not None:
         raise StoreUnavailable(
             f"the store at {store.shown} does not answer ({exc}): partition {partition} has nothing recorded here, so "

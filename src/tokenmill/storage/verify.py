@@ -20,6 +20,7 @@ import orjson
 from tokenmill.config import MASKED
 from tokenmill.errors import OutputError, StoreConflict, StoreError
 from tokenmill.output import VerifyReport, layout, manifest
+from tokenmill.output.identity import read_record
 from tokenmill.output.manifest import ManifestEntry
 from tokenmill.storage.prefix import (
     MANIFEST,
@@ -33,7 +34,6 @@ from tokenmill.storage.prefix import (
 )
 from tokenmill.storage.store import Store
 
-JOB_FILE = "job.json"
 HASH_WORKERS = 4  # remote objects read back at once
 
 
@@ -42,22 +42,18 @@ def remote_target(out: Path, url: str | None = None) -> tuple[str, dict[str, Any
 
     Masked option values (``***``) are dropped, so credentials come from the environment as in the run.
     """
-    path = Path(out) / JOB_FILE
     try:
-        record = orjson.loads(path.read_bytes())
-    except FileNotFoundError:
-        record = {}
-    except (OSError, ValueError) as exc:
-        raise OutputError(f"{path} is unreadable ({exc}); pass the prefix with --remote-url") from exc
-    output = dict(record.get("spec", {}).get("output", {}))
+        record = read_record(Path(out))
+    except OutputError as exc:
+        raise OutputError(f"{exc}; or pass the prefix with --remote-url") from exc
+    output = record.section("output") if record is not None else {}
     target = url or output.get("remote")
     if not target:
         raise StoreError(
-            f"{out} has no output.remote in {JOB_FILE}: pass the prefix with --remote-url s3://bucket/prefix/"
+            f"{out} has no output.remote in {layout.JOB}: pass the prefix with --remote-url s3://bucket/prefix/"
         )
     options = _unmasked(dict(output.get("storage_options") or {}))
-    job_id = record.get("job_id")
-    return str(target), options, job_id if isinstance(job_id, str) and job_id else None
+    return str(target), options, record.job_id if record is not None and record.job_id else None
 
 
 def verify_remote(report: VerifyReport, out: Path, store: Store, job_id: str | None) -> None:

@@ -11,11 +11,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tokenmill.errors import StoreError
+from tokenmill.output import layout
 from tokenmill.storage.complete import totals
 from tokenmill.storage.prefix import DIR, MANIFEST
 from tokenmill.storage.store import Store
 
-_FETCHED = ("events", "failed", "skipped", "job.json", "summary.json")
+# the copied names start so (a partition's events.p001.jsonl and failed.p001.jsonl too)
+_FETCHED = (layout.EVENTS.split(".")[0], layout.FAILED.split(".")[0], layout.SKIPPED.split(".")[0], layout.JOB,
+            layout.SUMMARY_JSON)  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)

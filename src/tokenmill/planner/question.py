@@ -1,0 +1,110 @@
+"""``tokenmill plan`` as a library call: the question (model, GPU, flags, workload) in, the plan and its what-ifs,
+comparisons and training cut out; the workload measured on a dataset when one is given."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from tokenmill.config import PlannerConfig
+from tokenmill.errors import DoesNotFitError
+from tokenmill.planner.catalog import load_model
+from tokenmill.planner.flags import parse_flags
+from tokenmill.planner.hardware import GpuCatalog
+from tokenmill.planner.plan import TrainCut, WhatIfRow, Workload, compare, train_cut, what_if
+from tokenmill.planner.plan import plan as make_plan
+from tokenmill.planner.render import PlanReport
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadQuestion:
+    """The workload as given: counts and lengths (None: measured on ``dataset``, else the planner's defaults)."""
+
+    prompts: int | None = None
+    input_len: float | None = None
+    output_len: float | None = None
+    dataset: str | None = None  # a jsonl/json/parquet input to measure prompt lengths and count prompts on
+    tokenizer: str | None = None  # for measuring ``dataset`` (otherwise characters per token are assumed)
+    sample_rows: int | None = None  # rows of ``dataset`` measured (None: PlannerConfig.dataset_sample_rows)
+
+    def workload(self, config: PlannerConfig) -> Workload:
+        """The workload planned for, saying where its numbers come from."""
+        prompts, input_len, sources = self.prompts, self.input_len, []
+        if self.dataset is not None:
+            from tokenmill.planner.sample import count_prompts, measure_prompts
+
+            if input_len is None:
+                rows = self.sample_rows or config.dataset_sample_rows
+                measured = measure_prompts(self.dataset, rows=rows, tokenizer=self.tokenizer)
+                input_len = measured.mean_tokens
+                sources.append(
+                    f"input measured on {measured.rows} rows of {Path(self.dataset).name}, {measured.method}"
+                )
+                total = measured.total_rows
+            else:
+                total = count_prompts(self.dataset) if prompts is None else None
+            if prompts is None and total:
+                prompts = total
+                sources.append(f"{total:,} prompts counted in the dataset")
+        if prompts is None or input_len is None or self.output_len is None:
+            sources.append("defaults for what was not given")
+        return Workload(
+            prompts=prompts or config.workload_prompts,
+            input_len=input_len or config.workload_input_len,
+            output_len=self.output_len or config.workload_output_len,
+            source="; ".join(sources) or "given",
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class PlanQuestion:
+    """What ``tokenmill plan`` is asked."""
+
+    model: str  # a bundled planner model or a config.json path
+    gpu: str
+    workload: WorkloadQuestion
+    flags: tuple[str, ...] = ()  # SGLang launch flags, as typed
+    gpu_count: int = 1
+    eta: float | None = None  # bandwidth efficiency (None: the planner's, uncalibrated)
+    compare_gpus: tuple[str, ...] = ()
+    gpu_file: str | None = None
+    sglang_version: str | None = None  # None: PlannerConfig.sglang_version
+    train_max_length: int | None = None
+    output_sigma: float | None = None  # None: PlannerConfig.workload_output_sigma
+    with_what_if: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class PlanAnswer:
+    """The report, or why the configuration does not fit with the what-ifs that do; the training cut if asked."""
+
+    config: PlannerConfig
+    what_if: tuple[WhatIfRow, ...]
+    report: PlanReport | None = None
+    does_not_fit: DoesNotFitError | None = None
+    cut: TrainCut | None = None
+
+
+def answer(q: PlanQuestion) -> PlanAnswer:
+    """Plan ``q``; a configuration that does not fit is an answer when some what-if does (else it raises)."""
+    catalog = GpuCatalog.load(q.gpu_file)
+    engine = parse_flags(list(q.flags))
+    config = PlannerConfig.model_validate({} if q.sglang_version is None else {"sglang_version": q.sglang_version})
+    spec, card = load_model(q.model), catalog.get(q.gpu)
+    workload = q.workload.workload(config)
+    rows = (
+        tuple(what_if(spec, card, engine, workload, config, gpu_count=q.gpu_count, eta=q.eta)) if q.with_what_if else ()
+    )
+    try:
+        result = make_plan(spec, card, engine, workload, config, gpu_count=q.gpu_count, eta=q.eta)
+    except DoesNotFitError as exc:
+        if not any(r.result for r in rows):
+            raise
+        return PlanAnswer(config, rows, does_not_fit=exc)
+    comparisons = tuple(
+        compare(result, catalog.get(name), config, gpu_count=q.gpu_count, eta=q.eta) for name in q.compare_gpus
+    )
+    eta_source = "--eta" if q.eta is not None else "default, uncalibrated"
+    sigma = q.output_sigma or config.workload_output_sigma
+    cut = train_cut(workload, q.train_max_length, sigma) if q.train_max_length is not None else None
+    return PlanAnswer(config, rows, PlanReport(result, comparisons, rows, config, eta_source), cut=cut)
