@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -14,3 +15,11 @@ def test_architecture_module_list_is_current() -> None:
         [sys.executable, str(ROOT / "scripts" / "gen_architecture.py"), "--check"], capture_output=True, text=True
     )
     assert res.returncode == 0, res.stderr
+
+
+def test_the_run_package_docstring_names_its_modules_and_no_others() -> None:
+    import tokenmill.run
+
+    named = set(re.findall(r"``(\w+)``", tokenmill.run.__doc__ or "")) - {"runner"}
+    modules = {p.stem for p in (ROOT / "src" / "tokenmill" / "run").glob("*.py")} - {"__init__", "runner"}
+    assert named == modules

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from tokenmill.planner.models import ModelSpec
     from tokenmill.planner.plan import PlanResult
 
-log = logging.getLogger("tokenmill.doctor")
+log = logging.getLogger(__name__)
 
 STEADY_PROMPTS = 1_000_000  # the prompt count never binds a steady-state prediction
 DEFAULT_INPUT_LEN = 1024.0

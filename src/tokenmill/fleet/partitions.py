@@ -26,7 +26,7 @@ from typing import Any
 from tokenmill.config import JobSpec
 from tokenmill.errors import TokenmillError
 
-log = logging.getLogger("tokenmill.fleet")
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)

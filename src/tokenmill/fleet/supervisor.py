@@ -38,7 +38,7 @@ from tokenmill.fleet.state import APPLY_REQUEST, ENDPOINTS, STATE, StateLock, re
 from tokenmill.run import endpoints
 from tokenmill.run.endpoints import Endpoint
 
-log = logging.getLogger("tokenmill.fleet")
+log = logging.getLogger(__name__)
 
 WATCH_S = 0.25
 # Profile fields a re-flag may not change: they decide where servers run, not how.

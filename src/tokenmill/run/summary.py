@@ -18,6 +18,8 @@ from tokenmill.fmt import duration
 from tokenmill.monitor.snapshot import Snapshot, binding_verdict, cut_text, expected_text, upload_text
 from tokenmill.sources.mapping import conversation_policy
 
+log = logging.getLogger(__name__)
+
 
 @dataclass(slots=True)
 class ServerSummary:
@@ -232,4 +234,4 @@ def write_summary(out: Path, summary: Summary) -> None:
         (out / "summary.md").write_text(summary.markdown())
         (out / "summary.json").write_bytes(orjson.dumps(asdict(summary), option=orjson.OPT_INDENT_2))
     except OSError as exc:
-        logging.getLogger("tokenmill.run").warning("could not save the summary in %s: %s", out, exc)
+        log.warning("could not save the summary in %s: %s", out, exc)

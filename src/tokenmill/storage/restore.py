@@ -38,7 +38,7 @@ from tokenmill.storage.prefix import RemoteManifest, claim, read_claim, shard_of
 from tokenmill.storage.readback import RemoteState, read_remote, repair
 from tokenmill.storage.store import Store
 
-log = logging.getLogger("tokenmill.storage.restore")
+log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 

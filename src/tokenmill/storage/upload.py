@@ -62,7 +62,7 @@ from tokenmill.storage.prefix import (
 )
 from tokenmill.storage.store import Store
 
-log = logging.getLogger("tokenmill.storage.upload")
+log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
