@@ -4,7 +4,8 @@ Each table sits in its page between ``<!-- NAME:start -->`` and ``<!-- NAME:end 
 table the code runs on, so the page cannot say something the code does not do:
 
 - ``doctor-rules`` in docs/observability.md, from ``tokenmill.doctor.rules.RULES`` (thresholds with their defaults
-  from ``DoctorSpec``).
+  from ``DoctorSpec``);
+- ``quality-signals`` and ``quality-selectors`` in docs/quality.md, from ``tokenmill.quality.registry``.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from tokenmill.config import DoctorSpec  # noqa: E402
 from tokenmill.doctor.rules import RULES  # noqa: E402
+from tokenmill.quality.registry import SELECTORS, SIGNALS  # noqa: E402
 
 _SETTING = re.compile(r"(?<![\w`])([a-z][a-z0-9]*(?:[_.][a-z0-9]+)+)(?![\w`])")  # max_tokens, retry.read_timeout_s
 
@@ -42,8 +44,18 @@ def doctor_rules() -> list[str]:
     return rows
 
 
+def quality_signals() -> list[str]:
+    return ["| flag | fires when |", "|---|---|", *(f"| `{s.name}` | {s.fires} |" for s in SIGNALS)]
+
+
+def quality_selectors() -> list[str]:
+    return [f"`--drop` takes any of `{', '.join(SELECTORS)}` (comma-separated)."]
+
+
 TABLES: dict[str, tuple[Path, Callable[[], list[str]]]] = {
     "doctor-rules": (ROOT / "docs" / "observability.md", doctor_rules),
+    "quality-signals": (ROOT / "docs" / "quality.md", quality_signals),
+    "quality-selectors": (ROOT / "docs" / "quality.md", quality_selectors),
 }
 
 

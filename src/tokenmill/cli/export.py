@@ -8,6 +8,7 @@ from typing import Any
 import click
 
 from tokenmill.export import FORMATS, ExportOptions, counts_path, export
+from tokenmill.quality.registry import selectors_help
 
 
 @click.command(name="export")
@@ -26,9 +27,7 @@ from tokenmill.export import FORMATS, ExportOptions, counts_path, export
     "drop",
     default="",
     metavar="SIGNALS",
-    help="Leave out records with these quality signals, comma-separated: truncated, empty, no_answer, repetition, "
-    "think_markers (<think> markers left in the answer), degenerate (repetition, empty or no_answer), duplicate "
-    "(later copies of an answer). See `tokenmill inspect`.",
+    help=f"Leave out records with these quality signals, comma-separated: {selectors_help()}. See `tokenmill inspect`.",
 )
 @click.option("--drop-truncated", is_flag=True, help="Same as --drop truncated.")
 @click.option("--min-tokens", type=int, help="Leave out completions with fewer completion tokens.")

@@ -22,13 +22,10 @@ from typing import Any
 
 from tokenmill.errors import ConfigError
 from tokenmill.fmt import UNKNOWN, num
-from tokenmill.quality.signals import FLAGS, combined, final_answer, signals
+from tokenmill.quality.registry import DEGENERATE, EXAMPLE_FLAGS, FLAGS, SELECTORS, group
+from tokenmill.quality.signals import combined, final_answer, signals
 from tokenmill.storage.corpus import open_corpus
 
-DEGENERATE = ("repetition", "empty", "no_answer")
-"""Signals that make an answer waste to train on (``truncated`` alone may be a long, good answer)."""
-SELECTORS = (*FLAGS, "degenerate", "duplicate")
-"""What ``export --drop`` and ``regenerate --where`` accept."""
 DUPLICATE_MIN_CHARS = 64  # shorter answers ("Yes.", "4") are legitimately the same for different prompts
 EXAMPLES = 5  # worst examples kept per signal
 EXCERPT_CHARS = 240
@@ -292,7 +289,7 @@ class CorpusQuality:
         for name, count in self.counts():
             rate = self.rate(count)
             lines.append(f"{name:<12} {count:>10,} {UNKNOWN if rate is None else f'{rate * 100:.2f}%':>8}")
-        lines.append("  (degenerate: repetition, empty or no_answer)")
+        lines.append(f"  (degenerate: {group('degenerate').hint})")
         lines += ["", f"{'finish':<12} {'count':>9} {'mean':>8} {'p50':>7} {'p90':>7} {'p99':>7} {'max':>7}"]
         for reason, ls in sorted(self.lengths.items()):
             s = ls.summary()
@@ -356,7 +353,7 @@ class Tally:
             r.sequence_lengths.append(whole)
         self._duplicate(rec, q)
         for name in flags:
-            if name != "truncated":
+            if name in EXAMPLE_FLAGS:
                 self._keep(name, float(q.get("repetition_score") or 0.0), rec, flags)
         return q
 
@@ -421,8 +418,8 @@ class Tally:
         r = self.result
         r.worst = {
             name: [e for _, _, e in sorted(self._heaps.get(name, []), key=lambda x: (-x[0], -x[1]))]
-            for name in FLAGS
-            if name != "truncated" and self._heaps.get(name)
+            for name in EXAMPLE_FLAGS
+            if self._heaps.get(name)
         }
         return r
 
