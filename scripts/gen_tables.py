@@ -5,6 +5,7 @@ table the code runs on, so the page cannot say something the code does not do:
 
 - ``doctor-rules`` in docs/observability.md, from ``tokenmill.doctor.rules.RULES`` (thresholds with their defaults
   from ``DoctorSpec``);
+- ``apis`` in docs/compat.md, from the backends' registry (``tokenmill.backends.Backend.registry``);
 - ``quality-signals`` and ``quality-selectors`` in docs/quality.md, from ``tokenmill.quality.registry``.
 """
 
@@ -18,6 +19,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 
+from tokenmill.backends import Backend  # noqa: E402
 from tokenmill.config import DoctorSpec  # noqa: E402
 from tokenmill.doctor.rules import RULES  # noqa: E402
 from tokenmill.quality.registry import SELECTORS, SIGNALS  # noqa: E402
@@ -44,6 +46,15 @@ def doctor_rules() -> list[str]:
     return rows
 
 
+def apis() -> list[str]:
+    rows = ["| `api` | request | chat template applied by | token ids (`save_token_ids`) |", "|---|---|---|---|"]
+    for kind, cls in sorted(Backend.registry.items()):
+        template = "the server" if cls.server_template else "the client, for a chat prompt (the job's `tokenizer`)"
+        ids = "the server's" if cls.prompt_ids else "the answer's from the server, the prompt's from the `tokenizer`"
+        rows.append(f"| `{kind}` | `POST {cls.path}` | {template} | {ids} |")
+    return rows
+
+
 def quality_signals() -> list[str]:
     return ["| flag | fires when |", "|---|---|", *(f"| `{s.name}` | {s.fires} |" for s in SIGNALS)]
 
@@ -54,6 +65,7 @@ def quality_selectors() -> list[str]:
 
 TABLES: dict[str, tuple[Path, Callable[[], list[str]]]] = {
     "doctor-rules": (ROOT / "docs" / "observability.md", doctor_rules),
+    "apis": (ROOT / "docs" / "compat.md", apis),
     "quality-signals": (ROOT / "docs" / "quality.md", quality_signals),
     "quality-selectors": (ROOT / "docs" / "quality.md", quality_selectors),
 }

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, get_args
 
 import click
 
 from tokenmill.cli.fleet import fleet_run_options
-from tokenmill.config import JobSpec, load_job
+from tokenmill.config import ApiKind, JobSpec, load_job
 from tokenmill.logs import setup_logging
 
 if TYPE_CHECKING:
@@ -50,7 +50,7 @@ def job_options(fn: Any) -> Any:
         click.option("--concurrency", type=int, help="In-flight requests per server."),
         click.option("--limit", type=int, help="Read at most this many rows (a trial run)."),
         click.option("--offset", type=int, help="Skip this many rows first (a trial run)."),
-        click.option("--api", type=click.Choice(["openai-chat", "openai-completions", "sglang-generate"])),
+        click.option("--api", type=click.Choice(get_args(ApiKind)), help="The server API (the job's api)."),
         click.option("--model", help="Model name sent in requests."),
         click.option("--max-tokens", type=int, help="sampling.max_tokens"),
         click.option("--on-bad-row", type=click.Choice(["error", "skip"]), help="Stop at a bad row, or record it."),
