@@ -37,7 +37,7 @@ from typing import Any, Literal
 import orjson
 
 from tokenmill.errors import ConfigError, OutputError
-from tokenmill.quality.corpus import DuplicateFinder, answer_chars, record_quality, selected
+from tokenmill.quality.records import DuplicateFinder, answer_chars, record_quality, selected
 from tokenmill.quality.registry import REASONS
 from tokenmill.quality.samples import SampleGroups
 from tokenmill.records import Message

@@ -9,7 +9,7 @@ from click.testing import CliRunner
 
 from tokenmill.cli import cli
 from tokenmill.export import DROP_REASONS
-from tokenmill.quality.corpus import parse_selectors
+from tokenmill.quality.records import parse_selectors
 from tokenmill.quality.registry import DEGENERATE, FLAGS, SELECTORS, SIGNALS
 from tokenmill.quality.signals import Signals, signals
 

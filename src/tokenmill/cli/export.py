@@ -88,7 +88,7 @@ def export_cmd(
         tokenmill export s3://bucket/corpora/run-1/ --format sharegpt -o train.jsonl
         tokenmill export out/ --format tokens --max-length 4096 -o prompts.jsonl   # input_ids + loss_mask
     """
-    from tokenmill.quality.corpus import parse_selectors
+    from tokenmill.quality.records import parse_selectors
     from tokenmill.tokens import TokenOptions
 
     selectors = parse_selectors(drop, "--drop") if drop else ()

@@ -56,7 +56,7 @@ def regenerate(
         tokenmill regenerate out/ --where repetition,empty --servers http://10.0.0.5:30000
         tokenmill inspect out/
     """
-    from tokenmill.quality.corpus import parse_selectors
+    from tokenmill.quality.records import parse_selectors
     from tokenmill.quality.regenerate import parse_sampling
 
     if Path(job_file).is_dir():
