@@ -38,7 +38,8 @@ import orjson
 
 from tokenmill.errors import ConfigError, OutputError
 from tokenmill.fsio import atomic_file
-from tokenmill.quality.corpus import DuplicateFinder, answer_chars, record_quality, selected
+from tokenmill.quality.records import DuplicateFinder, answer_chars, record_quality, selected
+from tokenmill.quality.registry import REASONS
 from tokenmill.quality.samples import SampleGroups
 from tokenmill.records import Message
 from tokenmill.storage.corpus import Corpus, open_corpus
@@ -49,15 +50,7 @@ FORMATS: tuple[Format, ...] = ("sharegpt", "openai-messages", "specforge", "toke
 _SHAREGPT_FROM = {"system": "system", "user": "human", "assistant": "gpt"}
 PARQUET_BATCH = 1000
 GROUP_BUFFER = 8192  # export --samples grouped: at most this many answers held (quality.samples.SampleGroups)
-DROP_REASONS = {
-    "truncated": "truncated (finish_reason length)",
-    "empty": "empty completion",
-    "no_answer": "reasoning without a final answer",
-    "repetition": "repetition (a loop at the answer's end)",
-    "think_markers": "think markers (<think>, </think>) left in the answer",
-    "degenerate": "degenerate (loop, empty or no final answer)",
-    "duplicate": "duplicate (an answer an earlier record already gave)",
-}
+DROP_REASONS = REASONS  # why a record was left out, per --drop selector (the quality signals' table)
 
 
 @dataclass(frozen=True, slots=True)

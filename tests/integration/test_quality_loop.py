@@ -15,7 +15,8 @@ import pytest
 from tokenmill.config import JobSpec, SimConfig
 from tokenmill.export import ExportOptions, export
 from tokenmill.output.records_reader import iter_records
-from tokenmill.quality.corpus import DEGENERATE, inspect_output
+from tokenmill.quality.corpus import inspect_output
+from tokenmill.quality.registry import DEGENERATE
 from tokenmill.run.runner import run_job
 from tokenmill.sim.server import SimServer
 from tokenmill.sim.text import content_key, degeneration, degeneration_rates, render_chat

@@ -181,7 +181,7 @@ def test_drop_by_quality_signal_with_counts(tmp_path: Path) -> None:
 
 
 def test_an_unknown_drop_signal_names_the_choices() -> None:
-    from tokenmill.quality.corpus import parse_selectors
+    from tokenmill.quality.records import parse_selectors
 
     assert parse_selectors("degenerate, duplicate", "--drop") == ("degenerate", "duplicate")
     choices = "truncated, empty, no_answer, repetition, think_markers, degenerate, duplicate"

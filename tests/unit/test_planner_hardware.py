@@ -36,7 +36,7 @@ def test_every_required_gpu_is_bundled_with_sources() -> None:
 def test_reference_numbers_and_unverified_marks() -> None:
     catalog = GpuCatalog.load()
     pro = catalog.get("RTX PRO 6000")
-    assert (pro.memory_mib, pro.bandwidth_gbs, pro.bf16_tflops) == (97_887, 1792, 500)  # hardware.md §1
+    assert (pro.memory_mib, pro.bandwidth_gbs, pro.bf16_tflops) == (97_887, 1792, 500)  # docs/reference/hardware.md §1
     assert pro.is_unverified("bf16_tflops") and not pro.is_unverified("bandwidth_gbs")
     assert catalog.get("h100").bf16_tflops == 989.4
     assert catalog.get("b300").is_unverified("bandwidth_gbs")

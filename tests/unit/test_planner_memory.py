@@ -28,8 +28,8 @@ from tokenmill.planner.memory import (
 from tokenmill.planner.models import ModelSpec, weight_bytes
 
 QWEN27 = load_model("qwen3.6-27b")
-SLOT_27B = 153_944_064  # hardware.md §3.2, fp32 SSM
-KV_27B = 65_536  # hardware.md §3.1, bf16
+SLOT_27B = 153_944_064  # docs/reference/hardware.md §3.2, fp32 SSM
+KV_27B = 65_536  # docs/reference/hardware.md §3.1, bf16
 MM_RESERVE = 100 * (1 << 20)  # SGLANG_VLM_CACHE_SIZE_MB for a multimodal model
 
 # A 96 GiB GPU with nothing used before SGLang measures, at --mem-fraction-static 0.9, Qwen3.6-27B bf16:
@@ -164,7 +164,8 @@ def _worked_split_gpu() -> GpuSpec:
 @pytest.mark.parametrize(
     ("flags", "slots", "max_running", "kv_tokens"),
     [
-        # sglang.md §2.3 "Worked split": rest = 50 GiB, Qwen3.5-35B-A3B, TP=1, fp32 SSM. The reference has 394 slots;
+        # docs/reference/sglang.md §2.3 "worked split": rest = 50 GiB, Qwen3.5-35B-A3B, TP=1, fp32 SSM. It has 394
+        # slots;
         # 0.5.23 budgets the pool's padding slot, so floor(23.68 GiB / 61.41 MiB) - 1 = 393
         ("--mamba-scheduler-strategy no_buffer", 393, 131, 1.38e6),
         ("--mamba-scheduler-strategy extra_buffer", 393, 78, 1.38e6),

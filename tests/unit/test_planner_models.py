@@ -1,4 +1,4 @@
-"""Model geometry: every bundled config against the derived numbers in the reference (hardware.md §2-§3)."""
+"""Model geometry: every bundled config against the derived numbers of docs/reference/hardware.md §2-§3."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from tokenmill.planner.models import (
 
 GIB = 1 << 30
 
-# hardware.md §3.3 "Derived per-model table (TP=1)": KV B/token bf16, state B/slot fp32 SSM, bf16 SSM
+# docs/reference/hardware.md §3.3 "Derived per-model table (TP=1)": KV B/token bf16, state B/slot fp32 SSM, bf16 SSM
 REFERENCE_TABLE = {
     "qwen3.6-27b": (65_536, 153_944_064, 78_446_592),
     "qwen3-next-80b-a3b": (24_576, 77_266_944, 39_518_208),
@@ -45,14 +45,14 @@ def test_kv_and_state_bytes_match_the_reference_table(name: str) -> None:
 
 
 def test_qwen27b_state_slot_by_the_formula_of_section_5() -> None:
-    # hardware.md §5: slot_fp32 = 48*(48*128*128*4 + (48*128+2*16*128)*3*2)
+    # docs/reference/hardware.md §5: slot_fp32 = 48*(48*128*128*4 + (48*128+2*16*128)*3*2)
     spec = load_model("Qwen3.6-27B")
     assert state_bytes_per_slot(spec) == 48 * (48 * 128 * 128 * 4 + (48 * 128 + 2 * 16 * 128) * 3 * 2)
     assert kv_bytes_per_token(spec, "fp8") == 2 * 4 * 256 * 1 * 16  # 32 KiB with an fp8 KV cache
 
 
 def test_tp_shards_state_and_replicates_kv_heads() -> None:
-    # sglang.md §2.2 worked example: Qwen3.5-35B-A3B at TP=4 -> 15.35 MiB a slot, 10,240 B/token
+    # docs/reference/sglang.md §2.2 worked example: Qwen3.5-35B-A3B at TP=4 -> 15.35 MiB a slot, 10,240 B/token
     spec = load_model("qwen3.5-35b-a3b")
     assert state_bytes_per_slot(spec, "fp32", tp=4) == 16_097_280
     assert round(state_bytes_per_slot(spec, "fp32", tp=4) / (1 << 20), 2) == 15.35
@@ -95,7 +95,7 @@ def test_moe_counts_active_experts_only() -> None:
 def test_decode_flops_grow_with_context_by_the_attention_term() -> None:
     spec = load_model("qwen3.6-27b")
     base = decode_flops_per_token(spec, 0)
-    # hardware.md §4.1: full attention at 3K context ≈ 4·24·256·3000·16 ≈ 1.2 GFLOP; GDN ≈ 0.19 GFLOP
+    # docs/reference/hardware.md §4.1: full attention at 3K context ≈ 4·24·256·3000·16 ≈ 1.2 GFLOP; GDN ≈ 0.19 GFLOP
     assert decode_flops_per_token(spec, 3000) - base == pytest.approx(4 * 24 * 256 * 3000 * 16)
     assert base - 2 * param_counts(spec).compute == pytest.approx(48 * 48 * 128 * 128 * 5)
 

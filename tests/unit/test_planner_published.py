@@ -116,7 +116,7 @@ ROWS: tuple[Published, ...] = (
     ),
     # "balanced" cells (no speculative decoding), random 1024 in / 1024 out, 64/64/256 prompts; the rows are bound
     # by the client concurrency (1/16/64), far below the server's max running, so the pool flags do not matter.
-    # Qwen3.8-27B has the bundled Qwen3.6-27B's geometry (hardware.md §2.1) and architecture.
+    # Qwen3.8-27B has the bundled Qwen3.6-27B's geometry (docs/reference/hardware.md §2.1) and architecture.
     *(
         Published(
             label=f"Qwen3.8-27B {quant} gb300 c{conc}",

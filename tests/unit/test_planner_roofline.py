@@ -1,4 +1,4 @@
-"""Decode roofline (hardware.md §4.1, §5), checked against hand arithmetic."""
+"""Decode roofline (docs/reference/hardware.md §4.1, §5), checked against hand arithmetic."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ CONFIG = PlannerConfig(
 )
 
 # Qwen3.6-27B bf16 on an RTX PRO 6000 (1,792 GB/s), no_buffer (no track copies, overlap off):
-#   W_read = 51,247,841,280 B (text linears + lm_head, embedding excluded; hardware.md §2.1 "51.25 GB")
+#   W_read = 51,247,841,280 B (text linears + lm_head, embedding excluded; docs/reference/hardware.md §2.1 "51.25 GB")
 #   per request: 2 x 153,944,064 (state read + write) + 248,320 x 4 x 2 (fp32 logits) = 309,874,688 B
 #   20 requests at 1,536 tokens: 30,720 context tokens x 65,536 B = 2,013,265,920 B
 #   request bytes = 20 x 309,874,688 + 2,013,265,920 = 8,210,759,680 B; all bytes = 59,458,600,960 B
@@ -103,7 +103,7 @@ def test_tp_splits_the_work_across_gpus() -> None:
 
 
 def test_prefill_dilution_formula() -> None:
-    # R_out = T / (1 + T x t_pf / L_out) (hardware.md §4.1)
+    # R_out = T / (1 + T x t_pf / L_out) (docs/reference/hardware.md §4.1)
     assert diluted_output_rate(1000.0, 0.2, 1000.0) == pytest.approx(1000 / 1.2)
     assert diluted_output_rate(0.0, 0.2, 1000.0) == 0.0
 
@@ -128,5 +128,6 @@ def test_throughput_rises_with_running_toward_the_ceiling() -> None:
     assert rates == sorted(rates)
     ceiling = asymptotic_tok_s(cap.cost, cap.roofline, 1536)
     assert rates[-1] < ceiling
-    # hardware.md §4.1: ceiling = eta x r x BW / (2 x slot + c x kv (+ logits)); no track copies without radix
+    # docs/reference/hardware.md §4.1: ceiling = eta x r x BW / (2 x slot + c x kv (+ logits));
+    # no track copies without radix
     assert ceiling == pytest.approx(0.6 * 0.5 * 1.792e12 / (2 * 153_944_064 + 1536 * 65_536 + 1_986_560))

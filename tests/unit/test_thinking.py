@@ -20,7 +20,7 @@ from tokenmill.config import FleetProfile, JobSpec, SamplingSpec
 from tokenmill.errors import ConfigError
 from tokenmill.export import DROP_REASONS
 from tokenmill.fleet.template import Slot, render
-from tokenmill.quality.corpus import SELECTORS
+from tokenmill.quality.registry import SELECTORS
 from tokenmill.quality.signals import FLAGS, signals
 from tokenmill.records import Generation, Prompt
 from tokenmill.sim import api

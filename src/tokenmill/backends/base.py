@@ -85,8 +85,10 @@ def classify_status(status: int, body: bytes, server: str) -> RequestError:
 class Backend(ABC):
     """One API kind. Subclasses build the body and parse the response; ``generate`` does the HTTP."""
 
-    kind: ClassVar[str]
+    kind: ClassVar[str]  # the job's ``api`` (one of config's ApiKind; a test ties the two)
     path: ClassVar[str]
+    server_template: ClassVar[bool] = False  # the server applies the chat template (else the job's tokenizer does)
+    prompt_ids: ClassVar[bool] = True  # with save_token_ids, the server returns the prompt's ids too
     registry: ClassVar[dict[str, type[Backend]]] = {}
 
     def __init__(self, options: BackendOptions) -> None:

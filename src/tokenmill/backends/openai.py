@@ -58,6 +58,7 @@ class OpenAIChat(_OpenAIBase):
 
     kind: ClassVar[str] = "openai-chat"
     path: ClassVar[str] = "/v1/chat/completions"
+    server_template: ClassVar[bool] = True
 
     def body(self, prompt: Prompt) -> dict[str, Any]:
         messages: list[Message] = (

@@ -24,6 +24,7 @@ class SGLangGenerate(Backend):
 
     kind: ClassVar[str] = "sglang-generate"
     path: ClassVar[str] = "/generate"
+    prompt_ids: ClassVar[bool] = False  # output_ids only: the prompt is tokenised client-side and sent as input_ids
 
     def __init__(self, options: BackendOptions) -> None:
         super().__init__(options)

@@ -9,6 +9,7 @@ import click
 
 from tokenmill.cli.options import renamed
 from tokenmill.export import FORMATS, ExportOptions, counts_path, export
+from tokenmill.quality.registry import selectors_help
 
 
 @click.command(name="export")
@@ -27,9 +28,7 @@ from tokenmill.export import FORMATS, ExportOptions, counts_path, export
     "drop",
     default="",
     metavar="SIGNALS",
-    help="Leave out records with these quality signals, comma-separated: truncated, empty, no_answer, repetition, "
-    "think_markers (<think> markers left in the answer), degenerate (repetition, empty or no_answer), duplicate "
-    "(later copies of an answer). See `tokenmill inspect`.",
+    help=f"Leave out records with these quality signals, comma-separated: {selectors_help()}. See `tokenmill inspect`.",
 )
 @click.option("--drop-truncated", is_flag=True, help="Same as --drop truncated.")
 @click.option("--min-tokens", type=int, help="Leave out completions with fewer completion tokens.")
@@ -90,7 +89,7 @@ def export_cmd(
         tokenmill export s3://bucket/corpora/run-1/ --format sharegpt --to train.jsonl
         tokenmill export out/ --format tokens --max-length 4096 --to prompts.jsonl   # input_ids + loss_mask
     """
-    from tokenmill.quality.corpus import parse_selectors
+    from tokenmill.quality.records import parse_selectors
     from tokenmill.tokens import TokenOptions
 
     selectors = parse_selectors(drop, "--drop") if drop else ()

@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +14,6 @@ import orjson
 from tokenmill.errors import ServerError
 
 STATE_DIR_HELP = "The fleet's state directory (default: the profile's state_dir)."
-DETACH_WAIT_S = 5.0  # beyond the profile's start timeout, for the supervisor process itself
 
 
 def fleet_run_options(fn: Any) -> Any:
@@ -112,7 +108,12 @@ def up(profile_file: str, state_dir: str | None, detach: bool, ray_address: str 
             err=True,
         )
     if detach:
-        _detach(profile_file, where, ray_address, log_level, profile.start_timeout_s)
+        from tokenmill.fleet.daemon import start_detached
+
+        ready = start_detached(
+            profile_file, where, profile.start_timeout_s, ray_address=ray_address, log_level=log_level
+        )
+        click.echo(f"fleet ready (supervisor pid {ready.pid}); endpoints in {ready.endpoints_file}")
         return
     setup_logging(log_level)
     from tokenmill.fleet.session import start_fleet
@@ -131,69 +132,19 @@ def up(profile_file: str, state_dir: str | None, detach: bool, ray_address: str 
         fleet_.down()
 
 
-def _detach(profile_file: str, where: Path, ray_address: str | None, log_level: str, start_timeout: float) -> None:
-    from tokenmill.fleet.process import tail
-    from tokenmill.fleet.state import STATE, SUPERVISOR_LOG, read_json
-
-    where.mkdir(parents=True, exist_ok=True)
-    (where / STATE).unlink(missing_ok=True)
-    cmd = [sys.executable, "-m", "tokenmill", "fleet", "up", profile_file, "--state-dir", str(where)]
-    cmd += ["--log-level", log_level] + (["--ray-address", ray_address] if ray_address else [])
-    log_path = where / SUPERVISOR_LOG
-    with log_path.open("ab") as log:
-        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
-    deadline = time.monotonic() + start_timeout + DETACH_WAIT_S
-    while time.monotonic() < deadline:
-        state = read_json(where / STATE) or {}
-        if state.get("supervisor_pid") == proc.pid and state.get("status") == "ready":
-            click.echo(f"fleet ready (supervisor pid {proc.pid}); endpoints in {state['endpoints_file']}")
-            return
-        try:
-            proc.wait(0.2)
-        except subprocess.TimeoutExpired:
-            continue
-        raise ServerError(f"the fleet did not start; {log_path}, last lines:\n{tail(log_path, 40)}")
-    os.killpg(proc.pid, signal.SIGTERM)
-    raise ServerError(f"the fleet was not ready in time; {log_path}, last lines:\n{tail(log_path, 40)}")
-
-
 @fleet.command()
 @click.argument("profile_file", required=False, type=click.Path(dir_okay=False))
 @click.option("--state-dir", help=STATE_DIR_HELP)
 @click.option("--timeout", default=120.0, show_default=True, help="Seconds to wait for the servers to stop.")
 def down(profile_file: str | None, state_dir: str | None, timeout: float) -> None:
     """Stop the fleet of PROFILE_FILE (or of --state-dir): every server, then its supervisor."""
-    from tokenmill.fleet.state import pid_alive, read_state
+    from tokenmill.fleet.daemon import stop
 
     where = _state_dir(profile_file, state_dir)
-    state = read_state(where)
-    pid = state.get("supervisor_pid")
-    if isinstance(pid, int) and pid_alive(pid) and state.get("status") not in ("stopped", "failed"):
-        os.kill(pid, signal.SIGTERM)
-        deadline = time.monotonic() + timeout
-        while pid_alive(pid) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        if pid_alive(pid):
-            raise ServerError(f"the fleet supervisor (pid {pid}) did not stop within {timeout:.0f} s")
-    leftovers = _kill_leftovers(state)
-    note = f"; killed {leftovers} server process(es) left by a supervisor that died" if leftovers else ""
+    stopped = stop(where, timeout)
+    n = stopped.leftovers
+    note = f"; killed {n} server process(es) left by a supervisor that died" if n else ""
     click.echo(f"fleet of {where} stopped{note}")
-
-
-def _kill_leftovers(state: dict[str, Any]) -> int:
-    """SIGKILL the process groups of servers whose supervisor is gone (it was killed outright)."""
-    from tokenmill.fleet.state import pid_alive
-
-    killed = 0
-    for server in state.get("servers", []):
-        pid = server.get("pid")
-        if server.get("node") is None and pid_alive(pid):
-            try:
-                os.killpg(pid, signal.SIGKILL)
-                killed += 1
-            except (ProcessLookupError, PermissionError):
-                continue
-    return killed
 
 
 @fleet.command()
@@ -246,7 +197,8 @@ def apply(profile_file: str, state_dir: str | None, wait: bool) -> None:
     extra_args, command, python, env); GPUs, ports and layout need `fleet down` and `fleet up`.
     """
     from tokenmill.config import load_profile
-    from tokenmill.fleet.state import pid_alive, read_state, request_apply
+    from tokenmill.fleet.daemon import wait_apply
+    from tokenmill.fleet.state import read_state, request_apply
     from tokenmill.fleet.supervisor import check_reflag
 
     profile = load_profile(profile_file)
@@ -262,25 +214,11 @@ def apply(profile_file: str, state_dir: str | None, wait: bool) -> None:
     click.echo(f"re-flag {request_id} requested ({', '.join(changed)} changed)")
     if not wait:
         return
-    shown = 0
-    while True:
-        state = read_state(where)
-        last = state.get("apply") or {}
-        if last.get("id") == request_id:
-            lines = last.get("progress", [])
-            for line in lines[shown:]:
-                click.echo(f"  {line}")
-            shown = len(lines)
-            if last.get("state") == "done":
-                click.echo("re-flag done: every server runs the new flags")
-                return
-            if last.get("state") == "failed":
-                raise ServerError(f"re-flag {request_id} failed (see above); `tokenmill fleet status` shows the fleet")
-        if not pid_alive(state.get("supervisor_pid")):
-            raise ServerError(
-                "the fleet supervisor stopped during the re-flag; `tokenmill fleet status` shows the rest"
-            )
-        time.sleep(0.2)
+    try:
+        wait_apply(where, request_id, lambda line: click.echo(f"  {line}"))
+    except ServerError as exc:
+        raise ServerError(f"{exc}; `tokenmill fleet status` shows the fleet") from None
+    click.echo("re-flag done: every server runs the new flags")
 
 
 @fleet.command()

@@ -36,7 +36,7 @@ def inspect_cmd(
 
     Counts and rates per signal (truncated, empty, no_answer: reasoning without a final answer, repetition: a
     loop at the answer's end, think_markers: <think> markers left in the answer, duplicate: an answer another
-    prompt already got), output lengths per finish
+    prompt already got, degenerate: any of repetition, empty or no_answer), output lengths per finish
     reason, the worst examples with their ids and the part of the answer that shows the problem. Works on a
     run in progress. Reads every live record wherever it is: OUT's shards, and those that live at the job's
     output.remote only (offloaded, taken over, other partitions'); given the job's remote PREFIX (s3://...,

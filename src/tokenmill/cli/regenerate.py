@@ -9,6 +9,7 @@ import click
 
 from tokenmill.cli.run import _overrides, execute, job_options
 from tokenmill.config import JobSpec, load_job
+from tokenmill.quality.registry import selectors_help
 
 
 @click.command(name="regenerate")
@@ -16,9 +17,7 @@ from tokenmill.config import JobSpec, load_job
 @click.option(
     "--where",
     metavar="SIGNALS",
-    help="Which answers to replace, comma-separated: truncated, empty, no_answer, repetition, think_markers "
-    "(<think> markers left in the answer), degenerate (repetition, empty or no_answer), duplicate (later copies "
-    "of an answer). Not needed to finish an interrupted round.",
+    help=f"Which answers to replace, comma-separated: {selectors_help()}. Not needed to finish an interrupted round.",
 )
 @click.option(
     "--sampling",
@@ -57,7 +56,7 @@ def regenerate(
         tokenmill regenerate out/ --where repetition,empty --servers http://10.0.0.5:30000
         tokenmill inspect out/
     """
-    from tokenmill.quality.corpus import parse_selectors
+    from tokenmill.quality.records import parse_selectors
     from tokenmill.quality.regenerate import parse_sampling
 
     if Path(job_file).is_dir():

@@ -13,7 +13,7 @@ from statistics import NormalDist
 from tokenmill.doctor.model import Candidate, ClientObs, ServerObs
 from tokenmill.monitor.info import NEW_STRATEGY_FLAG, OLD_STRATEGY_FLAG, ServerInfo, launch_flags
 
-# state slots SGLang reserves per running request (sglang.md §2.3)
+# state slots SGLang reserves per running request (docs/reference/sglang.md §2.3)
 _SLOTS_PER_REQUEST = {"no_buffer": 3, "extra_buffer": 5, "extra_buffer_lazy": 4}
 _VALUE_FLAGS = frozenset(
     {

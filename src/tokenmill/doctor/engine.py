@@ -184,7 +184,7 @@ class DoctorState:
     rounds without it, so one noisy scrape neither raises nor clears a verdict. Shown verdicts are ranked by
     their latest predicted impact; the headline gives way only to a clearly larger one (``HEADLINE_MARGIN``)."""
 
-    def __init__(self, confirm: int = 2) -> None:
+    def __init__(self, confirm: int) -> None:  # DoctorSpec.confirm_rounds
         self.confirm = confirm
         self.shown: list[Verdict] = []
         self._seen: dict[str, int] = {}

@@ -2,8 +2,10 @@
 
 This is the doctor's one seam to the planner. :class:`PlannerPredictor` needs the model (a bundled name
 or a config.json; by default the server's ``model_path``) and the GPU (given, or told by the simulated
-twin). Anything it cannot resolve gives no prediction rather than an error: the verdict still stands on
-the observed numbers. :meth:`PlannerPredictor.today` is the planner's picture of a server as it runs now
+twin). What the planner refuses (an unknown model or GPU, flags that do not fit: its ``ConfigError``) gives no
+prediction rather than an error: the verdict still stands on the observed numbers. Any other error is a bug in the
+planner: it is logged with its traceback (and gives no prediction either, so a long run goes on).
+:meth:`PlannerPredictor.today` is the planner's picture of a server as it runs now
 (its cap, rate, the side of the roofline its decode step is on, the share of its time spent prefilling),
 which the rules read to name what binds. :func:`restore_prediction` is the fleet's gain from bringing a dead
 server back, from the live servers' own rates.
@@ -12,13 +14,14 @@ server back, from the live servers' own rates.
 from __future__ import annotations
 
 import logging
-from collections.abc import MutableMapping, Sequence
+from collections.abc import Callable, MutableMapping, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from tokenmill.config import PlannerConfig
 from tokenmill.doctor import advice
 from tokenmill.doctor.model import Candidate, ClientObs, Observation, PlanPoint, Prediction, ServerObs
+from tokenmill.errors import ConfigError
 
 if TYPE_CHECKING:
     from tokenmill.planner.capacity import ServerCapacity
@@ -26,7 +29,8 @@ if TYPE_CHECKING:
     from tokenmill.planner.models import ModelSpec
     from tokenmill.planner.plan import PlanResult
 
-log = logging.getLogger("tokenmill.doctor")
+log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 STEADY_PROMPTS = 1_000_000  # the prompt count never binds a steady-state prediction
 DEFAULT_INPUT_LEN = 1024.0
@@ -65,6 +69,18 @@ CACHE_ENTRIES = 1024  # a long run's workload drifts: the caches start afresh ra
 def _bound(cache: MutableMapping[tuple[object, ...], Any]) -> None:
     if len(cache) >= CACHE_ENTRIES:
         cache.clear()
+
+
+def _or_none(what: str, call: Callable[[], T]) -> T | None:
+    """``call()``, or None when the planner refuses (its ConfigError, said at INFO: ``what``); any other error is a
+    bug in the planner, logged at ERROR with its traceback."""
+    try:
+        return call()
+    except ConfigError as exc:
+        log.info("%s: %s", what, exc)
+    except Exception:
+        log.exception("%s: the planner failed", what)
+    return None
 
 
 def _two_digits(x: float) -> float:
@@ -111,24 +127,18 @@ class PlannerPredictor:
 
     def _model(self, name: str) -> ModelSpec | None:
         if name not in self._specs:
-            try:
-                from tokenmill.planner.catalog import load_model
+            from tokenmill.planner.catalog import load_model
 
-                self._specs[name] = load_model(name)
-            except Exception as exc:  # an unknown model only means no prediction
-                log.info("no predictions for model %r: %s", name, exc)
-                self._specs[name] = None
+            self._specs[name] = _or_none(f"no predictions for model {name!r}", lambda: load_model(name))
         return self._specs[name]
 
     def _gpu(self, name: str) -> GpuSpec | None:
         if name not in self._gpus:
-            try:
-                from tokenmill.planner.hardware import GpuCatalog
+            from tokenmill.planner.hardware import GpuCatalog
 
-                self._gpus[name] = GpuCatalog.load(self.gpu_file).get(name)
-            except Exception as exc:
-                log.info("no predictions for GPU %r: %s", name, exc)
-                self._gpus[name] = None
+            self._gpus[name] = _or_none(
+                f"no predictions for GPU {name!r}", lambda: GpuCatalog.load(self.gpu_file).get(name)
+            )
         return self._gpus[name]
 
     def _setting(self, obs: ServerObs, client: ClientObs) -> _Setting | None:
@@ -174,10 +184,10 @@ class PlannerPredictor:
         return self._today[key]
 
     def _picture(self, s: _Setting, flags: list[str], running: int, ctx: float) -> PlanPoint | None:
-        try:
-            result = self._plan(s.model, s.gpu, flags, s.inp, s.out, s.config)
-        except Exception as exc:
-            log.info("no plan of today's server: %s", exc)
+        result = _or_none(
+            "no plan of today's server", lambda: self._plan(s.model, s.gpu, flags, s.inp, s.out, s.config)
+        )
+        if result is None:
             return None
         cap = result.capacity
         n = min(running, cap.max_running) if running else result.running
@@ -211,21 +221,25 @@ class PlannerPredictor:
         setting = self._setting(obs, client)
         if setting is None:
             return None
-        try:
-            return self._plan(setting.model, setting.gpu, advice.current_flags(obs), setting.inp, setting.out,
-                              setting.config).capacity  # fmt: skip
-        except Exception as exc:
-            log.info("no capacity to fit eta with: %s", exc)
-            return None
+        flags = advice.current_flags(obs)
+        result = _or_none(
+            "no capacity to fit eta with",
+            lambda: self._plan(setting.model, setting.gpu, flags, setting.inp, setting.out, setting.config),
+        )
+        return result.capacity if result is not None else None
 
     def _expect(self, s: _Setting, flags: list[str]) -> Expected | None:
         ideal = s.config.model_copy(update=IDEAL)
-        try:
-            result = self._plan(s.model, s.gpu, flags, s.inp, s.out, s.config)
-            ceiling = self._plan(s.model, s.gpu, flags, s.inp, s.out, ideal)
-        except Exception as exc:
-            log.info("no expected rate: %s", exc)
+        pair = _or_none(
+            "no expected rate",
+            lambda: (
+                self._plan(s.model, s.gpu, flags, s.inp, s.out, s.config),
+                self._plan(s.model, s.gpu, flags, s.inp, s.out, ideal),
+            ),
+        )
+        if pair is None:
             return None
+        result, ceiling = pair
         return Expected(s.gpu.key, result.output_tok_s, ceiling.output_tok_s, s.config.eta_bw)
 
     def _config(self, version: str | None) -> PlannerConfig:
@@ -258,16 +272,10 @@ class PlannerPredictor:
     def _predict(
         self, setting: _Setting, before: list[str], cand: Candidate, observed_cap: int | None
     ) -> Prediction | None:
-        model, gpu, inp, out, config = setting.model, setting.gpu, setting.inp, setting.out, setting.config
-        try:
-            cand = self._radix_off_cap(model, gpu, cand, inp, out, config)
-            if cand.running_before is not None:
-                before = advice.set_flag(before, "--max-running-requests", str(max(1, cand.running_before)))
-            b = self._plan(model, gpu, before, inp, out, config)
-            a = self._plan(model, gpu, list(cand.flags_after), inp, out, config)
-        except Exception as exc:  # the planner refusing a configuration means: no numbers for it
-            log.info("no prediction for %s: %s", cand.change, exc)
+        planned = _or_none(f"no prediction for {cand.change}", lambda: self._before_after(setting, before, cand))
+        if planned is None:
             return None
+        cand, b, a = planned
         if cand.running_before is not None:
             return Prediction(
                 cand.change,
@@ -283,6 +291,18 @@ class PlannerPredictor:
             "planner",
             note=self._mismatch(observed_cap, b.capacity.max_running),
         )
+
+    def _before_after(
+        self, setting: _Setting, before: list[str], cand: Candidate
+    ) -> tuple[Candidate, PlanResult, PlanResult]:
+        """The candidate (its radix-off cap sized to memory) and the plans of today's flags and of the change."""
+        model, gpu, inp, out, config = setting.model, setting.gpu, setting.inp, setting.out, setting.config
+        cand = self._radix_off_cap(model, gpu, cand, inp, out, config)
+        if cand.running_before is not None:
+            before = advice.set_flag(before, "--max-running-requests", str(max(1, cand.running_before)))
+        b = self._plan(model, gpu, before, inp, out, config)
+        a = self._plan(model, gpu, list(cand.flags_after), inp, out, config)
+        return cand, b, a
 
     @staticmethod
     def _mismatch(observed: int | None, planned: int) -> str | None:

@@ -8,12 +8,12 @@ re-flag requests in its state directory. Both are the :class:`~tokenmill.run.aut
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from tokenmill.config import AutotuneSpec, FlagValue, FleetProfile
 from tokenmill.errors import ConfigError, ServerError
+from tokenmill.fleet.daemon import wait_apply
 from tokenmill.fleet.state import FleetState, load_state, pid_alive, request_apply
 from tokenmill.fleet.supervisor import Fleet
 
@@ -155,16 +155,4 @@ class RemoteActuator:
         request_id = request_apply(
             self.state_dir, profile, servers=indices, batch=self.spec.rollout_batch, drain_timeout_s=drain
         )
-        shown = 0
-        while True:
-            last = self._state().apply
-            if last is not None and last.id == request_id:
-                lines = last.progress
-                for line in lines[shown:]:
-                    say(line)
-                shown = len(lines)
-                if last.state == "done":
-                    return
-                if last.state == "failed":
-                    raise ServerError(f"re-flag {request_id} failed: {lines[-1] if lines else '?'}")
-            time.sleep(REMOTE_POLL_S)
+        wait_apply(self.state_dir, request_id, say, poll_s=REMOTE_POLL_S)

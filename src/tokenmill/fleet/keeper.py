@@ -30,7 +30,7 @@ from tokenmill.fleet.state import ServerStatus
 from tokenmill.fleet.template import Slot, redact, render
 from tokenmill.fleet.watchdog import Watchdog
 
-log = logging.getLogger("tokenmill.fleet")
+log = logging.getLogger(__name__)
 
 PORT_RETRIES = 3  # auto-picked ports: another process may take the port between the pick and the bind
 

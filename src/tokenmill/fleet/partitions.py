@@ -27,7 +27,7 @@ from tokenmill.config import JobSpec
 from tokenmill.errors import TokenmillError
 from tokenmill.output import layout
 
-log = logging.getLogger("tokenmill.fleet")
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,7 +23,7 @@ from tokenmill.fleet.keeper import ServerKeeper
 from tokenmill.fleet.state import ServerStatus, server_log
 from tokenmill.fleet.supervisor import Fleet, ServerHandle
 
-log = logging.getLogger("tokenmill.fleet")
+log = logging.getLogger(__name__)
 
 STATUS_TIMEOUT_S = 5.0
 ACTOR_CONCURRENCY = 4  # status calls must be answered while a restart call waits for health

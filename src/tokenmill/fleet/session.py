@@ -24,7 +24,7 @@ from tokenmill.fleet.supervisor import Fleet
 from tokenmill.fleet.tuned import KeptChange, keep_tuned
 from tokenmill.run.autotune import Autotuner, Change
 
-log = logging.getLogger("tokenmill.fleet")
+log = logging.getLogger(__name__)
 
 
 def start_fleet(profile: FleetProfile, ray_address: str | None = None, state_dir: Path | None = None) -> Fleet:

@@ -47,7 +47,7 @@ from tokenmill.fleet.state import (
 from tokenmill.run import endpoints
 from tokenmill.run.endpoints import Endpoint
 
-log = logging.getLogger("tokenmill.fleet")
+log = logging.getLogger(__name__)
 
 WATCH_S = 0.25
 # Profile fields a re-flag may not change: they decide where servers run, not how.

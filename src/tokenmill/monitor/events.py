@@ -50,7 +50,7 @@ def run_format(start: dict[str, Any] | None) -> int:
 
 _TAIL_BYTES = 1 << 20
 
-log = logging.getLogger("tokenmill.monitor")
+log = logging.getLogger(__name__)
 
 
 class EventLog:

@@ -24,7 +24,7 @@ from tokenmill.monitor.info import ServerInfo, fetch_server_info
 from tokenmill.monitor.scrape import Engine, ServerSnapshot, scrape
 from tokenmill.monitor.stats import GaugeWindow, Window
 
-log = logging.getLogger("tokenmill.monitor")
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)

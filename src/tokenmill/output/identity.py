@@ -25,7 +25,7 @@ from tokenmill.output import layout
 from tokenmill.output.fsio import atomic_create
 from tokenmill.sources.ids import describe, resolve_id_field, with_ids
 
-log = logging.getLogger("tokenmill.run")
+log = logging.getLogger(__name__)
 
 JOB_FILE = layout.JOB
 # Fields that change what a completion is; a rerun with other values would mix two datasets in one output.

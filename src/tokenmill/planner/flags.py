@@ -6,7 +6,7 @@
 and ``--flag value`` forms, and ``VAR=value`` environment assignments for the variables that change sizing
 (``SGLANG_MAMBA_SSM_DTYPE``, ``SGLANG_MAMBA_CONV_DTYPE``, ``SGLANG_OPT_MAMBA_SKIP_DECODE_LOCK``). Flags the
 planner does not model are kept in :attr:`EngineFlags.ignored` so the plan can say so. Values mirror
-SGLang's defaults where unset (``None`` = SGLang decides; sglang.md §1).
+SGLang's defaults where unset (``None`` = SGLang decides; docs/reference/sglang.md §1).
 
 Which spelling a server accepts depends on its release (read from the released wheels' ``server_args.py``):
 up to 0.5.13 only the old names exist; 0.5.14 adds the new names and keeps the old ones as deprecated aliases
@@ -41,7 +41,7 @@ NEW_NAMES_SINCE: Release = (0, 5, 14)
 #: First release without the old flag names (0.5.19 still registers them as deprecated aliases).
 OLD_NAMES_REMOVED_IN: Release = (0, 5, 20)
 
-#: SGLang's --mamba-full-memory-ratio default (sglang.md §1.1, hardware.md [S-SA]).
+#: SGLang's --mamba-full-memory-ratio default (docs/reference/sglang.md §1.1, docs/reference/hardware.md [S-SA]).
 DEFAULT_MAMBA_FULL_MEMORY_RATIO = 0.9
 
 _SSM_DTYPES: dict[str, StateDtype] = {

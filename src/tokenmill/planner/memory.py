@@ -39,7 +39,7 @@ from tokenmill.planner.models import (
 
 MIB = 1 << 20
 
-# SGLang constants (mem_cache/kv_cache_configurator.py, mem_cache/allocation_sizing.py; sglang.md §2.3)
+# SGLang constants (mem_cache/kv_cache_configurator.py, mem_cache/allocation_sizing.py; docs/reference/sglang.md §2.3)
 RADIX_BASE_SLOTS = 3  # MAMBA_CACHE_SIZE_MAX_RUNNING_REQUESTS_RATIO
 PING_PONG_SLOTS_OVERLAP = 2  # get_mamba_tracking_slots: extra_buffer with the overlap scheduler
 PING_PONG_SLOTS_NO_OVERLAP = 1  # extra_buffer without overlap (speculative decoding v1 turns overlap off)
@@ -116,7 +116,7 @@ def _no_buffer_notes(flags: EngineFlags, version: str | None, resolved_from_auto
 
 def resolve_strategy(model: ModelSpec, flags: EngineFlags, version: str | None) -> StrategyChoice:
     """Resolve ``auto``, the overlap scheduler and S for a server of SGLang ``version``
-    (``_calculate_mamba_ratio`` in ``mem_cache/kv_cache_configurator.py``; sglang.md §1.2, §2.3)."""
+    (``_calculate_mamba_ratio`` in ``mem_cache/kv_cache_configurator.py``; docs/reference/sglang.md §1.2, §2.3)."""
     radix = not flags.disable_radix_cache
     overlap = not flags.disable_overlap_schedule
     notes: list[str] = []

@@ -5,7 +5,7 @@ geometry, FFN/MoE shape); the functions below derive parameters, weight bytes, K
 recurrent-state bytes per request slot and FLOPs per decode token. All of it is pure; reading the
 bundled configs from disk lives in :mod:`tokenmill.planner.catalog`.
 
-Formulas (docs/planner.md; reference hardware.md §2-§3, sglang.md §2.2):
+Formulas (docs/planner.md; reference docs/reference/hardware.md §2-§3, docs/reference/sglang.md §2.2):
 
 * KV bytes/token = ``max(1, kv_heads // tp) * (head_dim + v_head_dim) * n_attention_layers * bytes(kv)``;
   only full-attention layers hold KV (SGLang's hybrid pool covers ``full_attention_layer_ids`` only).
@@ -35,14 +35,14 @@ WEIGHT_BYTES: dict[WeightDtype, float] = {"bf16": 2.0, "fp8": 1.0, "fp4": 0.5625
 STATE_BYTES: dict[StateDtype, int] = {"fp32": 4, "bf16": 2, "fp16": 2}
 KV_BYTES: dict[KvDtype, int] = {"bf16": 2, "fp8": 1}
 
-#: FLOPs per recurrent-state element per decoded token (decay, read-out, update; hardware.md §4.1 "~5").
+#: FLOPs per recurrent-state element per decoded token (decay, read-out, update; docs/reference/hardware.md §4.1 "~5").
 RECURRENT_FLOPS_PER_STATE_ELEMENT = 5
 
 # model types whose attention has an output gate (q_proj emits 2x: query and gate)
 _GATED_ATTENTION_TYPES = frozenset({"qwen3_next", "qwen3_5", "qwen3_5_moe", "qwen3_5_text", "qwen3_5_moe_text"})
 # model types whose MLP / experts are not gated (two matrices, relu2)
 _UNGATED_MLP_TYPES = frozenset({"nemotron_h"})
-# model types SGLang serves with Mamba radix-cache `extra_buffer` support (sglang.md §1.1); used when a
+# model types SGLang serves with Mamba radix-cache `extra_buffer` support (docs/reference/sglang.md §1.1); used when a
 # config names no architecture
 _EXTRA_BUFFER_TYPES = frozenset(
     {"qwen3_next", "qwen3_5", "qwen3_5_moe", "qwen3_5_text", "qwen3_5_moe_text", "nemotron_h", "falcon_h1"}
@@ -280,7 +280,7 @@ class ParamCounts:
 
 
 def param_counts(spec: ModelSpec) -> ParamCounts:
-    """Parameters by part (hardware.md §2.1 breaks the 27B down the same way)."""
+    """Parameters by part (docs/reference/hardware.md §2.1 breaks the 27B down the same way)."""
     h = spec.hidden
     emb = spec.vocab * h
     attn_layer = spec.attention.params_per_layer(h)

@@ -1,4 +1,4 @@
-"""Decode step time on one GPU: a roofline over bytes moved and FLOPs (hardware.md §4).
+"""Decode step time on one GPU: a roofline over bytes moved and FLOPs (docs/reference/hardware.md §4).
 
 ::
 

@@ -20,80 +20,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tokenmill.errors import ConfigError
 from tokenmill.fmt import UNKNOWN, num
-from tokenmill.quality.signals import FLAGS, combined, final_answer, signals
+from tokenmill.quality.records import DuplicateFinder, answer_chars, record_quality
+from tokenmill.quality.registry import DEGENERATE, EXAMPLE_FLAGS, FLAGS, group
 from tokenmill.storage.corpus import open_corpus
 
-DEGENERATE = ("repetition", "empty", "no_answer")
-"""Signals that make an answer waste to train on (``truncated`` alone may be a long, good answer)."""
-SELECTORS = (*FLAGS, "degenerate", "duplicate")
-"""What ``export --drop`` and ``regenerate --where`` accept."""
-DUPLICATE_MIN_CHARS = 64  # shorter answers ("Yes.", "4") are legitimately the same for different prompts
 EXAMPLES = 5  # worst examples kept per signal
 EXCERPT_CHARS = 240
 DUPLICATE_IDS_SHOWN = 5
-
-
-def record_quality(rec: dict[str, Any]) -> dict[str, Any]:
-    """The record's signals as written, or computed now for a record written without them."""
-    quality = rec.get("quality")
-    if isinstance(quality, dict) and "flags" in quality:
-        return quality
-    turns = rec.get("turns")
-    if turns:
-        return combined([_answer_signals(t) for t in turns])
-    return _answer_signals(rec)
-
-
-def _answer_signals(answer: dict[str, Any]) -> dict[str, Any]:
-    quality = answer.get("quality")
-    if isinstance(quality, dict) and "flags" in quality:
-        return quality
-    text = answer.get("completion") or ""
-    return signals(text, answer.get("finish_reason"), answer.get("reasoning_content")).as_dict()
-
-
-def selected(flags: Iterable[str], duplicate: bool, selectors: Iterable[str]) -> str | None:
-    """The first selector (``export --drop``, ``regenerate --where``) a record with ``flags`` matches."""
-    fired = set(flags)
-    for sel in selectors:
-        if sel == "degenerate" and fired.intersection(DEGENERATE):
-            return sel
-        if sel == "duplicate" and duplicate:
-            return sel
-        if sel in fired:
-            return sel
-    return None
-
-
-def parse_selectors(text: str, option: str) -> tuple[str, ...]:
-    """``"degenerate,truncated"`` -> the selectors; an unknown one is a ConfigError naming the choices."""
-    chosen = tuple(s.strip() for s in text.split(",") if s.strip())
-    unknown = [s for s in chosen if s not in SELECTORS]
-    if unknown or not chosen:
-        raise ConfigError(f"{option} takes a comma-separated list of {', '.join(SELECTORS)}; got {text!r}")
-    return chosen
-
-
-class DuplicateFinder:
-    """Which records repeat an answer an earlier record (in reading order) already gave."""
-
-    def __init__(self) -> None:
-        self._first: dict[int, str] = {}
-
-    def seen(self, rec_id: str, answer_hash: str, answer_chars: int) -> str | None:
-        """The id of the earlier record with the same answer, or None (the first of its kind, or too short)."""
-        if answer_chars < DUPLICATE_MIN_CHARS:
-            return None
-        key = int(answer_hash, 16)
-        first = self._first.setdefault(key, rec_id)
-        return None if first == rec_id else first
-
-
-def answer_chars(rec: dict[str, Any]) -> int:
-    """Characters in the record's final answer (after any thinking block)."""
-    return len(final_answer(rec.get("completion") or "")[0].strip())
 
 
 @dataclass(slots=True)
@@ -292,7 +226,7 @@ class CorpusQuality:
         for name, count in self.counts():
             rate = self.rate(count)
             lines.append(f"{name:<12} {count:>10,} {UNKNOWN if rate is None else f'{rate * 100:.2f}%':>8}")
-        lines.append("  (degenerate: repetition, empty or no_answer)")
+        lines.append(f"  (degenerate: {group('degenerate').hint})")
         lines += ["", f"{'finish':<12} {'count':>9} {'mean':>8} {'p50':>7} {'p90':>7} {'p99':>7} {'max':>7}"]
         for reason, ls in sorted(self.lengths.items()):
             s = ls.summary()
@@ -356,7 +290,7 @@ class Tally:
             r.sequence_lengths.append(whole)
         self._duplicate(rec, q)
         for name in flags:
-            if name != "truncated":
+            if name in EXAMPLE_FLAGS:
                 self._keep(name, float(q.get("repetition_score") or 0.0), rec, flags)
         return q
 
@@ -421,8 +355,8 @@ class Tally:
         r = self.result
         r.worst = {
             name: [e for _, _, e in sorted(self._heaps.get(name, []), key=lambda x: (-x[0], -x[1]))]
-            for name in FLAGS
-            if name != "truncated" and self._heaps.get(name)
+            for name in EXAMPLE_FLAGS
+            if self._heaps.get(name)
         }
         return r
 

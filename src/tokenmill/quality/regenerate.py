@@ -17,7 +17,7 @@ import yaml
 from tokenmill.config import InputSpec, JobSpec, SamplingSpec
 from tokenmill.errors import ConfigError
 from tokenmill.output.rounds import Round
-from tokenmill.quality.corpus import DuplicateFinder, answer_chars, record_quality, selected
+from tokenmill.quality.records import DuplicateFinder, answer_chars, record_quality, selected
 from tokenmill.storage.corpus import open_corpus
 from tokenmill.storage.prefix import DIR as REMOTE_OWN_DIR
 

@@ -1,5 +1,7 @@
 """Signals of a degenerate answer, computed when its record is written (bounded work: the answer's tail only).
 
+The signals' table (names, what each means, which are degenerate) is :mod:`tokenmill.quality.registry`.
+
 - ``truncated``: the answer hit ``max_tokens`` (finish reason ``length``).
 - ``empty``: the answer is blank (whitespace only).
 - ``no_answer``: the model reasoned (``reasoning_content``, or a ``<think>`` block) but gave no final answer,
@@ -23,6 +25,7 @@ import zlib
 from dataclasses import dataclass
 from typing import Any
 
+from tokenmill.quality.registry import FLAGS
 from tokenmill.records import THINK_CLOSE, THINK_OPEN
 
 PROBE = 32  # characters at the answer's end that a loop repeats a period earlier
@@ -35,8 +38,6 @@ LOOP_SCORE = 0.7  # a score at least this: a loop (prose stays below 0.3, librar
 MIN_COMPRESS_BYTES = 256
 WORDED_CHARS = 16  # a tail with fewer than one word per this many characters is checked by compression
 LOOP_COMPRESS_RATIO = 0.08  # compressed/raw at most this scores LOOP_SCORE (prose and code stay above 0.2)
-
-FLAGS = ("truncated", "empty", "no_answer", "repetition", "think_markers")
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,7 +1,10 @@
-"""One job on the client's event loop, in data-flow order: the feed streams prompts (``feed``), the dispatcher
-sends them to the servers it picks (``dispatch``, ``servers``, ``turns``), concurrency follows the servers'
-metrics (``control``), the servers file is followed (``endpoints``), and the run is watched (``watch``,
-``progress``, ``exporter``) and summed up (``summary``). ``runner.run_job`` puts it together.
+"""One job on the client's event loop, in data-flow order: the run's output place is settled (``target``), the feed
+streams prompts (``feed``), the dispatcher sends them as work items (``work``, one user turn at a time for whole
+conversations) to the servers it picks (``dispatch``, ``servers``), concurrency follows the servers' metrics
+(``control``), uploads too far behind pause generation (``backlog``), the servers file is followed (``endpoints``),
+the run is watched (``watch``, ``progress``, ``exporter``, ``efficiency``), the doctor's advice is tried on the live
+fleet and measured (``autotune``, ``measure``), and the run is summed up (``summary``). ``runner.run_job`` puts it
+together.
 """
 
 from tokenmill.run.runner import RunResult, run_job, run_sync

@@ -40,7 +40,7 @@ from tokenmill.fmt import duration
 from tokenmill.monitor.fleet import ServerView
 from tokenmill.run.measure import Measurement, RateHistory, measure
 
-log = logging.getLogger("tokenmill.autotune")
+log = logging.getLogger(__name__)
 
 Say = Callable[[str], None]
 Emit = Callable[[dict[str, Any]], None]

@@ -37,7 +37,7 @@ from tokenmill.config import ControlSpec
 from tokenmill.monitor.fleet import FleetMonitor, ServerView
 from tokenmill.run.servers import ServerState
 
-log = logging.getLogger("tokenmill.run.control")
+log = logging.getLogger(__name__)
 
 # Running below this fraction of the cap while a queue stands means admission is bound by a memory pool.
 POOL_BOUND_FRACTION = 0.9

@@ -47,7 +47,7 @@ from tokenmill.records import Completion, Failure, Generation, Prompt, RequestOu
 from tokenmill.run.servers import ServerPool, ServerState
 from tokenmill.run.work import RecordMaker, Work
 
-log = logging.getLogger("tokenmill.run.dispatch")
+log = logging.getLogger(__name__)
 
 # A prompt whose failures are all the servers' fault is still failed after this many times max_attempts.
 HARD_ATTEMPT_FACTOR = 10

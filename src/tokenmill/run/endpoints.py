@@ -25,7 +25,7 @@ from typing import Protocol
 from tokenmill.config.servers import Endpoint, Mark, parse_servers
 from tokenmill.fsio import atomic_write
 
-log = logging.getLogger("tokenmill.fleet")
+log = logging.getLogger(__name__)
 
 __all__ = ["HEADER", "Endpoint", "Followable", "Mark", "apply", "follow", "parse", "read", "render", "write"]
 

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from tokenmill.monitor.snapshot import Snapshot
     from tokenmill.run.dispatch import Dispatcher
 
-log = logging.getLogger("tokenmill.monitor")
+log = logging.getLogger(__name__)
 
 
 class Watched(Protocol):

@@ -28,7 +28,7 @@ from tokenmill.storage.upload import UploadStatus
 if TYPE_CHECKING:
     from tokenmill.run.watch import RunMonitor
 
-log = logging.getLogger("tokenmill.run.progress")
+log = logging.getLogger(__name__)
 
 __all__ = ["Display", "Tracker"]
 

@@ -82,7 +82,7 @@ from tokenmill.storage.prefix import MARKER
 from tokenmill.storage.restore import RemoteStart, prepare_remote
 from tokenmill.storage.upload import Uploader, UploadStatus
 
-log = logging.getLogger("tokenmill.run")
+log = logging.getLogger(__name__)
 
 FLUSH_INTERVAL_S = 0.5
 TICK_INTERVAL_S = 1.0

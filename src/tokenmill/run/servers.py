@@ -22,7 +22,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
-log = logging.getLogger("tokenmill.run.dispatch")
+log = logging.getLogger(__name__)
 
 
 @dataclass(slots=True)

@@ -19,6 +19,8 @@ from tokenmill.monitor.snapshot import Snapshot, binding_verdict, cut_text, expe
 from tokenmill.output import layout
 from tokenmill.sources.mapping import conversation_policy
 
+log = logging.getLogger(__name__)
+
 
 @dataclass(slots=True)
 class ServerSummary:
@@ -233,4 +235,4 @@ def write_summary(out: Path, summary: Summary) -> None:
         (out / layout.SUMMARY_MD).write_text(summary.markdown())
         (out / layout.SUMMARY_JSON).write_bytes(orjson.dumps(asdict(summary), option=orjson.OPT_INDENT_2))
     except OSError as exc:
-        logging.getLogger("tokenmill.run").warning("could not save the summary in %s: %s", out, exc)
+        log.warning("could not save the summary in %s: %s", out, exc)

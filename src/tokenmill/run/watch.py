@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     from tokenmill.run.autotune import Autotuner
     from tokenmill.run.dispatch import Dispatcher
 
-log = logging.getLogger("tokenmill.doctor")
+log = logging.getLogger(__name__)
 
 
 def tick_record(
@@ -142,10 +142,10 @@ class RunMonitor:
             try:
                 self.metrics_url = await self.exporter.start()
             except ConfigError as exc:  # a busy port must not stop a long run: say so loudly and go on
-                logging.getLogger("tokenmill.run").warning("%s; the run goes on without the metrics port", exc)
+                log.warning("%s; the run goes on without the metrics port", exc)
                 self.exporter = None
             else:
-                logging.getLogger("tokenmill.run").info("metrics for Prometheus at %s", self.metrics_url)
+                log.info("metrics for Prometheus at %s", self.metrics_url)
         if self.spec.enabled:
             self._task = asyncio.create_task(self.fleet.run(self._round), name="tokenmill-monitor")
 

@@ -38,7 +38,7 @@ from tokenmill.planner.admission import admission_need, reserve_ratio
 from tokenmill.sim.prefix import PrefixCache
 from tokenmill.sim.timing import PoolUsage, StepModel
 
-log = logging.getLogger("tokenmill.sim")
+log = logging.getLogger(__name__)
 
 _EPS = 1e-6  # in steps: absorbs float error when a wake-up lands exactly on a step boundary
 

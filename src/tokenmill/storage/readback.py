@@ -45,7 +45,7 @@ from tokenmill.storage.prefix import (
 )
 from tokenmill.storage.store import Store, Tagged
 
-log = logging.getLogger("tokenmill.storage.readback")
+log = logging.getLogger(__name__)
 
 READ_WORKERS = 8  # objects read at once
 _SHOWN = 5

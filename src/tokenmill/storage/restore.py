@@ -46,7 +46,7 @@ from tokenmill.storage.readback import RemoteState, read_remote, repair
 from tokenmill.storage.retry import Clock, retry_until
 from tokenmill.storage.store import Store
 
-log = logging.getLogger("tokenmill.storage.restore")
+log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 

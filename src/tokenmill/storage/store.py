@@ -40,7 +40,7 @@ from tokenmill.storage.writes import LOCAL_TMP, Changed, LocalWrites, writes_for
 
 T = TypeVar("T")
 
-log = logging.getLogger("tokenmill.storage.store")
+log = logging.getLogger(__name__)
 
 # An object name is one path segment or several joined by "/", each made of these characters.
 _SEGMENT = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]*")

@@ -56,7 +56,7 @@ from tokenmill.storage.store import Store
 
 __all__ = ["UploadStatus", "Uploader"]
 
-log = logging.getLogger("tokenmill.storage.upload")
+log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 

@@ -1,0 +1,1 @@
+"""The doctor's checks, by family (availability, client, corpus, pools, roofline), over the signs they share."""

@@ -1,0 +1,99 @@
+"""The client's side: its CPU or event loop, its in-flight limit, requests outliving the read timeout."""
+
+from __future__ import annotations
+
+import math
+
+from tokenmill.config import DoctorSpec
+from tokenmill.doctor import advice
+from tokenmill.doctor.checks.signs import rate_text, running_text, waiting
+from tokenmill.doctor.model import Candidate, ClientObs, Finding, Observation, ServerObs
+from tokenmill.fmt import UNKNOWN, num, pct
+
+
+def client_bound(obs: Observation, t: DoctorSpec) -> Finding | None:
+    c = obs.client
+    busy_cpu = c.cpu is not None and c.cpu >= t.client_cpu
+    lagging = c.loop_lag_s is not None and c.loop_lag_s >= t.loop_lag_s
+    healthy = [s.view for s in obs.servers if s.view.healthy]
+    fed = sum(1 for v in healthy if waiting(v, t))
+    if not (busy_cpu or lagging) or not healthy or fed >= len(healthy) / 2:
+        return None
+    return Finding(
+        summary=f"client CPU {pct(c.cpu)} of a core, event-loop lag {num((c.loop_lag_s or 0) * 1000)} ms, "
+        f"{fed}/{len(healthy)} servers have a queue",
+        evidence=(
+            ("client CPU", f"{pct(c.cpu)} of one core"),
+            ("event-loop lag", f"{num((c.loop_lag_s or 0) * 1000)} ms"),
+            ("servers with a queue", f"{fed}/{len(healthy)}"),
+            ("completions/s", num(c.completions_s)),
+        ),
+        advice="The client process is the limit, not the servers. Use the cheaper native API "
+        "(`api: sglang-generate`), keep save_token_ids off unless needed, or split the input across several "
+        "tokenmill processes (input.offset / input.limit), each with its own output directory.",
+        candidates=(Candidate(change="--api sglang-generate", flags_after=()),),
+    )
+
+
+def queue_timeout(o: ServerObs, c: ClientObs, t: DoctorSpec) -> Finding | None:
+    side, v = o.client, o.view
+    if not side.timeouts or side.timeout_age_s is None or side.timeout_age_s > t.timeout_recent_s:
+        return None
+    timeout = f"{side.read_timeout_s:,.0f} s" if side.read_timeout_s is not None else UNKNOWN
+    return Finding(
+        summary=f"{side.timeouts:,} requests outlived the read timeout ({timeout}) while the server ran "
+        f"{running_text(v)} with {num(v.queued)} queued",
+        evidence=(
+            ("requests timed out while it was busy", f"{side.timeouts:,}, the last {side.timeout_age_s:,.0f} s ago"),
+            ("read timeout (retry.read_timeout_s)", timeout),
+            ("running / max running", running_text(v)),
+            ("queued", num(v.queued)),
+            ("client in flight / limit", f"{num(side.inflight)}/{side.limit if side.limit else UNKNOWN}"),
+            ("output tokens thrown away (estimated)", num(side.abandoned_tokens)),
+        ),
+        advice="The server is full, not down: requests waited in its queue longer than the read timeout and were "
+        "abandoned with the tokens decoded for them. tokenmill lowers its in-flight cap and retries without "
+        "spending an attempt; lower `concurrency` (or use `concurrency: auto`) so the queue stays short, or raise "
+        "`retry.read_timeout_s` if single answers take that long.",
+        severity="warning",
+    )
+
+
+def client_underfeeding(o: ServerObs, c: ClientObs, t: DoctorSpec) -> Finding | None:
+    v, cl = o.view, o.client
+    cap = v.max_running
+    if not v.healthy or not cap or v.running is None or v.queued is None or v.running <= 0:
+        return None
+    if v.queued >= t.queue_waiting or v.running >= t.at_cap * cap:
+        return None
+    sent = cl.inflight if cl.inflight is not None else v.running + v.queued
+    if cl.limit is not None and sent < min(t.client_at_limit * cl.limit, cl.limit - 1):
+        return None  # the client is not holding back (the input may be running out)
+    hold, held_by = advice.pool_hold(o, c, t.pool_full) or (cap, f"the running cap ({cap})")
+    if v.running >= t.at_cap * hold:
+        return None  # the pools are as full as they get: more in flight would only wait in the queue
+    want = max(math.ceil(v.running) + 1, math.ceil(hold * t.feed_headroom))
+    limit = "unknown" if cl.limit is None else f"{num(sent)}/{cl.limit} (at its limit)"
+    return Finding(
+        summary=f"queue {num(v.queued)}, running {running_text(v)}; client in flight {limit}; the pools hold {hold}",
+        evidence=(
+            ("server queue", num(v.queued)),
+            ("running / max running", running_text(v)),
+            ("client in flight / limit", limit),
+            ("requests the pools hold", f"{hold}: {held_by}"),
+            ("server decode tok/s", rate_text(v, v.decode_tok_s)),
+        ),
+        advice=f"The server could run {num(hold - v.running)} more requests but is not sent them: its queue is "
+        f"empty while the client sits at its in-flight limit. Raise the per-server concurrency to about {want} "
+        f"(`concurrency: {want}` in the job, or --concurrency {want}): what {held_by} holds, plus a small queue.",
+        candidates=(
+            Candidate(
+                change=f"--concurrency {want}",
+                flags_after=tuple(advice.current_flags(o)),
+                est_max_running=hold,
+                running_before=round(v.running),
+                kind="client",
+            ),
+        ),
+        severity="warning" if cl.limit is not None else "info",
+    )

@@ -1,0 +1,74 @@
+"""A record's quality: its signals (as written, or computed now for a record written without them), the
+selectors it matches (``export --drop``, ``regenerate --where``), and whether it repeats an earlier answer."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from tokenmill.errors import ConfigError
+from tokenmill.quality.registry import DEGENERATE, SELECTORS
+from tokenmill.quality.signals import combined, final_answer, signals
+
+DUPLICATE_MIN_CHARS = 64  # shorter answers ("Yes.", "4") are legitimately the same for different prompts
+
+
+def record_quality(rec: dict[str, Any]) -> dict[str, Any]:
+    """The record's signals as written, or computed now for a record written without them."""
+    quality = rec.get("quality")
+    if isinstance(quality, dict) and "flags" in quality:
+        return quality
+    turns = rec.get("turns")
+    if turns:
+        return combined([_answer_signals(t) for t in turns])
+    return _answer_signals(rec)
+
+
+def _answer_signals(answer: dict[str, Any]) -> dict[str, Any]:
+    quality = answer.get("quality")
+    if isinstance(quality, dict) and "flags" in quality:
+        return quality
+    text = answer.get("completion") or ""
+    return signals(text, answer.get("finish_reason"), answer.get("reasoning_content")).as_dict()
+
+
+def selected(flags: Iterable[str], duplicate: bool, selectors: Iterable[str]) -> str | None:
+    """The first selector (``export --drop``, ``regenerate --where``) a record with ``flags`` matches."""
+    fired = set(flags)
+    for sel in selectors:
+        if sel == "degenerate" and fired.intersection(DEGENERATE):
+            return sel
+        if sel == "duplicate" and duplicate:
+            return sel
+        if sel in fired:
+            return sel
+    return None
+
+
+def parse_selectors(text: str, option: str) -> tuple[str, ...]:
+    """``"degenerate,truncated"`` -> the selectors; an unknown one is a ConfigError naming the choices."""
+    chosen = tuple(s.strip() for s in text.split(",") if s.strip())
+    unknown = [s for s in chosen if s not in SELECTORS]
+    if unknown or not chosen:
+        raise ConfigError(f"{option} takes a comma-separated list of {', '.join(SELECTORS)}; got {text!r}")
+    return chosen
+
+
+class DuplicateFinder:
+    """Which records repeat an answer an earlier record (in reading order) already gave."""
+
+    def __init__(self) -> None:
+        self._first: dict[int, str] = {}
+
+    def seen(self, rec_id: str, answer_hash: str, answer_chars: int) -> str | None:
+        """The id of the earlier record with the same answer, or None (the first of its kind, or too short)."""
+        if answer_chars < DUPLICATE_MIN_CHARS:
+            return None
+        key = int(answer_hash, 16)
+        first = self._first.setdefault(key, rec_id)
+        return None if first == rec_id else first
+
+
+def answer_chars(rec: dict[str, Any]) -> int:
+    """Characters in the record's final answer (after any thinking block)."""
+    return len(final_answer(rec.get("completion") or "")[0].strip())
