@@ -3,7 +3,8 @@
 Modules, one concept each: ``models`` (config.json -> geometry, parameters, KV/state bytes), ``catalog``
 (bundled configs), ``hardware`` (GPU table), ``flags`` (SGLang flag spellings), ``memory`` (SGLang's pool
 sizing), ``roofline`` (decode step time), ``capacity`` (one server replica: what other modules call),
-``plan`` (operating point, comparison, what-if), ``calibrate`` (fit eta from measurements), ``render``
+``admission`` (SGLang's KV admission rule per request kind), ``workload`` (what to plan for), ``plan``
+(operating point, comparison, what-if), ``calibrate`` (fit eta from measurements), ``render``
 (tables and JSON), ``sample`` (prompt lengths from a dataset). The math is pure; only ``catalog``,
 ``hardware`` and ``sample`` read files. docs/planner.md explains the model and its sources.
 """

@@ -31,6 +31,7 @@ from tokenmill.monitor.stats import CpuMeter, GaugeWindow
 from tokenmill.run.control import queue_for
 from tokenmill.run.efficiency import EtaFit
 from tokenmill.run.exporter import Exporter
+from tokenmill.run.predictions import JobPredictor
 
 if TYPE_CHECKING:
     from tokenmill.doctor.model import Verdict
@@ -100,13 +101,12 @@ class RunMonitor:
             clock=clock,
         )
         self.doctor = DoctorState(spec.doctor.confirm_rounds)
-        self.predictor = PlannerPredictor(spec.planner_model, spec.gpu, gpu_file=spec.gpu_file)
+        # planned for the job's requests: SGLang admits them by their kind and limit
+        self.predictor = self._predictor(spec.gpu)
         self.expected: dict[str, Expected] = {}  # what the planner expects of each server, on its own clock
         self.eta_fit = EtaFit(self.predictor)  # eta fitted to each server's own decode samples
         # monitor.compare_gpu: the same servers planned on another GPU (the model as the predictor resolves it)
-        self.compare = (
-            PlannerPredictor(spec.planner_model, spec.compare_gpu, gpu_file=spec.gpu_file) if spec.compare_gpu else None
-        )
+        self.compare = self._predictor(spec.compare_gpu) if spec.compare_gpu else None
         self.compared: dict[str, Expected] = {}
         self.events = EventLog(out / events_file(partition), run_id, wall)
         self.exporter = Exporter(self, spec.metrics_host, spec.metrics_port) if spec.metrics_port is not None else None
@@ -125,6 +125,12 @@ class RunMonitor:
         self.tuner = tuner
         if tuner is not None:
             tuner.bind(emit=lambda record: self.events.write("autotune", **record), refresh=self.fleet.refresh_info)
+
+    def _predictor(self, gpu: str | None) -> JobPredictor:
+        spec = self.spec
+        return JobPredictor(
+            spec.planner_model, gpu, gpu_file=spec.gpu_file, max_tokens=self.max_tokens, ignore_eos=self.ignore_eos
+        )
 
     async def start(self, total: int | None, done_before: int) -> None:
         job = self._job
