@@ -38,3 +38,16 @@ def test_autotune_s_predictions_are_planned_for_the_job_s_request_kind() -> None
     assert pred.after.tok_s_per_gpu == planned(40_000, ignore_eos=True)
     other = JobPredictor(max_tokens=1500)(OBS, CLIENT, MORE_KV)
     assert other is not None and other.before.tok_s_per_gpu > pred.before.tok_s_per_gpu
+
+
+def test_the_rate_at_a_fitted_eta_is_the_planner_s_with_that_eta_and_the_client_s_limit() -> None:
+    from dataclasses import replace
+
+    from tokenmill.doctor.model import ClientSide
+
+    predictor = JobPredictor(max_tokens=1500, ignore_eos=True)
+    slow, fast = predictor.rate_at(OBS, CLIENT, 0.4), predictor.rate_at(OBS, CLIENT, 0.8)
+    assert slow is not None and fast is not None and slow < fast
+    fed_two = predictor.rate_at(replace(OBS, client=ClientSide(limit=2)), CLIENT, 0.8)
+    assert fed_two is not None and fed_two < fast  # two in flight run two, whatever the pool holds
+    assert predictor.rate_at(OBS, ClientObs(avg_prompt_tokens=500.0), 0.8) is None  # no answer's length yet

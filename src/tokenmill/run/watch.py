@@ -105,6 +105,7 @@ class RunMonitor:
         self.predictor = self._predictor(spec.gpu)
         self.expected: dict[str, Expected] = {}  # what the planner expects of each server, on its own clock
         self.eta_fit = EtaFit(self.predictor)  # eta fitted to each server's own decode samples
+        self.planned: dict[str, float] = {}  # each server's planned output tok/s at its fitted eta (wall clock)
         # monitor.compare_gpu: the same servers planned on another GPU (the model as the predictor resolves it)
         self.compare = self._predictor(spec.compare_gpu) if spec.compare_gpu else None
         self.compared: dict[str, Expected] = {}
@@ -260,6 +261,7 @@ class RunMonitor:
         if self.compare is not None:
             self.compared = await asyncio.to_thread(self._expected, obs, self.compare)
         await asyncio.to_thread(self.eta_fit.update, obs.servers, obs.client)
+        self.planned = await asyncio.to_thread(self._planned, obs)
         for est in self.eta_fit.changed():
             self.events.write("eta", **est.as_dict())
         if self.doctor.update(verdicts):
@@ -287,6 +289,21 @@ class RunMonitor:
             info = server.view.info
             scale = info.time_scale if info is not None and info.time_scale else 1.0
             out[server.url] = replace(exp, tok_s=exp.tok_s / scale, ceiling_tok_s=exp.ceiling_tok_s / scale)
+        return out
+
+    def _planned(self, obs: Observation) -> dict[str, float]:
+        """Each healthy server's planned output rate at the eta fitted to its own samples, on the wall clock (a twin
+        at time scale s runs 1/s times the GPU's rate): the ETA's planned rate (:mod:`tokenmill.run.eta`)."""
+        out: dict[str, float] = {}
+        for server in obs.servers:
+            est = self.eta_fit.estimates.get(server.url)
+            if est is None or not server.view.healthy:
+                continue
+            rate = self.predictor.rate_at(server, obs.client, est.eta_bw)
+            if rate is None:
+                continue
+            info = server.view.info
+            out[server.url] = rate / (info.time_scale if info is not None and info.time_scale else 1.0)
         return out
 
     @property
