@@ -51,3 +51,27 @@ def test_the_rate_at_a_fitted_eta_is_the_planner_s_with_that_eta_and_the_client_
     fed_two = predictor.rate_at(replace(OBS, client=ClientSide(limit=2)), CLIENT, 0.8)
     assert fed_two is not None and fed_two < fast  # two in flight run two, whatever the pool holds
     assert predictor.rate_at(OBS, ClientObs(avg_prompt_tokens=500.0), 0.8) is None  # no answer's length yet
+
+
+def test_a_run_plans_with_its_job_s_request_kind(tmp_path: object) -> None:
+    from pathlib import Path
+
+    from tests.unit.test_monitor_runtime import dispatcher
+
+    from tokenmill.config import JobSpec
+    from tokenmill.run.watch import RunMonitor
+
+    root = Path(str(tmp_path))
+    spec = JobSpec.model_validate(
+        {
+            "input": {"path": str(root / "in.jsonl")},
+            "servers": ["http://127.0.0.1:9"],
+            "output": {"dir": str(root / "out")},
+            "sampling": {"max_tokens": 1500, "extra_body": {"ignore_eos": True}},
+            "monitor": {"enabled": False, "compare_gpu": "h100"},
+        }
+    )
+    mon = RunMonitor(spec, dispatcher(spec), root / "out", "run1")
+    assert isinstance(mon.predictor, JobPredictor) and isinstance(mon.compare, JobPredictor)
+    for predictor in (mon.predictor, mon.compare):
+        assert (predictor.max_tokens, predictor.ignore_eos) == (1500, True)
