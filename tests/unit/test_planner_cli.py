@@ -81,6 +81,8 @@ def test_json_output_is_complete() -> None:
         "input_len": 900,
         "output_len": 3000,
         "avg_context": 2400,
+        "max_tokens": 3000,
+        "ignore_eos": False,
         "source": "given",
     }
     assert data["compare"][0]["gpu"] == "h100" and data["compare"][0]["percent"] > 0

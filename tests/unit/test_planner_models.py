@@ -10,9 +10,9 @@ import pytest
 
 from tokenmill.errors import ConfigError
 from tokenmill.planner.catalog import bundled_models, load_model
+from tokenmill.planner.hfconfig import from_hf_config
 from tokenmill.planner.models import (
     decode_flops_per_token,
-    from_hf_config,
     kv_bytes_per_token,
     param_counts,
     state_bytes_per_slot,

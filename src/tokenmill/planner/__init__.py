@@ -1,11 +1,13 @@
 """The capacity planner: SGLang pool sizes, concurrency and decode throughput for (model, GPU, flags).
 
-Modules, one concept each: ``models`` (config.json -> geometry, parameters, KV/state bytes), ``catalog``
-(bundled configs), ``hardware`` (GPU table), ``flags`` (SGLang flag spellings), ``memory`` (SGLang's pool
-sizing), ``roofline`` (decode step time), ``capacity`` (one server replica: what other modules call),
-``plan`` (operating point, comparison, what-if), ``calibrate`` (fit eta from measurements), ``render``
-(tables and JSON), ``sample`` (prompt lengths from a dataset). The math is pure; only ``catalog``,
-``hardware`` and ``sample`` read files. docs/planner.md explains the model and its sources.
+Modules, one concept each: ``models`` (geometry, parameters, KV/state bytes), ``hfconfig`` (a config.json
+read), ``catalog`` (bundled configs), ``hardware`` (GPU table), ``flags`` (SGLang flag spellings), ``strategy``
+(the radix-cache strategy and its slots per request), ``memory`` (SGLang's pool sizing), ``roofline`` (decode
+step time), ``capacity`` (one server replica: what other modules call), ``admission`` (SGLang's KV admission rule
+per request kind), ``workload`` (what to plan for), ``plan`` (operating point, comparison, what-if),
+``calibrate`` (fit eta from measurements), ``render`` (tables and JSON), ``sample`` (prompt lengths from a
+dataset). The math is pure; only ``catalog``, ``hardware`` and ``sample`` read files. docs/planner.md explains
+the model and its sources.
 """
 
 from __future__ import annotations

@@ -15,18 +15,25 @@ proposals (``sglang/srt/managers/schedule_policy.py``, ``PrefillAdder``):
   (clipped) output fit; ordinary ones while their prompts, what they wrote and a fraction of the rest do,
   and SGLang retracts one when the pool then runs out.
 
-:func:`concurrent_at_full_length` turns that into how many requests of one kind run at once in a pool.
+:func:`concurrent_at_full_length` turns that into how many requests of one kind run at once in a pool when
+every answer runs to its limit; :func:`steady_running` into how many admission keeps running in steady state
+(the planner's KV bound), with the ratio settled at :func:`min_new_token_ratio` of the server's
+``--schedule-conservativeness`` (:func:`schedule_conservativeness`).
 """
 
 from __future__ import annotations
 
 import math
 
+from tokenmill.errors import ConfigError
+from tokenmill.planner.flags import EngineFlags
+
 CLIP_MAX_NEW_TOKENS = 4096  # SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION
 PAGE_RESERVE_TOKENS = 1  # one page per admitted request (page size 1, SGLang's default on CPU and for no_buffer)
 INIT_NEW_TOKEN_RATIO = 0.7  # SGLANG_INIT_NEW_TOKEN_RATIO (times --schedule-conservativeness, at most 1)
 MIN_NEW_TOKEN_RATIO_FACTOR = 0.14  # SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR
 NEW_TOKEN_RATIO_DECAY_STEPS = 600  # SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS
+CONSERVATIVENESS_FLAG = "--schedule-conservativeness"
 
 
 def clipped_output(max_new_tokens: int, generated: int = 0, clip: int = CLIP_MAX_NEW_TOKENS) -> int:
@@ -95,3 +102,85 @@ def concurrent_at_full_length(
     else:
         per = prompt_tokens + max_new_tokens
     return max(1, math.floor(kv_tokens / max(per, 1.0)))
+
+
+def admits(need: float, held: float, kv_tokens: float) -> bool:
+    """Whether a request charged ``need`` starts beside running requests that hold and reserve ``held`` tokens of
+    a ``kv_tokens`` pool: SGLang's ``PrefillAdder`` refuses it when the need reaches what is left."""
+    return need < kv_tokens - held
+
+
+def mean_clipped_output(max_new_tokens: int, output_tokens: float, clip: int = CLIP_MAX_NEW_TOKENS) -> float:
+    """:func:`clipped_output` averaged over a request's life, as it writes its ``output_tokens`` one by one: the
+    mean of ``min(max_new - written, clip)`` for ``written`` spread evenly over ``[0, output_tokens]``."""
+    high = float(max_new_tokens)
+    low = max(0.0, high - output_tokens)
+    if high <= clip:
+        return (low + high) / 2
+    if low >= clip or high == low:
+        return float(clip)
+    return ((clip * clip - low * low) / 2 + clip * (high - clip)) / (high - low)
+
+
+def held_per_request(
+    prompt_tokens: float,
+    output_tokens: float,
+    max_new_tokens: int,
+    *,
+    ignore_eos: bool,
+    new_token_ratio: float,
+    clip: int = CLIP_MAX_NEW_TOKENS,
+) -> float:
+    """KV tokens one running request counts against admission, on average over its life: what it holds (its
+    prompt and, on average, half its ``output_tokens``) plus what it reserves of the rest (:func:`running_reserve`:
+    all of the clipped rest for ``ignore_eos``, the ratio of it otherwise)."""
+    reserve = mean_clipped_output(max_new_tokens, output_tokens, clip) * reserve_ratio(new_token_ratio, ignore_eos)
+    return prompt_tokens + output_tokens / 2 + reserve
+
+
+def steady_running(
+    kv_tokens: int,
+    prompt_tokens: float,
+    output_tokens: float,
+    max_new_tokens: int,
+    *,
+    ignore_eos: bool,
+    conservativeness: float = 1.0,
+    clip: int = CLIP_MAX_NEW_TOKENS,
+) -> int:
+    """Requests of one kind admission keeps running at once in ``kv_tokens``, in steady state (requests at every
+    stage of their lives, leaving one at a time): the most N such that N - 1 running requests, each counting
+    :func:`held_per_request`, leave room for one more's :func:`admission_need`. ``ignore_eos`` answers run to
+    ``max_new_tokens`` and reserve all of what is left (with a limit within the clip each counts its prompt and
+    whole limit); ordinary ones write ``output_tokens`` on average and reserve the settled new-token ratio of the
+    rest. 0 when the pool cannot hold one request."""
+    out = float(max_new_tokens) if ignore_eos else min(output_tokens, max_new_tokens)
+    ratio = min_new_token_ratio(conservativeness)
+    per = held_per_request(prompt_tokens, out, max_new_tokens, ignore_eos=ignore_eos, new_token_ratio=ratio, clip=clip)
+    need = admission_need(round(prompt_tokens), max_new_tokens, clip=clip)
+    if kv_tokens < prompt_tokens + out / 2:
+        return 0
+    if not admits(need, 0.0, kv_tokens):
+        return 1  # an idle server takes its first request regardless
+    running = max(1, math.ceil((kv_tokens - need) / max(per, 1.0)))
+    while running > 1 and not admits(need, (running - 1) * per, kv_tokens):
+        running -= 1  # float error at an exact multiple
+    return running
+
+
+def schedule_conservativeness(flags: EngineFlags) -> tuple[float, tuple[str, ...]]:
+    """``--schedule-conservativeness`` from the flags the planner leaves unmodeled (1 when not given), and the rest
+    of them. It scales the new-token ratio (:func:`min_new_token_ratio`)."""
+    value, rest = 1.0, []
+    for item in flags.ignored:
+        name, _, raw = item.partition(" ")
+        if name != CONSERVATIVENESS_FLAG:
+            rest.append(item)
+            continue
+        try:
+            value = float(raw)
+        except ValueError as exc:
+            raise ConfigError(f"{CONSERVATIVENESS_FLAG} takes a number, got {raw!r}") from exc
+        if value <= 0:
+            raise ConfigError(f"{CONSERVATIVENESS_FLAG} must be positive, got {value}")
+    return value, tuple(rest)

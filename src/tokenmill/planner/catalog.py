@@ -16,7 +16,8 @@ from typing import Any
 
 from tokenmill.errors import ConfigError
 from tokenmill.planner.hardware import normalize_name
-from tokenmill.planner.models import ModelSpec, from_hf_config
+from tokenmill.planner.hfconfig import from_hf_config
+from tokenmill.planner.models import ModelSpec
 
 _META_KEY = "_tokenmill"
 

@@ -24,8 +24,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tokenmill.errors import ConfigError, DoesNotFitError
-from tokenmill.planner.flags import EngineFlags, auto_prefers_extra_buffer, sglang_release, strategy_flag_for
+from tokenmill.errors import DoesNotFitError
+from tokenmill.planner.flags import EngineFlags
 from tokenmill.planner.hardware import GIB, GpuSpec
 from tokenmill.planner.models import (
     KvDtype,
@@ -36,14 +36,30 @@ from tokenmill.planner.models import (
     state_bytes_per_slot,
     weight_bytes,
 )
+from tokenmill.planner.strategy import StrategyChoice, resolve_strategy
+
+__all__ = [
+    "LARGEST_AUTO_CUDA_GRAPH_BS",
+    "MIB",
+    "DoesNotFitError",
+    "PoolPlan",
+    "StrategyChoice",
+    "auto_chunked_prefill_size",
+    "auto_cuda_graph_max_bs",
+    "auto_mem_fraction_static",
+    "decode_graph_max_bs",
+    "graph_reserve_mib",
+    "prefill_graph_sizes",
+    "reserved_mib",
+    "resolve_strategy",
+    "size_pools",
+    "vlm_mem_fraction_factor",
+]
 
 MIB = 1 << 20
 
-# SGLang constants (mem_cache/kv_cache_configurator.py, mem_cache/allocation_sizing.py; docs/reference/sglang.md §2.3)
-RADIX_BASE_SLOTS = 3  # MAMBA_CACHE_SIZE_MAX_RUNNING_REQUESTS_RATIO
-PING_PONG_SLOTS_OVERLAP = 2  # get_mamba_tracking_slots: extra_buffer with the overlap scheduler
-PING_PONG_SLOTS_NO_OVERLAP = 1  # extra_buffer without overlap (speculative decoding v1 turns overlap off)
-PING_PONG_SLOTS_LAZY = 1  # extra_buffer_lazy: the second buffer is taken on demand
+# SGLang constants (mem_cache/kv_cache_configurator.py, mem_cache/allocation_sizing.py;
+# docs/reference/sglang.md §2.3); the slots a request reserves are planner.strategy's
 STATE_PADDING_SLOTS = 1  # MambaPool allocates size + 1 (memory_pool.py) and the sizing budgets it
 AUTO_MAX_RUNNING_MIN = 2048
 AUTO_MAX_RUNNING_MAX = 4096
@@ -56,96 +72,6 @@ VLM_BASELINE_LAYERS = 24  # ViT-L/14; also SGLang's fallback when the vision con
 VLM_BASELINE_HIDDEN = 1024  # ViT-L/14; also the fallback hidden size
 VLM_SENSITIVITY = 0.1  # 10 % per doubling of the tower's layers x hidden^2
 VLM_ADJUSTMENT_RANGE = (0.8, 1.05)
-
-
-@dataclass(frozen=True, slots=True)
-class StrategyChoice:
-    """How SGLang will run the recurrent-state radix cache, and the slots it reserves per request (S)."""
-
-    strategy: str  # no_buffer | extra_buffer | extra_buffer_lazy | radix off | n/a
-    radix_cache: bool
-    overlap: bool
-    slots_per_request: int  # S; 0 for models without recurrent state
-    notes: tuple[str, ...] = ()
-
-
-def _radix_off_notes(flags: EngineFlags, version: str | None) -> list[str]:
-    if flags.mamba_strategy not in ("extra_buffer", "extra_buffer_lazy"):
-        return []
-    if auto_prefers_extra_buffer(version):
-        return [f"{flags.mamba_strategy} with --disable-radix-cache: SGLang {version or ''} ignores the strategy"]
-    return [
-        f"{flags.mamba_strategy} with --disable-radix-cache: SGLang {version} refuses this combination "
-        "(drop the strategy flag or use no_buffer)"
-    ]
-
-
-def _resolve_auto(model: ModelSpec, flags: EngineFlags, version: str | None) -> str:
-    """``auto`` as SGLang resolves it (0.5.23 ``arg_groups/overrides.py``: ``_mamba_radix_cache_resolution``).
-
-    From 0.5.14: ``extra_buffer`` when the overlap scheduler is wanted or ``--page-size`` > 1 and the
-    architecture supports it, else ``no_buffer``. Up to 0.5.13: ``no_buffer`` for every model.
-    """
-    if not auto_prefers_extra_buffer(version):
-        return "no_buffer"
-    wants_paging = (flags.page_size or 1) > 1
-    if (not flags.disable_overlap_schedule or wants_paging) and model.supports_extra_buffer:
-        return "extra_buffer"
-    return "no_buffer"
-
-
-def _no_buffer_notes(flags: EngineFlags, version: str | None, resolved_from_auto: bool) -> list[str]:
-    """``no_buffer`` runs without the overlap scheduler and with page size 1; say when a launch is refused."""
-    notes = []
-    refuses = auto_prefers_extra_buffer(version) and not resolved_from_auto
-    if not flags.disable_overlap_schedule:
-        if refuses:
-            notes.append(
-                f"SGLang {version or 'from 0.5.14'} refuses no_buffer without --disable-overlap-schedule "
-                "(an assertion at start-up): add it; planned with the overlap scheduler off"
-            )
-        else:
-            notes.append("no_buffer with the radix cache turns the overlap scheduler off")
-    if (flags.page_size or 1) > 1:
-        if refuses:
-            notes.append(f"SGLang {version or 'from 0.5.14'} refuses no_buffer with --page-size > 1; planned with 1")
-        else:
-            notes.append("no_buffer with the radix cache forces --page-size 1")
-    return notes
-
-
-def resolve_strategy(model: ModelSpec, flags: EngineFlags, version: str | None) -> StrategyChoice:
-    """Resolve ``auto``, the overlap scheduler and S for a server of SGLang ``version``
-    (``_calculate_mamba_ratio`` in ``mem_cache/kv_cache_configurator.py``; docs/reference/sglang.md §1.2, §2.3)."""
-    radix = not flags.disable_radix_cache
-    overlap = not flags.disable_overlap_schedule
-    notes: list[str] = []
-    if not model.is_hybrid:
-        return StrategyChoice("n/a", radix, overlap, 0)
-    if not radix:
-        return StrategyChoice("radix off", False, overlap, 1, tuple(_radix_off_notes(flags, version)))
-    strategy: str = flags.mamba_strategy
-    from_auto = strategy == "auto"
-    if from_auto:
-        strategy = _resolve_auto(model, flags, version)
-        notes.append(f"{strategy_flag_for(version)} auto resolved to {strategy} (SGLang {version or 'newest'})")
-    if strategy in ("extra_buffer", "extra_buffer_lazy") and not model.supports_extra_buffer:
-        raise ConfigError(f"{model.name} ({model.model_type}) does not support {strategy}; use no_buffer")
-    base = RADIX_BASE_SLOTS
-    if strategy == "no_buffer":
-        notes += _no_buffer_notes(flags, version, from_auto)
-        return StrategyChoice("no_buffer", True, False, base, tuple(notes))
-    if flags.skip_decode_lock:
-        base -= 1
-    if flags.speculative_algorithm:
-        extra = PING_PONG_SLOTS_NO_OVERLAP
-    elif strategy == "extra_buffer_lazy":
-        extra = PING_PONG_SLOTS_LAZY
-        if sglang_release(version) is not None and not auto_prefers_extra_buffer(version):
-            notes.append(f"extra_buffer_lazy needs an SGLang build with PR #27118 (not {version})")
-    else:
-        extra = PING_PONG_SLOTS_OVERLAP if overlap else PING_PONG_SLOTS_NO_OVERLAP
-    return StrategyChoice(strategy, True, overlap, base + extra, tuple(notes))
 
 
 def auto_chunked_prefill_size(gpu_mib: int) -> int:
@@ -339,13 +265,7 @@ def size_pools(
     available = gpu.memory_gib - cuda_context_gib
     weights = weight_bytes(model, weight_dtype).resident / tp / GIB
     mm_reserve = MULTIMODAL_RESERVE_MIB / 1024 if model.is_multimodal else 0.0
-    rest = available * mfs.value - weights - mm_reserve
-    if rest <= 0:
-        raise DoesNotFitError(
-            f"{model.name} weights ({weights:.1f} GiB per GPU, {weight_dtype}) leave nothing for KV/state on "
-            f"{gpu.name} at --mem-fraction-static {mfs.value:g}; use more GPUs per server (--tp-size), "
-            "fp8/fp4 weights, or a larger GPU"
-        )
+    rest = _rest_gib(model, gpu, available, mfs.value, weights, mm_reserve, weight_dtype)
     rest_bytes = int(rest * GIB)
     kv_cell = kv_bytes_per_token(model, kv_dtype, tp)
     slot = state_bytes_per_slot(model, ssm_dtype, flags.mamba_conv_dtype, tp)
@@ -359,10 +279,7 @@ def size_pools(
     state_bytes = (slots + STATE_PADDING_SLOTS) * slot if model.is_hybrid else 0
     kv_bytes = rest_bytes - state_bytes
     page = _page_size(strategy, flags)
-    tokens = max(0, kv_bytes) // kv_cell
-    if flags.max_total_tokens is not None:
-        tokens = min(tokens, flags.max_total_tokens)
-    tokens = tokens // page * page
+    tokens = _kv_tokens(flags, kv_bytes, kv_cell, page)
     if tokens <= 0:
         raise DoesNotFitError(
             f"no room left for KV cache on {gpu.name}: {slots} state slots take "
@@ -371,18 +288,8 @@ def size_pools(
         )
     context = flags.context_length or model.context_length
     max_running, source = _max_running(flags, tokens, context, slots, strategy.slots_per_request, model.is_hybrid)
-    if max_running <= 0:
-        raise DoesNotFitError(
-            f"{slots} state slots // {strategy.slots_per_request} slots per request leaves no room for a running "
-            "request; raise --mem-fraction-static, use bf16 state, or disable the radix cache"
-        )
     headroom = gpu.memory_gib * (1 - mfs.value)
-    need = reserved_mib(gpu.memory_mib, flags, model) / 1024
-    if not mfs.auto and headroom < need:
-        notes.append(
-            f"{headroom:.1f} GiB outside the pools is below SGLang's own reserve estimate ({need:.1f} GiB): "
-            "risk of out-of-memory in prefill; lower --chunked-prefill-size or --mem-fraction-static"
-        )
+    notes += _headroom_notes(gpu, flags, model, mfs, headroom)
     return PoolPlan(
         gpu_memory_gib=gpu.memory_gib,
         mem_fraction_static=mfs.value,
@@ -414,6 +321,39 @@ def size_pools(
     )
 
 
+def _rest_gib(
+    model: ModelSpec, gpu: GpuSpec, available: float, mfs: float, weights: float, mm_reserve: float, weight_dtype: str
+) -> float:
+    """What the static pools get for state and KV: the static share less the weights and the multimodal reserve."""
+    rest = available * mfs - weights - mm_reserve
+    if rest <= 0:
+        raise DoesNotFitError(
+            f"{model.name} weights ({weights:.1f} GiB per GPU, {weight_dtype}) leave nothing for KV/state on "
+            f"{gpu.name} at --mem-fraction-static {mfs:g}; use more GPUs per server (--tp-size), "
+            "fp8/fp4 weights, or a larger GPU"
+        )
+    return rest
+
+
+def _kv_tokens(flags: EngineFlags, kv_bytes: int, kv_cell: int, page: int) -> int:
+    """KV tokens in ``kv_bytes``, capped by ``--max-total-tokens`` and rounded down to the page."""
+    tokens = max(0, kv_bytes) // kv_cell
+    if flags.max_total_tokens is not None:
+        tokens = min(tokens, flags.max_total_tokens)
+    return tokens // page * page
+
+
+def _headroom_notes(gpu: GpuSpec, flags: EngineFlags, model: ModelSpec, mfs: _Fraction, headroom: float) -> list[str]:
+    """A hand-set fraction that leaves less outside the pools than SGLang's own reserve estimate risks prefill OOM."""
+    need = reserved_mib(gpu.memory_mib, flags, model) / 1024
+    if mfs.auto or headroom >= need:
+        return []
+    return [
+        f"{headroom:.1f} GiB outside the pools is below SGLang's own reserve estimate ({need:.1f} GiB): "
+        "risk of out-of-memory in prefill; lower --chunked-prefill-size or --mem-fraction-static"
+    ]
+
+
 def _state_slots(model: ModelSpec, flags: EngineFlags, rest_bytes: int, slot: int) -> tuple[int, str]:
     """``_handle_max_mamba_cache``: the number of state slots and which rule chose it. The ratio rule leaves
     room for the pool's padding slot: ``floor((budget - slot) / slot)``."""
@@ -433,7 +373,7 @@ def _max_running(
 ) -> tuple[int, str]:
     """``resolve_max_num_reqs``: the max running requests and what bound it. With ``--max-running-requests`` the
     flag is cut to half the KV tokens; without it SGLang's estimate (KV tokens / context x 512, within
-    2048-4096) is, too. Hybrids then allow at most ``slots // S``."""
+    2048-4096) is, too. Hybrids then allow at most ``slots // S``; DoesNotFitError when that leaves none."""
     user = flags.max_running_requests
     if user is None:
         estimate = int(tokens / context * AUTO_MAX_RUNNING_PER_CONTEXT)
@@ -445,4 +385,9 @@ def _max_running(
         pool, source = tokens // 2, "KV tokens // 2"
     if hybrid and per_request and slots // per_request < pool:
         pool, source = slots // per_request, f"state slots // {per_request}"
+    if pool <= 0:
+        raise DoesNotFitError(
+            f"{slots} state slots // {per_request} slots per request leaves no room for a running "
+            "request; raise --mem-fraction-static, use bf16 state, or disable the radix cache"
+        )
     return pool, source

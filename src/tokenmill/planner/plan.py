@@ -10,72 +10,34 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
-from statistics import NormalDist
 
 from tokenmill.config import PlannerConfig
 from tokenmill.errors import ConfigError, DoesNotFitError
+from tokenmill.planner.admission import schedule_conservativeness, steady_running
 from tokenmill.planner.capacity import ServerCapacity, build_capacity
 from tokenmill.planner.flags import EngineFlags, command_line
 from tokenmill.planner.hardware import GpuSpec
 from tokenmill.planner.memory import LARGEST_AUTO_CUDA_GRAPH_BS, decode_graph_max_bs
 from tokenmill.planner.models import WEIGHT_DTYPES, ModelSpec, StateDtype, WeightDtype
 from tokenmill.planner.roofline import StepBreakdown, asymptotic_tok_s, diluted_output_rate, saturation_points
+from tokenmill.planner.workload import TrainCut, Workload, train_cut
 
-
-@dataclass(frozen=True, slots=True)
-class Workload:
-    """How much to generate: prompt count and mean token lengths (and where the numbers came from)."""
-
-    prompts: int
-    input_len: float
-    output_len: float
-    source: str = "given"
-
-    def __post_init__(self) -> None:
-        if self.prompts < 1 or self.input_len < 1 or self.output_len < 1:
-            raise ConfigError("a workload needs at least one prompt and positive input/output lengths")
-
-    @property
-    def avg_context(self) -> float:
-        """Mean tokens a running request holds in steady state: the prompt plus half the output."""
-        return self.input_len + self.output_len / 2
-
-    @property
-    def output_tokens(self) -> float:
-        return self.prompts * self.output_len
-
-
-@dataclass(frozen=True, slots=True)
-class TrainCut:
-    """What a trainer with maximum sequence length ``max_length`` would cut of a workload's records."""
-
-    max_length: int
-    records: float  # share of the records longer than max_length
-    tokens: float  # share of all tokens (prompt + answer) past max_length
-    sigma: float  # the log-normal sigma of the output lengths assumed
-
-    def text(self) -> str:
-        return (
-            f"train max length {self.max_length:,}: about {self.records * 100:.1f}% of records longer (cut), "
-            f"{self.tokens * 100:.1f}% of tokens lost (prompts of the mean length, outputs log-normal, "
-            f"sigma {self.sigma:g})"
-        )
-
-
-def train_cut(workload: Workload, max_length: int, sigma: float) -> TrainCut:
-    """The share of records and of tokens a trainer with ``max_length`` would cut: every prompt of the workload's
-    mean length p, outputs log-normal with the workload's mean m and ``sigma``. With k = max_length - p, a record
-    is cut when its output exceeds k, and loses ``E[max(0, O - k)] = m * Phi(d + sigma) - k * Phi(d)``,
-    d = (mu - ln k) / sigma, mu = ln m - sigma^2 / 2 (the log-normal's partial expectation)."""
-    p, m = workload.input_len, workload.output_len
-    room = max_length - p
-    if room <= 0:
-        return TrainCut(max_length, 1.0, (p + m - max_length) / (p + m), sigma)
-    phi = NormalDist().cdf
-    mu = math.log(m) - sigma * sigma / 2
-    d = (mu - math.log(room)) / sigma
-    lost = m * phi(d + sigma) - room * phi(d)
-    return TrainCut(max_length, phi(d), max(0.0, lost) / (p + m), sigma)
+__all__ = [
+    "Comparison",
+    "CurvePoint",
+    "PlanResult",
+    "TrainCut",
+    "WhatIfRow",
+    "Workload",
+    "best_radix_off_running",
+    "compare",
+    "kv_bound_running",
+    "operating_point",
+    "plan",
+    "replicas_for",
+    "train_cut",
+    "what_if",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,9 +100,30 @@ def _binding_label(source: str) -> str:
     return "auto max-running"
 
 
+def kv_bound_running(cap: ServerCapacity, workload: Workload, config: PlannerConfig) -> int:
+    """Requests of ``workload`` the KV pool keeps running, by SGLang's admission rule for their kind
+    (:func:`tokenmill.planner.admission.steady_running`, the rule the twin's scheduler and the doctor apply).
+    ``ignore_eos`` requests are admitted only while every running one's prompt and whole clipped limit fit, so
+    admission alone binds; ordinary ones are admitted against the settled new-token ratio, and SGLang retracts
+    when the pool then runs out, so they are also held to ``kv_target_usage`` of the pool at their mean context
+    (the rest absorbs the spread of lengths)."""
+    conservativeness, _ = schedule_conservativeness(cap.flags)
+    admitted = steady_running(
+        cap.kv_tokens,
+        workload.input_len,
+        workload.output_len,
+        workload.limit,
+        ignore_eos=workload.ignore_eos,
+        conservativeness=conservativeness,
+    )
+    if workload.ignore_eos:
+        return admitted
+    return min(admitted, cap.kv_bound_running(workload.avg_context, config.kv_target_usage))
+
+
 def operating_point(cap: ServerCapacity, workload: Workload, replicas: int, config: PlannerConfig) -> PlanResult:
     """Steady state of ``cap`` under ``workload`` with ``replicas`` replicas sharing the prompts."""
-    kv_bound = cap.kv_bound_running(workload.avg_context, config.kv_target_usage)
+    kv_bound = kv_bound_running(cap, workload, config)
     limits = {
         _binding_label(cap.pools.max_running_source): cap.max_running,
         "KV cache": kv_bound,
@@ -272,7 +255,8 @@ def best_radix_off_running(
     With the radix cache off SGLang allocates exactly N state slots (plus its padding slot) and gives KV the
     rest, so the KV pool holds ``(rest - (N+1)*slot)/kv`` tokens; N requests of mean context c fit when
     ``N = (rest - slot)*u / (c*kv + u*slot)`` (u = kv_target_usage). More running never lowers the roofline rate,
-    so this N is the best; it is trimmed to the prompt count and checked against the real sizing.
+    so this N is the best; it is trimmed to the prompt count and checked against the real sizing and against
+    admission for the workload's request kind (:func:`kv_bound_running`), stepping down to what it keeps running.
     """
     probe = build_capacity(model, gpu, flags.with_(max_running_requests=None), config)
     pools = probe.pools
@@ -281,8 +265,8 @@ def best_radix_off_running(
     n = int(rest_bytes * u / (workload.avg_context * pools.kv_bytes_per_token + u * pools.state_bytes_per_slot))
     n = max(1, min(n, math.ceil(workload.prompts / replicas)))
     while n > 1:
-        fits = build_capacity(model, gpu, flags.with_(max_running_requests=n), config).kv_bound_running(
-            workload.avg_context, u
+        fits = kv_bound_running(
+            build_capacity(model, gpu, flags.with_(max_running_requests=n), config), workload, config
         )
         if fits >= n:
             break

@@ -17,6 +17,7 @@ from tokenmill.planner.hardware import GIB, GpuSpec
 from tokenmill.planner.memory import MIB
 from tokenmill.planner.models import ModelSpec, param_counts, weight_bytes
 from tokenmill.planner.plan import Comparison, PlanResult, WhatIfRow
+from tokenmill.planner.workload import Workload
 
 
 @dataclass(frozen=True, slots=True)
@@ -229,8 +230,15 @@ def header(report: PlanReport) -> Text:
         f" ({size}) on {r.gpus} x ",
         (cap.gpu.name, "bold"),
         f"\nflags: {_flags_text(r.command)}\nworkload: {w.prompts:,} prompts, {w.input_len:,.0f} tokens in / "
-        f"{w.output_len:,.0f} out on average ({w.source})",
+        f"{w.output_len:,.0f} out on average{_limit_text(w)} ({w.source})",
     )
+
+
+def _limit_text(w: Workload) -> str:
+    """The requests' limit and kind, when they are not the default (ordinary requests, the mean as the limit)."""
+    if w.ignore_eos:
+        return f", ignore_eos (every answer runs to max_tokens {w.limit:,})"
+    return f", max_tokens {w.limit:,}" if w.max_tokens is not None else ""
 
 
 def render_plan(report: PlanReport) -> RenderableType:
@@ -361,6 +369,8 @@ def report_dict(report: PlanReport) -> dict[str, Any]:
             "input_len": w.input_len,
             "output_len": w.output_len,
             "avg_context": w.avg_context,
+            "max_tokens": w.limit,
+            "ignore_eos": w.ignore_eos,
             "source": w.source,
         },
         "assumptions": {

@@ -27,101 +27,23 @@ without spending an attempt: no prompt is lost or done twice. ``dry_run`` says w
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from enum import Enum
-from typing import Any, Protocol
+from typing import Any
 
 from tokenmill.config import AutotuneSpec
 from tokenmill.doctor.model import Prediction, Verdict
 from tokenmill.fmt import duration
 from tokenmill.monitor.fleet import ServerView
-from tokenmill.run.measure import Measurement, RateHistory, measure
+from tokenmill.run.measure import RateHistory, measure
+from tokenmill.run.tuning import Actuator, Background, Change, Phase
+
+__all__ = ["Actuator", "Autotuner", "Change", "Phase"]
 
 log = logging.getLogger(__name__)
 
-Say = Callable[[str], None]
 Emit = Callable[[dict[str, Any]], None]
 MIN_PARTS = 3  # a window's noise is judged on at least this many parts of two scrapes or more each
-
-
-class Actuator(Protocol):
-    """What the tuner needs of a fleet."""
-
-    def servers(self) -> list[str]:
-        """Every server's base URL, in fleet order."""
-        ...
-
-    def refuse(self, change: str) -> str | None:
-        """None when ``change`` may be applied; otherwise why not (a flag outside the allow-list, ...)."""
-        ...
-
-    def apply(self, change: str, urls: Sequence[str], say: Say) -> None:
-        """Re-flag ``urls`` with the fleet's flags plus ``change`` (blocking); raises when a server fails."""
-        ...
-
-    def revert(self, urls: Sequence[str], say: Say) -> None:
-        """Re-flag ``urls`` back to the fleet's flags (blocking)."""
-        ...
-
-
-class Phase(Enum):
-    WATCHING = "watching"
-    APPLYING = "applying"
-    WARMUP = "warming up"
-    MEASURING = "measuring"
-    ROLLING_OUT = "rolling out"
-    ROLLING_BACK = "rolling back"
-    COOLDOWN = "cooling down"
-    DONE = "done"
-
-
-@dataclass
-class Change:
-    """One change the tuner tried, and what became of it (times on the tuner's clock)."""
-
-    change: str
-    rule: str
-    canary: str
-    peers: list[str]
-    predicted_gain: float  # a server's, from the planner (a kept change goes to every server)
-    started_at: float
-    dry_run: bool = False
-    measured: Measurement | None = None
-    outcome: str | None = None  # kept, rolled back, failed, would apply
-    canary_up_at: float | None = None
-    decided_at: float | None = None
-    finished_at: float | None = None
-    error: str | None = None
-    notes: list[str] = field(default_factory=list)
-
-
-class _Background:
-    """One blocking call on a worker thread; :meth:`poll` says when it is over and how."""
-
-    def __init__(self, fn: Callable[[], None], name: str) -> None:
-        self.error: BaseException | None = None
-        self._done = threading.Event()
-
-        def run() -> None:
-            try:
-                fn()
-            except BaseException as exc:  # reported by poll(): a failed re-flag is an outcome, not a crash
-                self.error = exc
-            finally:
-                self._done.set()
-
-        self._thread = threading.Thread(target=run, name=name, daemon=True)
-        self._thread.start()
-
-    @property
-    def done(self) -> bool:
-        return self._done.is_set()
-
-    def wait(self, timeout: float | None = None) -> bool:
-        return self._done.wait(timeout)
 
 
 class Autotuner:
@@ -146,7 +68,7 @@ class Autotuner:
         self.phase = Phase.WATCHING
         self.changes: list[Change] = []
         self.current: Change | None = None
-        self._job: _Background | None = None
+        self._job: Background | None = None
         self._tried: set[str] = set()
         self._noted: set[str] = set()
         self._until = 0.0  # end of the warm-up, the window or the cool-down
@@ -266,7 +188,7 @@ class Autotuner:
         self.current = record
         self._before = (start, now)
         self.phase = Phase.APPLYING
-        self._job = _Background(lambda: self.actuator.apply(change, [canary], self._say), "tokenmill-autotune")
+        self._job = Background(lambda: self.actuator.apply(change, [canary], self._say), "tokenmill-autotune")
 
     def _say(self, text: str) -> None:
         log.info("autotune: %s", text)
@@ -301,7 +223,7 @@ class Autotuner:
                 self.emit({"step": "rollout-failed", "change": rec.change, "error": str(error)})
                 servers = [rec.canary, *rec.peers]
                 self.phase = Phase.ROLLING_BACK
-                self._job = _Background(lambda: self.actuator.revert(servers, self._say), "tokenmill-autotune")
+                self._job = Background(lambda: self.actuator.revert(servers, self._say), "tokenmill-autotune")
                 return
             self._finish(now, "kept")
             return
@@ -342,7 +264,7 @@ class Autotuner:
             self.emit({"step": "keep", **base, "measured": measured, "servers": len(rec.peers)})
             self.phase = Phase.ROLLING_OUT
             peers = list(rec.peers)
-            self._job = _Background(lambda: self.actuator.apply(rec.change, peers, self._say), "tokenmill-autotune")
+            self._job = Background(lambda: self.actuator.apply(rec.change, peers, self._say), "tokenmill-autotune")
             return
         why = "the canary went down during the measurement" if not canary_up else "it does not pay"
         if m is None and canary_up:
@@ -353,7 +275,7 @@ class Autotuner:
         )  # fmt: skip
         self.emit({"step": "roll-back", **base, "measured": measured, "reason": why})
         self.phase = Phase.ROLLING_BACK
-        self._job = _Background(lambda: self.actuator.revert([rec.canary], self._say), "tokenmill-autotune")
+        self._job = Background(lambda: self.actuator.revert([rec.canary], self._say), "tokenmill-autotune")
 
     def _finish(self, now: float, outcome: str, error: str | None = None) -> None:
         rec = self.current

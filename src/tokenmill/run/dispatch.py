@@ -20,15 +20,11 @@ loop waits until it is released.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import gc
 import logging
 import random
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from dataclasses import dataclass, field
-from typing import Protocol
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import aiohttp
 
@@ -43,45 +39,18 @@ from tokenmill.errors import (
     TokenmillError,
     TransientError,
 )
-from tokenmill.records import Completion, Failure, Generation, Prompt, RequestOutcome
+from tokenmill.records import Generation, Prompt, RequestOutcome
+from tokenmill.run.collector import collect_less
 from tokenmill.run.servers import ServerPool, ServerState
-from tokenmill.run.work import RecordMaker, Work
+from tokenmill.run.work import DispatchStats, RecordMaker, Sink, Work
 
 log = logging.getLogger(__name__)
 
 # A prompt whose failures are all the servers' fault is still failed after this many times max_attempts.
 HARD_ATTEMPT_FACTOR = 10
-# Garbage-collector thresholds while dispatching: every request allocates a few hundred short-lived objects,
-# and with the default (700) the collector runs every few requests and rescans all long-lived objects often.
-RUN_GC_THRESHOLDS = (20_000, 20, 20)
 NO_SERVER_LOG_EVERY_S = 60.0
 
 Probe = Callable[[aiohttp.ClientSession, str], Awaitable[bool]]
-
-
-class Sink(Protocol):
-    """Where results go (the output directory)."""
-
-    def write(self, rec: Completion) -> None: ...
-
-    def fail(self, rec: Failure) -> None: ...
-
-
-@dataclass(slots=True)
-class DispatchStats:
-    """Client-side counters (monotonic)."""
-
-    started: int = 0
-    completed: int = 0
-    failed: int = 0
-    retries: int = 0
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    waiting_since: float | None = None  # set while no server is usable
-    abandoned: int = 0  # requests given up on a read timeout while their server was overloaded
-    abandoned_tokens: float = 0.0  # their estimated output tokens (decoded by the servers, thrown away)
-    held: str | None = None  # why no new prompt is taken now (None: not held)
-    recent_failures: deque[str] = field(default_factory=lambda: deque(maxlen=5))
 
 
 class Dispatcher:
@@ -164,7 +133,7 @@ class Dispatcher:
     async def run(self, source: AsyncIterator[Prompt]) -> bool:
         """Dispatch until the source is exhausted and every prompt is recorded (True) or a stop (False)."""
         limit = 0 if self.pool.adaptive else sum(s.limit for s in self.servers) + 4 * len(self.servers)
-        with _gc_for_run():
+        with collect_less():
             async with open_session(self.retry, limit) as session:
                 self._session = session
                 prober = asyncio.create_task(self._probe_loop(), name="tokenmill-prober")
@@ -408,22 +377,3 @@ class Dispatcher:
                 assert self._session is not None
                 if await self.probe(self._session, server.url):
                     self.pool.answered(server)
-
-
-_gc_runs: list[tuple[int, int, int]] = []  # thresholds before the first of the runs in progress
-
-
-@contextlib.contextmanager
-def _gc_for_run() -> Iterator[None]:
-    """Move what exists now (modules, config, the done set) out of the collector's way and collect less
-    often while runs last; the previous thresholds come back when the last one ends."""
-    _gc_runs.append(gc.get_threshold())
-    gc.freeze()
-    gc.set_threshold(*RUN_GC_THRESHOLDS)
-    try:
-        yield
-    finally:
-        before = _gc_runs.pop()
-        if not _gc_runs:
-            gc.set_threshold(*before)
-            gc.unfreeze()

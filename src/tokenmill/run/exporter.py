@@ -60,9 +60,23 @@ class ClientCollector:
         self.m = monitor
 
     def collect(self) -> Iterator[Metric]:
-        d = self.m.dispatcher
-        st = d.stats
         yield from self._per_server()
+        yield from self._counters()
+        yield from self._gauges()
+        verdicts = GaugeMetricFamily(
+            "tokenmill_doctor_verdict", "1 while the doctor shows this verdict.", labels=["rule"]
+        )
+        for v in self.m.doctor.shown:
+            verdicts.add_metric([v.rule], 1.0)
+        yield verdicts
+        lengths = self.m.client.output_len
+        hist = HistogramMetricFamily("tokenmill_output_tokens_per_completion", "Output tokens per completion.")
+        hist.add_metric([], [(_le(b), float(c)) for b, c in lengths.cumulative()], lengths.total)
+        yield hist
+
+    def _counters(self) -> Iterator[Metric]:
+        """The run's counters: failures, retries, abandoned requests, errors by type and answers by finish reason."""
+        st = self.m.dispatcher.stats
         for name, doc, count in (
             ("tokenmill_failures", "Prompts recorded as failed (failed.jsonl) in this run.", st.failed),
             ("tokenmill_retries", "Attempts that failed and were retried.", st.retries),
@@ -88,6 +102,12 @@ class ClientCollector:
         for reason, count in sorted(self.m.client.finish_reasons.items()):
             reasons.add_metric([reason], count)
         yield reasons
+
+    def _gauges(self) -> Iterator[Metric]:
+        """The run's gauges: the share cut at max_tokens, the limit, in flight, progress and ETA, the client's CPU
+        and loop lag, generation held, and the upload backlog."""
+        d = self.m.dispatcher
+        st = d.stats
         client = self.m.client
         if client.answers:
             cut = GaugeMetricFamily(
@@ -120,16 +140,6 @@ class ClientCollector:
                 g = GaugeMetricFamily(name, doc)
                 g.add_metric([], float(value))
                 yield g
-        verdicts = GaugeMetricFamily(
-            "tokenmill_doctor_verdict", "1 while the doctor shows this verdict.", labels=["rule"]
-        )
-        for v in self.m.doctor.shown:
-            verdicts.add_metric([v.rule], 1.0)
-        yield verdicts
-        lengths = self.m.client.output_len
-        hist = HistogramMetricFamily("tokenmill_output_tokens_per_completion", "Output tokens per completion.")
-        hist.add_metric([], [(_le(b), float(c)) for b, c in lengths.cumulative()], lengths.total)
-        yield hist
 
     def _per_server(self) -> Iterator[Metric]:
         d = self.m.dispatcher

@@ -1,7 +1,7 @@
 """Progress of a run: the :class:`Tracker` turns the dispatcher's counters and the monitor's views into one
-:class:`~tokenmill.monitor.snapshot.Snapshot` per tick (client counters, windowed rates, ETA and, when the
-fleet is watched, each server's scraped numbers and the doctor's verdicts); the :class:`Display` shows it as
-a live ``rich`` dashboard on a terminal and as status lines elsewhere.
+:class:`~tokenmill.monitor.snapshot.Snapshot` per tick (client counters, windowed rates, the ETA of
+:mod:`tokenmill.run.eta` and, when the fleet is watched, each server's scraped numbers and the doctor's
+verdicts); the :class:`Display` shows it as a live ``rich`` dashboard on a terminal and as status lines elsewhere.
 
 Everything here reads counters the dispatcher and the monitor keep; nothing here is on the request path.
 """
@@ -23,6 +23,7 @@ from tokenmill.monitor.dashboard import render
 from tokenmill.monitor.snapshot import ServerRow, Snapshot, status_line
 from tokenmill.monitor.stats import History, Window
 from tokenmill.run.dispatch import Dispatcher
+from tokenmill.run.eta import Eta, EtaRule
 from tokenmill.storage.upload import UploadStatus
 
 if TYPE_CHECKING:
@@ -65,50 +66,16 @@ class Tracker:
         self._history = History(history_points)
         self._history_every = history_every_s
         self._next_history = self.started
+        self._eta_rule = EtaRule(self._comp.span_s, self.started)
 
     def snapshot(self) -> Snapshot:
         now = self.clock()
         st = self.d.stats
         self._comp.add(now, st.completed + st.failed)
         self._tok.add(now, st.completion_tokens)
-        views = {v.url: v for v in self.monitor.fleet.views} if self.monitor is not None else {}
-        rows = []
-        for s in self.d.servers:
-            w = self._per_server.setdefault(s.url, Window(self._rate_window_s))
-            w.add(now, s.completion_tokens)
-            row = ServerRow(
-                s.url,
-                s.inflight,
-                s.limit,
-                s.completed,
-                s.errors,
-                client_tok_s=w.rate(),
-                usable=s.usable,
-                problem=s.problem,
-                client_tokens=s.completion_tokens,
-                limit_reason=s.limit_reason,
-                timeouts=s.timeouts,
-                abandoned_tokens=s.abandoned_tokens,
-            )
-            v = views.get(s.url)
-            if v is not None and v.scrapes:
-                row.healthy = v.healthy
-                row.running, row.max_running, row.queued = v.running, v.max_running, v.queued
-                row.kv_usage, row.state_usage = v.kv_usage, v.state_usage
-                row.decode_tok_s, row.prompt_tok_s = v.decode_tok_s, v.prompt_tok_s
-                row.gpus, row.decoded_tokens = v.gpus, v.decoded_tokens
-            exp = self.monitor.expected.get(s.url) if self.monitor is not None else None
-            if exp is not None:
-                row.expected_tok_s, row.ceiling_tok_s, row.gpu = exp.tok_s, exp.ceiling_tok_s, exp.gpu
-            other = self.monitor.compared.get(s.url) if self.monitor is not None else None
-            if other is not None:
-                row.compare_tok_s, row.compare_gpu = other.tok_s, other.gpu
-            rows.append(row)
+        rows = self._rows(now)
         done = self.done_before + st.completed + st.failed
         comp_s = self._comp.rate()
-        eta = None
-        if self.total is not None and comp_s > 0:
-            eta = max(0.0, (self.total - done - self.skipped) / comp_s)
         rates = [r.decode_tok_s for r in rows if r.decode_tok_s is not None]
         decode_tok_s = sum(rates) if rates else None
         client_tok_s = self._tok.rate()
@@ -128,7 +95,7 @@ class Tracker:
             inflight=self.d.inflight,
             comp_s=comp_s,
             client_tok_s=client_tok_s,
-            eta_s=eta,
+            eta_s=self._eta(now, done, comp_s).seconds,
             servers=rows,
             waiting=st.waiting_since is not None,
             last_failure=st.recent_failures[-1] if st.recent_failures else None,
@@ -156,6 +123,56 @@ class Tracker:
             upload_oldest_s=up.oldest_pending_s if up is not None else None,
             upload_error=(up.last_error or "failing") if up is not None and up.failing else None,
         )
+
+    def _eta(self, now: float, done: int, comp_s: float) -> Eta:
+        """The ETA by :class:`~tokenmill.run.eta.EtaRule`: measured, or planned at the fitted eta while the measured
+        rate is not yet founded."""
+        if self.total is None:
+            return Eta()
+        remaining = max(0, self.total - done - self.skipped)
+        usable = frozenset(s.url for s in self.d.servers if s.usable and not s.draining)
+        mon = self.monitor
+        planned = mon.planned if mon is not None else {}
+        mean_output = mon.client.avg_output_tokens if mon is not None else None
+        return self._eta_rule.estimate(now, remaining, comp_s, usable, planned, mean_output)
+
+    def _rows(self, now: float) -> list[ServerRow]:
+        """One row per server: the client's counters, and the monitor's scrape and the planner's expectation."""
+        mon = self.monitor
+        views = {v.url: v for v in mon.fleet.views} if mon is not None else {}
+        rows = []
+        for s in self.d.servers:
+            w = self._per_server.setdefault(s.url, Window(self._rate_window_s))
+            w.add(now, s.completion_tokens)
+            row = ServerRow(
+                s.url,
+                s.inflight,
+                s.limit,
+                s.completed,
+                s.errors,
+                client_tok_s=w.rate(),
+                usable=s.usable,
+                problem=s.problem,
+                client_tokens=s.completion_tokens,
+                limit_reason=s.limit_reason,
+                timeouts=s.timeouts,
+                abandoned_tokens=s.abandoned_tokens,
+            )
+            v = views.get(s.url)
+            if v is not None and v.scrapes:
+                row.healthy = v.healthy
+                row.running, row.max_running, row.queued = v.running, v.max_running, v.queued
+                row.kv_usage, row.state_usage = v.kv_usage, v.state_usage
+                row.decode_tok_s, row.prompt_tok_s = v.decode_tok_s, v.prompt_tok_s
+                row.gpus, row.decoded_tokens = v.gpus, v.decoded_tokens
+            exp = mon.expected.get(s.url) if mon is not None else None
+            if exp is not None:
+                row.expected_tok_s, row.ceiling_tok_s, row.gpu = exp.tok_s, exp.ceiling_tok_s, exp.gpu
+            other = mon.compared.get(s.url) if mon is not None else None
+            if other is not None:
+                row.compare_tok_s, row.compare_gpu = other.tok_s, other.gpu
+            rows.append(row)
+        return rows
 
 
 class Display:

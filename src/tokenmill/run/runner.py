@@ -35,6 +35,10 @@ Then the dispatcher runs until every prompt is recorded or a stop; the stack unw
 (signals, housekeeping, display, monitor, feed, upload, output), after which the summary is written and the
 uploads drained (bounded by ``output.upload.drain_timeout_s``), the other records copied and the job marked
 complete at the prefix when it is.
+
+The remote stages (3, 5, the finished-job gate of 6 and the drain) live in :mod:`tokenmill.run.remote`, the
+background of 8 and 9 in :mod:`tokenmill.run.housekeeping`; what the stages share is a
+:class:`~tokenmill.run.runstate.RunState`.
 """
 
 from __future__ import annotations
@@ -42,10 +46,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import signal
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -54,10 +57,10 @@ from tokenmill.backends import Backend, BackendOptions, make_backend, probe_toke
 from tokenmill.backends.http import open_session
 from tokenmill.backends.thinking import judge, probe_thinking
 from tokenmill.config import JobSpec
-from tokenmill.errors import InputError, OutputError, StoreConflict
+from tokenmill.errors import InputError
 from tokenmill.monitor.origin import Origins, fetch_origin
 from tokenmill.monitor.snapshot import Snapshot
-from tokenmill.output import OutputDir, ResumeState, layout
+from tokenmill.output import OutputDir, ResumeState
 from tokenmill.output.identity import check_job_identity, job_with_ids
 from tokenmill.records import Prompt, Skip
 from tokenmill.run.access import Access, resolve_access
@@ -65,27 +68,26 @@ from tokenmill.run.autotune import Autotuner
 from tokenmill.run.backlog import Backlog
 from tokenmill.run.control import ConcurrencyController
 from tokenmill.run.dispatch import Dispatcher
-from tokenmill.run.endpoints import follow
 from tokenmill.run.feed import PromptFeed
+from tokenmill.run.housekeeping import Housekeeping, handle_signals, start_background
 from tokenmill.run.progress import Display, Tracker
+from tokenmill.run.remote import finish_upload, gate_finished_job, start_upload, take_remote
+from tokenmill.run.runstate import RunState
 from tokenmill.run.servers import ServerPool
 from tokenmill.run.summary import Summary, write_summary
 from tokenmill.run.target import RunTarget, decide_target
 from tokenmill.run.watch import RunMonitor
 from tokenmill.run.work import RecordMaker
-from tokenmill.sources import count_rows, iter_prompts
+from tokenmill.sources import iter_prompts
 from tokenmill.sources.mapping import conversation_policy
 from tokenmill.sources.partition import Split, choose_split
 from tokenmill.sources.thinking import describe as describe_thinking
 from tokenmill.sources.thinking import with_thinking
-from tokenmill.storage.prefix import MARKER
-from tokenmill.storage.restore import RemoteStart, prepare_remote
+from tokenmill.storage.restore import RemoteStart
 from tokenmill.storage.upload import Uploader, UploadStatus
 
 log = logging.getLogger(__name__)
 
-FLUSH_INTERVAL_S = 0.5
-TICK_INTERVAL_S = 1.0
 PROBE_SERVERS = 3  # servers tried in turn for the token-ids probe (the first that answers decides)
 
 _T = TypeVar("_T")
@@ -110,24 +112,6 @@ class RunResult:
     summary: Summary
     resume: ResumeState
     upload: UploadStatus | None = None  # when output.remote is set
-
-
-@dataclass
-class _Run:
-    """What the stages share: set as the run goes, read by the cleanups."""
-
-    job: JobSpec
-    clock: Callable[[], float]
-    partition: tuple[int, int] | None
-    split: Split | None = None  # the partition's share of the input
-    job_id: str = ""
-    before: tuple[int, int] = (0, 0)  # completed and failed records the output held at the start
-    finished: bool = False
-    final: Snapshot | None = None
-    dispatch: asyncio.Task[bool] | None = None
-    target: RunTarget | None = None
-    reopen: str | None = None  # why this run may add to a job its prefix marks complete (None: it may not)
-    reopened: bool = False  # it does: the job's _SUCCESS is withdrawn before the first new shard goes up
 
 
 async def run_job(
@@ -157,30 +141,32 @@ async def run_job(
     log.info("%s", target.line())
     original = job
     job = job_with_ids(job)
-    run = _Run(job, clock, partition, target=target, reopen=reopen or ("--repair-remote" if repair_remote else None))
+    run = RunState(
+        job, clock, partition, target=target, reopen=reopen or ("--repair-remote" if repair_remote else None)
+    )
     if partition is not None:
         run.split = choose_split(job.input, job.partitioning, *partition)
     backend, access = await _requests(job)
     async with contextlib.AsyncExitStack() as stack:
         out = _lock_output(stack, run)
-        remote = await _take_remote(run, out, original, allow_changed_job, allow_existing_prefix, repair_remote)
+        remote = await take_remote(run, out, original, allow_changed_job, allow_existing_prefix, repair_remote)
         state = _open_output(run, out, remote, allow_changed_job)
-        uploader = await _start_upload(stack, run, out, remote, allow_existing_prefix)
+        uploader = await start_upload(stack, run, out, remote, allow_existing_prefix)
         feed = _start_feed(stack, run, out, state)
-        source = await _gate_finished_job(run, uploader, feed)
+        source = await gate_finished_job(run, uploader, feed)
         origins = await _ask_origins(stack, job, access)
         dispatcher = _make_dispatcher(run, backend, access, out, origins)
         monitor, tracker, display = await _start_watch(stack, run, dispatcher, live, tuner, access)
         if run.reopened and uploader is not None:
             monitor.events.write("reopen", prefix=uploader.store.shown, reason=run.reopen)
         controller = ConcurrencyController(dispatcher.servers, job.control) if dispatcher.adaptive else None
-        housekeeping = _Housekeeping(run, out, feed, dispatcher, controller, monitor, tracker, display, on_tick)
+        housekeeping = Housekeeping(run, out, feed, dispatcher, controller, monitor, tracker, display, on_tick)
         if uploader is not None:
             tracker.upload = uploader.status
             housekeeping.backlog = Backlog(uploader.status, job.output.upload)
-        _start_background(stack, run, housekeeping, dispatcher)
+        start_background(stack, run, housekeeping, dispatcher)
         if install_signals:
-            _install_signals(stack, run, dispatcher)
+            handle_signals(stack, run, dispatcher)
         run.dispatch = asyncio.create_task(dispatcher.run(source), name="tokenmill-dispatch")
         try:
             run.finished = await run.dispatch
@@ -189,6 +175,15 @@ async def run_job(
         housekeeping.sync_counts()
     if run.finished and feed.counts.rows == 0:
         raise InputError(f"the input holds no rows ({job.input.path or job.input.hf}); check input.path / input.hf")
+    return await _conclude(run, out, state, uploader, monitor)
+
+
+async def _conclude(
+    run: RunState, out: OutputDir, state: ResumeState, uploader: Uploader | None, monitor: RunMonitor
+) -> RunResult:
+    """After the stack: the summary written (a partitioned run's is its driver's), the uploads drained and where
+    they ended recorded for ``tokenmill status`` (after the monitor's end record)."""
+    job = run.job
     assert run.final is not None
     final = run.final
     summary = Summary.from_snapshot(
@@ -199,10 +194,10 @@ async def run_job(
         recorded=(run.before[0] + final.completed, run.before[1] + final.failed),
         state="finished" if run.finished else "stopped",
     )
-    if partition is None:  # a partitioned run's summary is its driver's
+    if run.partition is None:
         write_summary(out.root, summary)
-    upload = await _finish_upload(uploader, run.finished, state) if uploader is not None else None
-    if upload is not None:  # where the upload ended, for `tokenmill status` (after the monitor's end record)
+    upload = await finish_upload(uploader, run.finished, state) if uploader is not None else None
+    if upload is not None:
         monitor.events.write(
             "upload",
             pending=upload.pending,
@@ -244,7 +239,7 @@ async def _requests(job: JobSpec) -> tuple[Backend, Access]:
     return backend, access
 
 
-def _lock_output(stack: contextlib.AsyncExitStack, run: _Run) -> OutputDir:
+def _lock_output(stack: contextlib.AsyncExitStack, run: RunState) -> OutputDir:
     job = run.job
     out = OutputDir(
         Path(job.output.dir),
@@ -256,27 +251,7 @@ def _lock_output(stack: contextlib.AsyncExitStack, run: _Run) -> OutputDir:
     return out
 
 
-async def _take_remote(
-    run: _Run, out: OutputDir, original: JobSpec, allow_changed: bool, allow_existing: bool, repair: bool
-) -> RemoteStart | None:
-    """Whose prefix it is and what is done there (a worker thread: the store is blocking)."""
-    if not run.job.output.remote:
-        return None
-    remote = await asyncio.to_thread(
-        prepare_remote,
-        out.root,
-        run.job,
-        original,
-        out.names.partition,
-        allow_changed=allow_changed,
-        allow_existing=allow_existing,
-        repair_remote=repair,
-    )
-    run.job = remote.job
-    return remote
-
-
-def _open_output(run: _Run, out: OutputDir, remote: RemoteStart | None, allow_changed_job: bool) -> ResumeState:
+def _open_output(run: RunState, out: OutputDir, remote: RemoteStart | None, allow_changed_job: bool) -> ResumeState:
     state = out.open()
     for msg in state.repaired:
         log.warning("output repaired: %s", msg)
@@ -293,41 +268,7 @@ def _open_output(run: _Run, out: OutputDir, remote: RemoteStart | None, allow_ch
     return state
 
 
-async def _start_upload(
-    stack: contextlib.AsyncExitStack,
-    run: _Run,
-    out: OutputDir,
-    remote: RemoteStart | None,
-    allow_existing_prefix: bool,
-) -> Uploader | None:
-    """Start the uploader; a refused remote prefix stops the run before anything is generated."""
-    if remote is None:
-        return None
-    names = layout.Names(out.names.partition)
-    sides = (names.failed, names.skipped, names.events, layout.JOB)
-    uploader = Uploader(
-        out.root,
-        run.job.output,
-        allow_existing_prefix=allow_existing_prefix,
-        store=remote.store,
-        partition=run.partition,
-        sides=sides if run.partition is not None else (*sides, layout.SUMMARY_JSON),
-        success=run.target.success if run.target is not None else True,
-        reopen=run.reopen,
-    )
-    out.on_seal = uploader.enqueue
-
-    def abort_on_error(exc_type: type[BaseException] | None, *_: object) -> None:
-        if exc_type is not None:
-            uploader.abort()
-
-    stack.push(abort_on_error)
-    uploader.start(run.job_id)
-    await uploader.started()
-    return uploader
-
-
-def _start_feed(stack: contextlib.AsyncExitStack, run: _Run, out: OutputDir, state: ResumeState) -> PromptFeed:
+def _start_feed(stack: contextlib.AsyncExitStack, run: RunState, out: OutputDir, state: ResumeState) -> PromptFeed:
     if run.split is not None:
         log.info("%s", run.split.describe())
     if run.job.input.mapping != "prompt":
@@ -341,50 +282,6 @@ def _start_feed(stack: contextlib.AsyncExitStack, run: _Run, out: OutputDir, sta
     return feed
 
 
-async def _gate_finished_job(run: _Run, uploader: Uploader | None, feed: PromptFeed) -> AsyncIterator[Prompt]:
-    """The prompts to dispatch. When the prefix already holds this job's ``_SUCCESS`` the job is finished: a run
-    with new work for it (the input grew since, or failed prompts re-queued) reopens it only when asked to
-    (``run.reopen``), and otherwise stops here, before anything is generated. (Shards of this directory that are
-    not at the prefix yet stop the uploader's start the same way.)"""
-    if uploader is None or not uploader.status().was_complete:
-        return feed
-    where = uploader.store.where(MARKER)
-    log.info("%s is there: the job is finished; reading the input for prompts it does not hold", where)
-    try:
-        first: Prompt | None = await anext(feed)
-    except StopAsyncIteration:
-        first = None
-    pending = uploader.status().pending
-    if first is None and not pending:
-        log.info("nothing new for the finished job: %s is left as it is", where)
-        return _prepend(None, feed)
-    if run.reopen is None:
-        raise StoreConflict(
-            f"{where} says this job is finished, but the input holds prompts its records do not (the first: id "
-            f"{first.id if first else '?'}): the job's input grew since {MARKER} was written. A finished job is not "
-            f"reopened silently: rerun with --reopen to add them ({MARKER} is withdrawn until the job is done "
-            "again), or make the new prompts a job of their own (another output.dir and output.remote)"
-        )
-    log.warning(
-        "REOPENING the finished job at %s (%s): %s is withdrawn before the first new shard is uploaded, and written "
-        "again when the job is done",
-        uploader.store.shown,
-        run.reopen,
-        where,
-    )
-    run.reopened = True
-    return _prepend(first, feed)
-
-
-async def _prepend(first: Prompt | None, rest: AsyncIterator[Prompt]) -> AsyncIterator[Prompt]:
-    """``first`` (when there is one), then the rest; nothing at all after an exhausted feed."""
-    if first is None:
-        return
-    yield first
-    async for prompt in rest:
-        yield prompt
-
-
 async def _ask_origins(stack: contextlib.AsyncExitStack, job: JobSpec, access: Access) -> Origins:
     """What each server serves (every record's origin): asked now, waited for at most monitor.origin_wait_s."""
     session = await stack.enter_async_context(open_session(job.retry, limit=PROBE_SERVERS))
@@ -395,7 +292,7 @@ async def _ask_origins(stack: contextlib.AsyncExitStack, job: JobSpec, access: A
     return origins
 
 
-def _make_dispatcher(run: _Run, backend: Backend, access: Access, out: OutputDir, origins: Origins) -> Dispatcher:
+def _make_dispatcher(run: RunState, backend: Backend, access: Access, out: OutputDir, origins: Origins) -> Dispatcher:
     job = run.job
     adaptive = job.concurrency == "auto"
     pool = ServerPool(
@@ -415,7 +312,7 @@ def _make_dispatcher(run: _Run, backend: Backend, access: Access, out: OutputDir
 
 async def _start_watch(
     stack: contextlib.AsyncExitStack,
-    run: _Run,
+    run: RunState,
     dispatcher: Dispatcher,
     live: bool | None,
     tuner: Autotuner | None,
@@ -457,125 +354,8 @@ async def _start_watch(
     return monitor, tracker, display
 
 
-class _Housekeeping:
-    """Every ``FLUSH_INTERVAL_S``: flush the output, follow the concurrency controller, count the input; every
-    ``TICK_INTERVAL_S``: a display tick, handed to the monitor and to ``on_tick``."""
-
-    def __init__(
-        self,
-        run: _Run,
-        out: OutputDir,
-        feed: PromptFeed,
-        dispatcher: Dispatcher,
-        controller: ConcurrencyController | None,
-        monitor: RunMonitor,
-        tracker: Tracker,
-        display: Display,
-        on_tick: Callable[[Snapshot], None] | None,
-    ) -> None:
-        self.run, self.out, self.feed, self.dispatcher = run, out, feed, dispatcher
-        self.controller, self.monitor, self.tracker, self.display = controller, monitor, tracker, display
-        self.on_tick = on_tick
-        self.backlog: Backlog | None = None  # output.upload.max_backlog: pauses generation past it
-
-    def sync_counts(self) -> None:
-        """What the feed knows of the input, for the progress displays."""
-        counts = self.feed.counts
-        self.tracker.skipped = counts.skipped
-        self.tracker.rows_read, self.tracker.multi_turn = counts.rows, counts.multi_turn
-        if counts.exhausted:
-            self.tracker.total = counts.rows
-
-    async def loop(self) -> None:
-        job = self.run.job
-        total = asyncio.ensure_future(asyncio.to_thread(_count_rows, job, self.run.split))
-        next_tick = 0.0
-        try:
-            while True:
-                await asyncio.sleep(FLUSH_INTERVAL_S)
-                try:
-                    self.out.flush()
-                except OutputError as exc:  # disk full, ...: stop cleanly; the output stays consistent
-                    self.dispatcher.abort(exc)
-                    return
-                if self.controller is not None:
-                    self.controller.follow(self.monitor.fleet)
-                if self.backlog is not None and self.backlog.enabled:
-                    self.dispatcher.hold(self.backlog.why())
-                if total.done() and self.tracker.total is None and not total.cancelled():
-                    self.tracker.total = total.result()
-                self.sync_counts()
-                now = self.run.clock()
-                if now >= next_tick:
-                    next_tick = now + TICK_INTERVAL_S
-                    snap = self.display.tick()
-                    self.monitor.tick(snap)
-                    if self.on_tick is not None:
-                        self.on_tick(snap)
-        finally:
-            total.cancel()
-
-
-def _start_background(
-    stack: contextlib.AsyncExitStack, run: _Run, housekeeping: _Housekeeping, dispatcher: Dispatcher
-) -> None:
-    """The housekeeping loop and the servers-file follower, each cancelled when the run ends."""
-    tasks = [asyncio.create_task(housekeeping.loop(), name="tokenmill-housekeeping")]
-    if run.job.servers_file:
-        path = Path(run.job.servers_file)
-        tasks.append(asyncio.create_task(follow(path, dispatcher.pool, run.job.servers_file_poll_s)))
-
-    async def cancel() -> None:
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-
-    stack.push_async_callback(cancel)
-
-
-def _install_signals(stack: contextlib.AsyncExitStack, run: _Run, dispatcher: Dispatcher) -> None:
-    loop = asyncio.get_running_loop()
-    stops = 0
-
-    def on_signal() -> None:
-        nonlocal stops
-        stops += 1
-        if stops == 1:
-            log.warning("stop requested: finishing requests in flight (press again to stop at once)")
-            dispatcher.request_stop()
-        elif run.dispatch is not None:
-            run.dispatch.cancel()
-
-    def remove() -> None:
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            with contextlib.suppress(NotImplementedError, RuntimeError):
-                loop.remove_signal_handler(sig)
-
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        with contextlib.suppress(NotImplementedError, RuntimeError):
-            loop.add_signal_handler(sig, on_signal)
-    stack.callback(remove)
-
-
 # ---- helpers ------------------------------------------------------------------------------------------------
 
 
 def _input_rows(job: JobSpec, split: Split | None = None) -> Callable[[], Iterator[Prompt | Skip]]:
     return lambda: iter_prompts(job.input, split, job.samples, job.sampling.seed)
-
-
-def _count_rows(job: JobSpec, split: Split | None = None) -> int | None:
-    try:
-        rows = count_rows(job.input, split)
-        return None if rows is None else rows * job.samples  # samples: N prompts a row
-    except Exception:  # an estimate only; the run itself reports real input errors
-        return None
-
-
-async def _finish_upload(uploader: Uploader, finished: bool, state: ResumeState) -> UploadStatus:
-    """Wait for pending uploads (bounded by upload.drain_timeout_s) and say where the upload stands."""
-    status = await uploader.drain(finished, {"failed": state.failed, "skipped": len(state.skipped_sources)})
-    log.log(logging.INFO if status.complete else logging.WARNING, "%s", status.line())
-    return status

@@ -31,6 +31,7 @@ from tokenmill.monitor.stats import CpuMeter, GaugeWindow
 from tokenmill.run.control import queue_for
 from tokenmill.run.efficiency import EtaFit
 from tokenmill.run.exporter import Exporter
+from tokenmill.run.predictions import JobPredictor
 
 if TYPE_CHECKING:
     from tokenmill.doctor.model import Verdict
@@ -99,13 +100,13 @@ class RunMonitor:
             clock=clock,
         )
         self.doctor = DoctorState(spec.doctor.confirm_rounds)
-        self.predictor = PlannerPredictor(spec.planner_model, spec.gpu, gpu_file=spec.gpu_file)
+        # planned for the job's requests: SGLang admits them by their kind and limit
+        self.predictor = self._predictor(spec.gpu)
         self.expected: dict[str, Expected] = {}  # what the planner expects of each server, on its own clock
         self.eta_fit = EtaFit(self.predictor)  # eta fitted to each server's own decode samples
+        self.planned: dict[str, float] = {}  # each server's planned output tok/s at its fitted eta (wall clock)
         # monitor.compare_gpu: the same servers planned on another GPU (the model as the predictor resolves it)
-        self.compare = (
-            PlannerPredictor(spec.planner_model, spec.compare_gpu, gpu_file=spec.gpu_file) if spec.compare_gpu else None
-        )
+        self.compare = self._predictor(spec.compare_gpu) if spec.compare_gpu else None
         self.compared: dict[str, Expected] = {}
         self.events = EventLog(out / events_file(partition), run_id, wall)
         self.exporter = Exporter(self, spec.metrics_host, spec.metrics_port) if spec.metrics_port is not None else None
@@ -124,6 +125,12 @@ class RunMonitor:
         self.tuner = tuner
         if tuner is not None:
             tuner.bind(emit=lambda record: self.events.write("autotune", **record), refresh=self.fleet.refresh_info)
+
+    def _predictor(self, gpu: str | None) -> JobPredictor:
+        spec = self.spec
+        return JobPredictor(
+            spec.planner_model, gpu, gpu_file=spec.gpu_file, max_tokens=self.max_tokens, ignore_eos=self.ignore_eos
+        )
 
     async def start(self, total: int | None, done_before: int) -> None:
         job = self._job
@@ -253,6 +260,7 @@ class RunMonitor:
         if self.compare is not None:
             self.compared = await asyncio.to_thread(self._expected, obs, self.compare)
         await asyncio.to_thread(self.eta_fit.update, obs.servers, obs.client)
+        self.planned = await asyncio.to_thread(self._planned, obs)
         for est in self.eta_fit.changed():
             self.events.write("eta", **est.as_dict())
         if self.doctor.update(verdicts):
@@ -280,6 +288,21 @@ class RunMonitor:
             info = server.view.info
             scale = info.time_scale if info is not None and info.time_scale else 1.0
             out[server.url] = replace(exp, tok_s=exp.tok_s / scale, ceiling_tok_s=exp.ceiling_tok_s / scale)
+        return out
+
+    def _planned(self, obs: Observation) -> dict[str, float]:
+        """Each healthy server's planned output rate at the eta fitted to its own samples, on the wall clock (a twin
+        at time scale s runs 1/s times the GPU's rate): the ETA's planned rate (:mod:`tokenmill.run.eta`)."""
+        out: dict[str, float] = {}
+        for server in obs.servers:
+            est = self.eta_fit.estimates.get(server.url)
+            if est is None or not server.view.healthy:
+                continue
+            rate = self.predictor.rate_at(server, obs.client, est.eta_bw)
+            if rate is None:
+                continue
+            info = server.view.info
+            out[server.url] = rate / (info.time_scale if info is not None and info.time_scale else 1.0)
         return out
 
     @property

@@ -1,4 +1,4 @@
-"""A prompt on its way through the dispatch loop, and the records it ends as.
+"""A prompt on its way through the dispatch loop, the records it ends as, where they go, and the loop's counters.
 
 With ``regenerate: all`` a conversation is sent one user turn at a time: each answer is added to the history and
 the next user turn is sent (to the same server, whose prefix cache holds the history); the record is written
@@ -7,9 +7,10 @@ once every turn is answered, with each turn's completion, finish reason and toke
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 from tokenmill.errors import RequestError
 from tokenmill.monitor.origin import Origin
@@ -132,3 +133,28 @@ class RecordMaker:
             attempts=work.attempts,
             finished_at=round(self.wall(), 3),
         )
+
+
+class Sink(Protocol):
+    """Where results go (the output directory)."""
+
+    def write(self, rec: Completion) -> None: ...
+
+    def fail(self, rec: Failure) -> None: ...
+
+
+@dataclass(slots=True)
+class DispatchStats:
+    """Client-side counters (monotonic)."""
+
+    started: int = 0
+    completed: int = 0
+    failed: int = 0
+    retries: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    waiting_since: float | None = None  # set while no server is usable
+    abandoned: int = 0  # requests given up on a read timeout while their server was overloaded
+    abandoned_tokens: float = 0.0  # their estimated output tokens (decoded by the servers, thrown away)
+    held: str | None = None  # why no new prompt is taken now (None: not held)
+    recent_failures: deque[str] = field(default_factory=lambda: deque(maxlen=5))

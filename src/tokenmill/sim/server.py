@@ -29,7 +29,6 @@ In-process use::
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import secrets
 import time
 from collections.abc import Awaitable, Callable
@@ -42,18 +41,17 @@ from pydantic import ValidationError
 
 from tokenmill.config import FaultSpec, SimConfig, format_validation_error
 from tokenmill.errors import ConfigError
-from tokenmill.sim import api, info
-from tokenmill.sim.engine import EngineClosedError, QueueFullError, SimEngine, Timing, default_step_model
+from tokenmill.sim import info
+from tokenmill.sim.engine import SimEngine, default_step_model
 from tokenmill.sim.faults import FaultInjector
+from tokenmill.sim.generation import Generation, error_response, json_response
 from tokenmill.sim.metrics import SimCollector, exposition, make_registry
 from tokenmill.sim.prefix import PrefixCache
-from tokenmill.sim.text import Draft, content_key, degeneration, degeneration_rates, plan_output
 from tokenmill.sim.timing import StepModel
 from tokenmill.sim.tokenize import prompt_encoder
 from tokenmill.sim.twin import TwinStepModel
 
 _OPEN_PREFIXES = ("/health", "/ready", "/metrics")
-_Serve = Callable[[Any], Awaitable[Any]]
 
 
 class SimServer:
@@ -71,6 +69,9 @@ class SimServer:
         hybrid = self.twin is not None and self.twin.is_hybrid
         self.prefix_cache = PrefixCache(cache_tokens, states=hybrid) if cache_tokens and not self.cfg.instant else None
         self.engine = SimEngine(self.cfg, model, self.prefix_cache)  # the scheduler matches and fills the cache
+        self.generation = Generation(
+            self.cfg, self.engine, self.faults, twin=self.twin, prefix_cache=self.prefix_cache, encode=self._encode
+        )
         self._registry = make_registry(
             SimCollector(
                 self.cfg.model,
@@ -90,7 +91,7 @@ class SimServer:
 
     async def start(self) -> str:
         """Bind and serve; returns the base URL (``http://127.0.0.1:PORT``)."""
-        self._closing = asyncio.Event()
+        self._closing = self.generation.closing = asyncio.Event()
         await self.engine.start()
         runner = web.AppRunner(self._app(), access_log=None, handler_cancellation=True)
         await runner.setup()
@@ -139,9 +140,9 @@ class SimServer:
         post, get = web.post, web.get
         app.add_routes(
             [
-                post("/v1/chat/completions", self._chat),
-                post("/v1/completions", self._completions),
-                post("/generate", self._generate),
+                post("/v1/chat/completions", self.generation.chat),
+                post("/v1/completions", self.generation.completions),
+                post("/generate", self.generation.generate),
                 post("/flush_cache", self._flush_cache),
                 get("/v1/models", self._models),
                 get("/v1/models/{model}", self._model_card),
@@ -166,129 +167,10 @@ class SimServer:
         @web.middleware
         async def auth(request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> Any:
             if not request.path.startswith(_OPEN_PREFIXES) and not _authorized(request, key):
-                return _json({"error": "Unauthorized"}, 401)
+                return json_response({"error": "Unauthorized"}, 401)
             return await handler(request)
 
         return auth
-
-    # ---- generation ----------------------------------------------------------------------------------
-
-    async def _chat(self, request: web.Request) -> web.StreamResponse:
-        return await self._generation(request, "openai", self._serve_chat)
-
-    async def _completions(self, request: web.Request) -> web.StreamResponse:
-        return await self._generation(request, "openai", self._serve_completion)
-
-    async def _generate(self, request: web.Request) -> web.StreamResponse:
-        return await self._generation(request, "native", self._serve_generate)
-
-    async def _generation(self, request: web.Request, flavor: api.Flavor, serve: _Serve) -> web.StreamResponse:
-        fault = self.faults.draw()
-        if fault == "error":
-            return _error(flavor, 500, "Internal server error (injected by tokenmill sim).")
-        if fault == "rate_limit":
-            resp = _error(flavor, 429, "Too many requests (injected by tokenmill sim); retry later.")
-            resp.headers["Retry-After"] = "1"
-            return resp
-        if fault == "drop":
-            if request.transport is not None:
-                request.transport.close()
-            return web.Response(status=500)  # never reaches the client: the connection is gone
-        try:
-            body = orjson.loads(await request.read())
-        except orjson.JSONDecodeError as exc:
-            return _error(flavor, 400, f"The request body is not valid JSON: {exc}")
-        if fault == "stall":
-            await self._stall()
-        try:
-            payload = await serve(body)
-        except api.BadRequest as exc:
-            return _error(flavor, 400, str(exc))
-        except QueueFullError:
-            return _error(flavor, 503, "The request queue is full.")
-        except EngineClosedError:
-            return _error(flavor, 503, "The server is shutting down; retry on another server.")
-        data = orjson.dumps(payload)
-        if fault == "malformed":
-            data = data[: len(data) // 2]
-        return web.Response(body=data, content_type="application/json")
-
-    async def _stall(self) -> None:
-        assert self._closing is not None
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._closing.wait(), timeout=self.faults.spec.stall_s)
-
-    async def _run(self, spec: api.GenSpec, arrived: float | None = None) -> tuple[Draft, Timing, int]:
-        """Serve one spec: the planned answer, where its time went, and the prompt tokens the cache served."""
-        cfg = self.cfg
-        max_new = spec.max_new_tokens
-        if self.twin is not None:
-            limit = self.twin.max_req_input_len
-            if spec.prompt_tokens > limit:
-                raise api.BadRequest(
-                    f"Input length ({spec.prompt_tokens} tokens) exceeds the maximum allowed length ({limit} "
-                    "tokens). Use a shorter input or enable --allow-auto-truncate."
-                )
-            max_new = self.twin.max_new_tokens(spec.prompt_tokens, max_new)
-        key = content_key(cfg.seed, spec.prompt, spec.seed, spec.penalized)
-        draft = plan_output(
-            key,
-            max_new,
-            # a min_new_tokens at the limit runs to it (a shorter one is not modeled: the drawn length stands)
-            ignore_eos=spec.ignore_eos or spec.min_new_tokens >= max_new > 0,
-            mean=cfg.output_len_mean,
-            sigma=cfg.output_len_sigma,
-            stop=spec.stop,
-            degeneration=degeneration(key, degeneration_rates(cfg, spec.penalized)),
-            think_share=cfg.reasoning_share if cfg.thinking and spec.thinking is not False else None,
-        )
-        ids = spec.prompt_ids() if self.prefix_cache is not None else []
-        timing = await self.engine.generate(
-            spec.prompt_tokens,
-            len(draft.token_ids),
-            max_new,
-            ignore_eos=spec.ignore_eos,
-            prompt_ids=ids,
-            output_ids=draft.token_ids,
-            arrived=arrived,
-        )
-        return draft, timing, timing.cached_tokens
-
-    def _model_name(self, body: Any) -> str:
-        model = body.get("model") if isinstance(body, dict) else None
-        return model if isinstance(model, str) and model else self.cfg.model
-
-    async def _serve_chat(self, body: Any) -> Any:
-        spec = api.parse_chat(body, self.cfg.context_length, self._encode)
-        api.check_context(spec, self.cfg.context_length)
-        draft, _, _ = await self._run(spec)
-        return api.chat_response(spec, draft, self._model_name(body), self.cfg.reasoning_parser)
-
-    async def _serve_completion(self, body: Any) -> Any:
-        spec = api.parse_completion(body, self.cfg.context_length, self._encode)
-        api.check_context(spec, self.cfg.context_length)
-        draft, _, _ = await self._run(spec)
-        return api.completion_response(spec, draft, self._model_name(body))
-
-    async def _serve_generate(self, body: Any) -> Any:
-        specs, batch = api.parse_generate(body, self.cfg.context_length, self._encode)
-        for spec in specs:
-            api.check_context(spec, self.cfg.context_length)
-        if len(specs) == 1:
-            results = [await self._run(specs[0])]
-        else:
-            now = asyncio.get_running_loop().time()  # one arrival for the batch: SGLang receives it at once
-            tasks = [asyncio.ensure_future(self._run(s, now)) for s in specs]
-            try:
-                results = await asyncio.gather(*tasks)
-            finally:  # one refused or failed: the rest of the batch is aborted, not left running
-                for t in tasks:
-                    t.cancel()
-                await asyncio.gather(*tasks, return_exceptions=True)
-        items = [api.generate_item(s, d, t.e2e_s, c) for s, (d, t, c) in zip(specs, results, strict=True)]
-        for item, (_, timing, _) in zip(items, results, strict=True):
-            item["meta_info"]["num_retractions"] = timing.retractions
-        return items if batch else items[0]
 
     # ---- descriptions, health, metrics ---------------------------------------------------------------
 
@@ -302,19 +184,19 @@ class SimServer:
         return web.Response(text="Cache flushed.\nPlease check backend logs for more details.")
 
     async def _models(self, request: web.Request) -> web.StreamResponse:
-        return _json({"object": "list", "data": [info.model_card(self.cfg, self._created)]})
+        return json_response({"object": "list", "data": [info.model_card(self.cfg, self._created)]})
 
     async def _model_card(self, request: web.Request) -> web.StreamResponse:
         if request.match_info["model"] != self.cfg.model:
-            return _error("openai", 404, f"The model `{request.match_info['model']}` does not exist.")
-        return _json(info.model_card(self.cfg, self._created))
+            return error_response("openai", 404, f"The model `{request.match_info['model']}` does not exist.")
+        return json_response(info.model_card(self.cfg, self._created))
 
     async def _model_info(self, request: web.Request) -> web.StreamResponse:
-        return _json(info.model_info(self.cfg))
+        return json_response(info.model_info(self.cfg))
 
     async def _server_info(self, request: web.Request) -> web.StreamResponse:
         snap = self.engine.snapshot()
-        return _json(info.server_info(self.cfg, self.engine.model, snap, self.cfg.host, self.port))
+        return json_response(info.server_info(self.cfg, self.engine.model, snap, self.cfg.host, self.port))
 
     async def _health(self, request: web.Request) -> web.StreamResponse:
         closing = self._closing is not None and self._closing.is_set()
@@ -331,27 +213,27 @@ class SimServer:
         return {"faults": self.faults.spec.model_dump(), "counts": dict(self.faults.counts)}
 
     async def _get_faults(self, request: web.Request) -> web.StreamResponse:
-        return _json(self._faults_body())
+        return json_response(self._faults_body())
 
     async def _set_faults(self, request: web.Request) -> web.StreamResponse:
         try:
             spec = FaultSpec.model_validate(orjson.loads(await request.read()))
             self.faults.update(spec)
         except orjson.JSONDecodeError as exc:
-            return _error("openai", 400, f"The request body is not valid JSON: {exc}")
+            return error_response("openai", 400, f"The request body is not valid JSON: {exc}")
         except ValidationError as exc:
-            return _error("openai", 400, format_validation_error(exc, "the fault spec"))
+            return error_response("openai", 400, format_validation_error(exc, "the fault spec"))
         except ConfigError as exc:
-            return _error("openai", 400, str(exc))
-        return _json(self._faults_body())
+            return error_response("openai", 400, str(exc))
+        return json_response(self._faults_body())
 
     async def _pause(self, request: web.Request) -> web.StreamResponse:
         self.engine.pause()
-        return _json({"paused": True})
+        return json_response({"paused": True})
 
     async def _resume(self, request: web.Request) -> web.StreamResponse:
         self.engine.resume()
-        return _json({"paused": False})
+        return json_response({"paused": False})
 
 
 def _authorized(request: web.Request, key: str) -> bool:
@@ -361,11 +243,3 @@ def _authorized(request: web.Request, key: str) -> bool:
         return True
     x_key = request.headers.get("x-api-key")
     return x_key is not None and secrets.compare_digest(x_key.encode(), key.encode())
-
-
-def _json(payload: Any, status: int = 200) -> web.Response:
-    return web.Response(body=orjson.dumps(payload), status=status, content_type="application/json")
-
-
-def _error(flavor: api.Flavor, status: int, message: str) -> web.Response:
-    return _json(api.error_body(flavor, status, message), status)

@@ -36,28 +36,26 @@ from typing import Any
 
 from tokenmill.config import SimConfig
 from tokenmill.errors import ConfigError
-from tokenmill.planner import EngineFlags, ServerCapacity, command_line, parse_flags, server_capacity
-from tokenmill.planner.hardware import GIB
-from tokenmill.planner.memory import (
-    PING_PONG_SLOTS_LAZY,
-    PING_PONG_SLOTS_NO_OVERLAP,
-    PING_PONG_SLOTS_OVERLAP,
-    auto_chunked_prefill_size,
-    auto_cuda_graph_max_bs,
+from tokenmill.planner import ServerCapacity, command_line, parse_flags, server_capacity
+from tokenmill.planner.admission import (
+    CLIP_MAX_NEW_TOKENS,
+    INIT_NEW_TOKEN_RATIO,
+    MIN_NEW_TOKEN_RATIO_FACTOR,
+    NEW_TOKEN_RATIO_DECAY_STEPS,
+    schedule_conservativeness,
 )
+from tokenmill.planner.hardware import GIB
+from tokenmill.planner.memory import auto_chunked_prefill_size, auto_cuda_graph_max_bs
 from tokenmill.planner.models import state_bytes_split
 from tokenmill.planner.roofline import fixed_time
+from tokenmill.planner.strategy import PING_PONG_SLOTS_LAZY, PING_PONG_SLOTS_NO_OVERLAP, PING_PONG_SLOTS_OVERLAP
 from tokenmill.sim.scheduler import KvPolicy
 from tokenmill.sim.timing import PoolUsage
 
-# SGLang's scheduler constants (environment variables of sglang/srt/environ.py, unchanged from v0.5 to 2026)
-INIT_NEW_TOKEN_RATIO = 0.7  # SGLANG_INIT_NEW_TOKEN_RATIO (times --schedule-conservativeness)
-MIN_NEW_TOKEN_RATIO_FACTOR = 0.14  # SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR
-NEW_TOKEN_RATIO_DECAY_STEPS = 600  # SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS
-CLIP_MAX_NEW_TOKENS = 4096  # SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION
+# SGLang's scheduler constants (environment variables of sglang/srt/environ.py, unchanged from v0.5 to 2026); the
+# admission ones are planner.admission's
 RETRACT_DECODE_STEPS = 20  # SGLANG_RETRACT_DECODE_STEPS
 MAX_REQ_INPUT_MARGIN = 5  # max_req_input_len = max_req_len - 5
-CONSERVATIVENESS_FLAG = "--schedule-conservativeness"
 
 MAX_PREFILL_TOKENS = 16384  # SGLang's --max-prefill-tokens default
 _TORCH_KV_DTYPES = {"bf16": "torch.bfloat16", "fp8": "torch.float8_e4m3fn"}
@@ -118,23 +116,6 @@ def flag_slowdown(cfg: SimConfig) -> float:
     words = [w.split("=", 1)[0].lstrip("-") for w in cfg.engine_flags.split() if w.startswith("--")]
     shared = [f.replace("_", "-") for f, _, _ in _SHARED_FIELDS if f in cfg.model_fields_set]
     return factor if name in words or name in shared else 1.0
-
-
-def schedule_conservativeness(flags: EngineFlags) -> tuple[float, tuple[str, ...]]:
-    """``--schedule-conservativeness`` from the flags the planner left unmodeled, and the rest of them."""
-    value, rest = 1.0, []
-    for item in flags.ignored:
-        name, _, raw = item.partition(" ")
-        if name != CONSERVATIVENESS_FLAG:
-            rest.append(item)
-            continue
-        try:
-            value = float(raw)
-        except ValueError as exc:
-            raise ConfigError(f"{CONSERVATIVENESS_FLAG} takes a number, got {raw!r}") from exc
-        if value <= 0:
-            raise ConfigError(f"{CONSERVATIVENESS_FLAG} must be positive, got {value}")
-    return value, tuple(rest)
 
 
 class TwinStepModel:

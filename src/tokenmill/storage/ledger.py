@@ -32,7 +32,7 @@ from tokenmill.storage.prefix import (
 from tokenmill.storage.retry import Clock, Retrying
 from tokenmill.storage.store import Store
 
-log = logging.getLogger("tokenmill.storage.upload")
+log = logging.getLogger(__name__)
 
 
 @dataclass(slots=True)

@@ -14,7 +14,7 @@ from tokenmill.storage.prefix import side_name
 from tokenmill.storage.retry import Clock, Retrying
 from tokenmill.storage.store import Store
 
-log = logging.getLogger("tokenmill.storage.upload")
+log = logging.getLogger(__name__)
 
 
 class SideCopier:

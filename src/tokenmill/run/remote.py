@@ -1,0 +1,127 @@
+"""The remote stages of a run with ``output.remote``: the prefix taken (whose it is, what is done there), the
+uploader started before anything is generated, a finished job's new prompts gated by ``--reopen``, and the
+uploads drained at the end (:mod:`tokenmill.run.runner` lists the stages in order)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+
+from tokenmill.config import JobSpec
+from tokenmill.errors import StoreConflict
+from tokenmill.output import OutputDir, ResumeState, layout
+from tokenmill.records import Prompt
+from tokenmill.run.feed import PromptFeed
+from tokenmill.run.runstate import RunState
+from tokenmill.storage.prefix import MARKER
+from tokenmill.storage.restore import RemoteStart, prepare_remote
+from tokenmill.storage.upload import Uploader, UploadStatus
+
+log = logging.getLogger(__name__)
+
+
+async def take_remote(
+    run: RunState, out: OutputDir, original: JobSpec, allow_changed: bool, allow_existing: bool, repair: bool
+) -> RemoteStart | None:
+    """Whose prefix it is and what is done there (a worker thread: the store is blocking)."""
+    if not run.job.output.remote:
+        return None
+    remote = await asyncio.to_thread(
+        prepare_remote,
+        out.root,
+        run.job,
+        original,
+        out.names.partition,
+        allow_changed=allow_changed,
+        allow_existing=allow_existing,
+        repair_remote=repair,
+    )
+    run.job = remote.job
+    return remote
+
+
+async def start_upload(
+    stack: contextlib.AsyncExitStack,
+    run: RunState,
+    out: OutputDir,
+    remote: RemoteStart | None,
+    allow_existing_prefix: bool,
+) -> Uploader | None:
+    """Start the uploader; a refused remote prefix stops the run before anything is generated."""
+    if remote is None:
+        return None
+    names = layout.Names(out.names.partition)
+    sides = (names.failed, names.skipped, names.events, layout.JOB)
+    uploader = Uploader(
+        out.root,
+        run.job.output,
+        allow_existing_prefix=allow_existing_prefix,
+        store=remote.store,
+        partition=run.partition,
+        sides=sides if run.partition is not None else (*sides, layout.SUMMARY_JSON),
+        success=run.target.success if run.target is not None else True,
+        reopen=run.reopen,
+    )
+    out.on_seal = uploader.enqueue
+
+    def abort_on_error(exc_type: type[BaseException] | None, *_: object) -> None:
+        if exc_type is not None:
+            uploader.abort()
+
+    stack.push(abort_on_error)
+    uploader.start(run.job_id)
+    await uploader.started()
+    return uploader
+
+
+async def gate_finished_job(run: RunState, uploader: Uploader | None, feed: PromptFeed) -> AsyncIterator[Prompt]:
+    """The prompts to dispatch. When the prefix already holds this job's ``_SUCCESS`` the job is finished: a run
+    with new work for it (the input grew since, or failed prompts re-queued) reopens it only when asked to
+    (``run.reopen``), and otherwise stops here, before anything is generated. (Shards of this directory that are
+    not at the prefix yet stop the uploader's start the same way.)"""
+    if uploader is None or not uploader.status().was_complete:
+        return feed
+    where = uploader.store.where(MARKER)
+    log.info("%s is there: the job is finished; reading the input for prompts it does not hold", where)
+    try:
+        first: Prompt | None = await anext(feed)
+    except StopAsyncIteration:
+        first = None
+    pending = uploader.status().pending
+    if first is None and not pending:
+        log.info("nothing new for the finished job: %s is left as it is", where)
+        return _prepend(None, feed)
+    if run.reopen is None:
+        raise StoreConflict(
+            f"{where} says this job is finished, but the input holds prompts its records do not (the first: id "
+            f"{first.id if first else '?'}): the job's input grew since {MARKER} was written. A finished job is not "
+            f"reopened silently: rerun with --reopen to add them ({MARKER} is withdrawn until the job is done "
+            "again), or make the new prompts a job of their own (another output.dir and output.remote)"
+        )
+    log.warning(
+        "REOPENING the finished job at %s (%s): %s is withdrawn before the first new shard is uploaded, and written "
+        "again when the job is done",
+        uploader.store.shown,
+        run.reopen,
+        where,
+    )
+    run.reopened = True
+    return _prepend(first, feed)
+
+
+async def _prepend(first: Prompt | None, rest: AsyncIterator[Prompt]) -> AsyncIterator[Prompt]:
+    """``first`` (when there is one), then the rest; nothing at all after an exhausted feed."""
+    if first is None:
+        return
+    yield first
+    async for prompt in rest:
+        yield prompt
+
+
+async def finish_upload(uploader: Uploader, finished: bool, state: ResumeState) -> UploadStatus:
+    """Wait for pending uploads (bounded by upload.drain_timeout_s) and say where the upload stands."""
+    status = await uploader.drain(finished, {"failed": state.failed, "skipped": len(state.skipped_sources)})
+    log.log(logging.INFO if status.complete else logging.WARNING, "%s", status.line())
+    return status
