@@ -334,13 +334,14 @@ class RunMonitor:
     async def stop(self, final: Snapshot, finished: bool) -> None:
         """Stop scraping and serving; the last ``tick`` and the ``end`` record go to the event log. A finished
         run gets one more doctor round, on its final counts (a short run may end before its first round)."""
+        watched = self._task is not None  # the monitor ran (not off: scrape_interval_s)
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
             self._task = None
         self.last = final
-        if finished:  # the doctor's last look, at the whole run (a short run may end before its first round)
+        if finished and watched:  # the doctor's last look at the run (a short one may end before its first round)
             await self._round(self.fleet.views, tune=False)
         if self.tuner is not None:
             self.tuner.stop()
