@@ -28,6 +28,7 @@ from tokenmill.monitor.events import EVENT_FORMAT, EventLog, events_file
 from tokenmill.monitor.fleet import FleetMonitor, ServerView
 from tokenmill.monitor.snapshot import binding_verdict
 from tokenmill.monitor.stats import CpuMeter, GaugeWindow
+from tokenmill.planner.run_files import sends_ignore_eos
 from tokenmill.run.control import queue_for
 from tokenmill.run.efficiency import EtaFit
 from tokenmill.run.exporter import Exporter
@@ -80,7 +81,7 @@ class RunMonitor:
         spec = job.monitor
         self.spec = spec
         self.max_tokens = job.sampling.max_tokens
-        self.ignore_eos = job.sampling.extra_body.get("ignore_eos") is True  # SGLang's admission per request kind
+        self.ignore_eos = sends_ignore_eos(job.sampling)  # SGLang's admission per request kind
         self.conversation_turns = job.input.conversation_turns
         self.seeded = job.sampling.seed is not None
         self._seed_warned: set[str] = set()
