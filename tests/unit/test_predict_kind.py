@@ -83,3 +83,28 @@ def test_doctor_plans_the_requests_its_options_name(monkeypatch: pytest.MonkeyPa
     assert result.exit_code == 0, result.output
     row = json.loads(result.output)["vs_hardware"][0]
     assert row["expected_tok_s"] == round(planned(bool(args)), 1)
+
+
+def test_the_doctor_reads_the_kind_of_a_run_s_requests_from_its_job_record(tmp_path: Any) -> None:
+    from pathlib import Path
+
+    import orjson
+
+    from tokenmill.config import JobSpec
+    from tokenmill.doctor.oneshot import with_run_requests
+    from tokenmill.output.identity import JOB_FILE, JobRecord
+
+    out = Path(str(tmp_path))
+    assert with_run_requests(out, ClientObs()) == ClientObs()  # no record: as it is
+    job = JobSpec.model_validate(
+        {
+            "input": {"path": str(out / "in.jsonl")},
+            "servers": ["http://127.0.0.1:9"],
+            "output": {"dir": str(out)},
+            "sampling": {"max_tokens": 1500, "extra_body": {"ignore_eos": True}},
+        }
+    )
+    (out / JOB_FILE).write_bytes(orjson.dumps(JobRecord.new(job).to_json()))
+    found = with_run_requests(out, ClientObs())
+    assert (found.max_tokens, found.ignore_eos) == (1500, True)
+    assert with_run_requests(out, ClientObs(max_tokens=900)).max_tokens == 900  # the tick's, when it says

@@ -11,10 +11,12 @@ and the model of any profile when the planner knows it (a bundled name, a config
 from __future__ import annotations
 
 import shlex
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from tokenmill.config import FleetProfile, InputSpec, JobSpec, SamplingSpec, SimConfig, load_job, load_profile
+from tokenmill.config import FleetProfile, InputSpec, JobSpec, SimConfig, load_job, load_profile
 from tokenmill.errors import ConfigError
 from tokenmill.planner.catalog import load_model
 
@@ -24,9 +26,9 @@ SIM_FLAGS_FIELD = "engine_flags"  # a twin's SGLang flags in one string (`tokenm
 SIM_SGLANG_FIELDS = ("max_running_requests", "max_total_tokens", "context_length")
 
 
-def sends_ignore_eos(sampling: SamplingSpec) -> bool:
+def sends_ignore_eos(extra_body: Mapping[str, Any]) -> bool:
     """Whether a job's requests carry ``ignore_eos: true`` (in ``sampling.extra_body``, merged into every body)."""
-    return sampling.extra_body.get("ignore_eos") is True
+    return extra_body.get("ignore_eos") is True
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,7 +50,7 @@ def read_job(path: str | Path) -> JobRequests:
     job: JobSpec = load_job(path)
     return JobRequests(
         max_tokens=job.sampling.max_tokens,
-        ignore_eos=sends_ignore_eos(job.sampling),
+        ignore_eos=sends_ignore_eos(job.sampling.extra_body),
         input=job.input if job.input.path is not None else None,
         answers_per_row=job.samples,
         tokenizer=job.tokenizer,

@@ -81,7 +81,7 @@ class RunMonitor:
         spec = job.monitor
         self.spec = spec
         self.max_tokens = job.sampling.max_tokens
-        self.ignore_eos = sends_ignore_eos(job.sampling)  # SGLang's admission per request kind
+        self.ignore_eos = sends_ignore_eos(job.sampling.extra_body)  # SGLang's admission per request kind
         self.conversation_turns = job.input.conversation_turns
         self.seeded = job.sampling.seed is not None
         self._seed_warned: set[str] = set()
