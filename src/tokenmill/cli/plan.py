@@ -17,13 +17,14 @@ from tokenmill.cli.options import (
     planner_options,
     request_kind_options,
 )
+from tokenmill.fleet.planned import FleetServers, read_fleet
 from tokenmill.planner.catalog import bundled_models
 from tokenmill.planner.flags import parse_flags
 from tokenmill.planner.hardware import GpuCatalog, GpuSpec
 from tokenmill.planner.models import kv_bytes_per_token, param_counts, state_bytes_per_slot
 from tokenmill.planner.question import PlanAnswer, PlanQuestion, WorkloadQuestion, answer
 from tokenmill.planner.render import render_plan, report_dict, what_if_dicts, what_if_table
-from tokenmill.planner.run_files import FleetServers, JobRequests, read_fleet, read_job
+from tokenmill.planner.run_files import JobRequests, read_job
 
 
 def _list_models(console: Console) -> None:
