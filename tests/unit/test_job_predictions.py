@@ -1,20 +1,22 @@
 """A run's planner predictions (the doctor's verdicts, the expected rates, autotune's proposals) are planned for
-the job's requests: their max_tokens and whether they send ignore_eos, as SGLang admits them."""
+the job's requests: their max_tokens and whether they send ignore_eos (the client's ClientObs says), as SGLang
+admits them."""
 
 from __future__ import annotations
 
 from tokenmill.config import PlannerConfig
 from tokenmill.doctor.model import Candidate, ClientObs, ServerObs
+from tokenmill.doctor.predict import PlannerPredictor
 from tokenmill.monitor.fleet import ServerView
 from tokenmill.monitor.info import ServerInfo
 from tokenmill.planner import GpuCatalog, load_model, parse_flags, plan
 from tokenmill.planner.plan import Workload
-from tokenmill.run.predictions import JobPredictor
 
 KV = 20_000
 INFO = ServerInfo(None, model_path="llama-3.1-8b", gpu="rtx-pro-6000", max_total_tokens_flag=KV)
 OBS = ServerObs(ServerView("http://t", None, INFO, True, None))
-CLIENT = ClientObs(avg_prompt_tokens=500.0, avg_output_tokens=1500.0)
+CLIENT = ClientObs(avg_prompt_tokens=500.0, avg_output_tokens=1500.0, max_tokens=1500)
+EOS = ClientObs(avg_prompt_tokens=500.0, avg_output_tokens=1500.0, max_tokens=1500, ignore_eos=True)
 MORE_KV = Candidate("--max-total-tokens 40000", ("--max-total-tokens", "40000"))
 
 
@@ -25,18 +27,18 @@ def planned(kv: int, ignore_eos: bool) -> float:
 
 
 def test_an_ignore_eos_job_is_expected_to_run_slower_in_a_kv_bound_server() -> None:
-    eos = JobPredictor(max_tokens=1500, ignore_eos=True).expected(OBS, CLIENT)
-    ordinary = JobPredictor(max_tokens=1500).expected(OBS, CLIENT)
+    eos = PlannerPredictor().expected(OBS, EOS)
+    ordinary = PlannerPredictor().expected(OBS, CLIENT)
     assert eos is not None and ordinary is not None
     assert eos.tok_s == planned(KV, ignore_eos=True) < ordinary.tok_s == planned(KV, ignore_eos=False)
 
 
 def test_autotune_s_predictions_are_planned_for_the_job_s_request_kind() -> None:
-    pred = JobPredictor(max_tokens=1500, ignore_eos=True)(OBS, CLIENT, MORE_KV)
+    pred = PlannerPredictor()(OBS, EOS, MORE_KV)
     assert pred is not None and pred.source == "planner"
     assert pred.before.tok_s_per_gpu == planned(KV, ignore_eos=True)
     assert pred.after.tok_s_per_gpu == planned(40_000, ignore_eos=True)
-    other = JobPredictor(max_tokens=1500)(OBS, CLIENT, MORE_KV)
+    other = PlannerPredictor()(OBS, CLIENT, MORE_KV)
     assert other is not None and other.before.tok_s_per_gpu > pred.before.tok_s_per_gpu
 
 
@@ -45,10 +47,10 @@ def test_the_rate_at_a_fitted_eta_is_the_planner_s_with_that_eta_and_the_client_
 
     from tokenmill.doctor.model import ClientSide
 
-    predictor = JobPredictor(max_tokens=1500, ignore_eos=True)
-    slow, fast = predictor.rate_at(OBS, CLIENT, 0.4), predictor.rate_at(OBS, CLIENT, 0.8)
+    predictor = PlannerPredictor()
+    slow, fast = predictor.rate_at(OBS, EOS, 0.4), predictor.rate_at(OBS, EOS, 0.8)
     assert slow is not None and fast is not None and slow < fast
-    fed_two = predictor.rate_at(replace(OBS, client=ClientSide(limit=2)), CLIENT, 0.8)
+    fed_two = predictor.rate_at(replace(OBS, client=ClientSide(limit=2)), EOS, 0.8)
     assert fed_two is not None and fed_two < fast  # two in flight run two, whatever the pool holds
     assert predictor.rate_at(OBS, ClientObs(avg_prompt_tokens=500.0), 0.8) is None  # no answer's length yet
 
@@ -72,6 +74,6 @@ def test_a_run_plans_with_its_job_s_request_kind(tmp_path: object) -> None:
         }
     )
     mon = RunMonitor(spec, dispatcher(spec), root / "out", "run1")
-    assert isinstance(mon.predictor, JobPredictor) and isinstance(mon.compare, JobPredictor)
-    for predictor in (mon.predictor, mon.compare):
-        assert (predictor.max_tokens, predictor.ignore_eos) == (1500, True)
+    client = mon.observation([]).client  # what every prediction of the run is planned with
+    assert (client.max_tokens, client.ignore_eos) == (1500, True)
+    assert isinstance(mon.predictor, PlannerPredictor) and isinstance(mon.compare, PlannerPredictor)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from tokenmill.cli.options import json_option, output_option, planner_options, server_options
+from tokenmill.cli.options import json_option, output_option, planner_options, request_kind_options, server_options
 from tokenmill.config import DoctorSpec, normalize_url
 from tokenmill.config.servers import read_servers
 
@@ -36,6 +36,11 @@ def _urls(servers: tuple[str, ...], servers_file: str | None) -> list[str]:
     help="Also plan the servers' flags and workload on this GPU (e.g. b200) and show their share of it.",
 )
 @click.option("--concurrency", type=click.IntRange(min=1), help="The client's in-flight limit per server, if known.")
+@request_kind_options(
+    "The requests' output limit (sampling.max_tokens; default: the run's with --output), for the predictions",
+    "The requests are sent with ignore_eos (sampling.extra_body.ignore_eos: true): the predictions plan them as "
+    "SGLang admits them, every answer running to --max-tokens",
+)
 @output_option(
     "Output directory of a run in progress: read the client's side (in flight, limits, CPU) from it.", exists=True
 )
@@ -65,6 +70,8 @@ def doctor(
     gpu_file: str | None,
     compare_gpu: str | None,
     concurrency: int | None,
+    max_tokens: int | None,
+    ignore_eos: bool | None,
     out: str | None,
     samples: int | None,
     interval: float | None,
@@ -99,7 +106,7 @@ def doctor(
         checkup(
             urls,
             oneshot_spec(samples, interval, max_seconds),
-            Planning(planner_model, gpu, compare_gpu, gpu_file),
+            Planning(planner_model, gpu, compare_gpu, gpu_file, max_tokens, ignore_eos),
             headers=headers,
             concurrency=concurrency,
             out=Path(out) if out else None,

@@ -4,6 +4,9 @@
 - ``--output/-o OUT``: a run's output directory (``output.dir``), the one it writes or the one read from;
 - ``--planner-model/-m MODEL`` (a bundled planner model or a ``config.json`` path), ``--gpu/-g`` and
   ``--gpu-file``: what the capacity planner plans for. ``--model`` is the model name sent in requests (``run``);
+- ``--max-tokens N`` and ``--ignore-eos``: the requests' kind, what they send (``sampling.max_tokens``, and
+  ``sampling.extra_body.ignore_eos: true``), which decides how SGLang admits them;
+- ``--job JOB.yaml``: a job file to read settings from; ``--fleet PROFILE.yaml``: a fleet profile;
 - ``--json``: the command's result as JSON.
 """
 
@@ -110,6 +113,37 @@ def _required(fn: F, *names: tuple[str, str]) -> F:
         return fn(*args, **kwargs)
 
     return wrapper  # type: ignore[return-value]
+
+
+MAX_TOKENS_HELP = "The requests' output limit, as the job sends it (sampling.max_tokens)"
+IGNORE_EOS_HELP = (
+    "The requests are sent with ignore_eos (sampling.extra_body.ignore_eos: true): every answer runs to max_tokens, "
+    "and SGLang admits a request only when its whole answer fits"
+)
+
+
+def request_kind_options(
+    max_tokens_help: str = MAX_TOKENS_HELP, ignore_eos_help: str = IGNORE_EOS_HELP
+) -> Callable[[F], F]:
+    """``--max-tokens N`` and ``--ignore-eos``, stored in ``max_tokens`` (None: not given) and ``ignore_eos`` (None:
+    not given; ``--no-ignore-eos`` says the requests stop at their end of sequence)."""
+    return lambda fn: _apply(
+        fn,
+        [
+            click.option("--max-tokens", type=click.IntRange(min=1), help=max_tokens_help),
+            click.option("--ignore-eos/--no-ignore-eos", "ignore_eos", default=None, help=ignore_eos_help),
+        ],
+    )
+
+
+def job_file_option(help: str) -> Callable[[F], F]:
+    """``--job JOB.yaml``, stored in ``job_file``."""
+    return click.option("--job", "job_file", type=click.Path(exists=True, dir_okay=False), help=help)
+
+
+def fleet_file_option(help: str) -> Callable[[F], F]:
+    """``--fleet PROFILE.yaml``, stored in ``fleet_file``."""
+    return click.option("--fleet", "fleet_file", type=click.Path(exists=True, dir_okay=False), help=help)
 
 
 def json_option(help: str = "Print JSON.") -> Callable[[F], F]:

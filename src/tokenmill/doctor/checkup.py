@@ -4,7 +4,7 @@ hardware (the planner's expected rate, the roofline's ceiling, another GPU's pla
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -18,12 +18,24 @@ from tokenmill.doctor.predict import PlannerPredictor
 @dataclass(frozen=True, slots=True)
 class Planning:
     """What the planner predicts for: the model and GPU (None: the servers' own, when they say), and another
-    GPU to compare with; ``gpu_file`` adds GPUs to the bundled ones."""
+    GPU to compare with; ``gpu_file`` adds GPUs to the bundled ones; the requests' ``max_tokens`` and
+    ``ignore_eos`` when given (else what the run in progress says, else ordinary requests of the mean length)."""
 
     model: str | None = None
     gpu: str | None = None
     compare_gpu: str | None = None
     gpu_file: str | None = None
+    max_tokens: int | None = None
+    ignore_eos: bool | None = None
+
+    def requests(self, obs: Observation) -> Observation:
+        """``obs`` with the client's requests of the kind given here."""
+        client = obs.client
+        if self.max_tokens is not None:
+            client = replace(client, max_tokens=self.max_tokens)
+        if self.ignore_eos is not None:
+            client = replace(client, ignore_eos=self.ignore_eos)
+        return replace(obs, client=client)
 
     def check(self) -> None:
         """Refuse an unknown model or GPU now: it would only mean silently missing predictions."""
@@ -84,6 +96,7 @@ async def checkup(
     set each against its hardware."""
     planning.check()
     obs, settling = await observe(urls, spec, headers=headers, concurrency=concurrency, out=out)
+    obs = planning.requests(obs)
     predictor = planning.predictor(planning.gpu)
     compare = planning.predictor(planning.compare_gpu) if planning.compare_gpu else None
     return Checkup(obs, settling, diagnose(obs, spec, predictor), vs_hardware(obs, predictor, compare))

@@ -6,15 +6,16 @@ then until the fleet's decode and prompt rates over the whole sampling settle (:
 ``oneshot_max_s``; the result says how long it sampled and, when the rates had not settled, how far they moved.
 
 The client's side comes from a run in progress (the last snapshot of its event log: in-flight requests and
-limits per server, CPU, mean prompt and output lengths, the answers cut at max_tokens), or from
-``--concurrency``; without either, rules that need it say the client's limit is unknown.
+limits per server, CPU, mean prompt and output lengths, the answers cut at max_tokens; and from its job record
+the kind of requests it sends, their max_tokens and ignore_eos), or from ``--concurrency``; without either, rules
+that need it say the client's limit is unknown.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -64,6 +65,22 @@ def client_from_tick(tick: Mapping[str, Any]) -> tuple[dict[str, ClientSide], Cl
         completed_p90=whole.quantile(0.9) if whole is not None else None,
     )
     return sides, client
+
+
+def with_run_requests(out: Path, client: ClientObs) -> ClientObs:
+    """``client`` with the kind of requests the run in ``out`` sends, from its ``job.json``: ``ignore_eos``, and
+    ``max_tokens`` where the tick did not say; ``client`` as it is without a readable record."""
+    from tokenmill.output.identity import read_record_quietly
+    from tokenmill.planner.run_files import sends_ignore_eos
+
+    record = read_record_quietly(out)
+    sampling = record.spec.get("sampling") if record is not None else None
+    if not isinstance(sampling, dict):
+        return client
+    limit, extra = sampling.get("max_tokens"), sampling.get("extra_body")
+    if client.max_tokens is None and isinstance(limit, int) and not isinstance(limit, bool):
+        client = replace(client, max_tokens=limit)
+    return replace(client, ignore_eos=isinstance(extra, dict) and sends_ignore_eos(extra))
 
 
 @dataclass(slots=True)
@@ -157,5 +174,6 @@ async def observe(
         tick = last_events(out / EVENTS_FILE, kinds=("tick",)).get("tick")
         if tick is not None:
             sides, client = client_from_tick(tick)
+        client = with_run_requests(out, client)
     default = ClientSide(limit=concurrency) if concurrency is not None else ClientSide()
     return Observation(tuple(ServerObs(v, sides.get(v.url, default)) for v in views), client), settling

@@ -1,10 +1,13 @@
 """Predicted gains: the capacity planner run on a server's flags before and after a recommended change.
 
-This is the doctor's one seam to the planner. :class:`PlannerPredictor` needs the model (a bundled name
-or a config.json; by default the server's ``model_path``) and the GPU (given, or told by the simulated
-twin). What the planner refuses (an unknown model or GPU, flags that do not fit: its ``ConfigError``) gives no
-prediction rather than an error: the verdict still stands on the observed numbers. Any other error is a bug in the
-planner: it is logged with its traceback (and gives no prediction either, so a long run goes on).
+This is the doctor's one seam to the planner. :class:`PlannerPredictor` needs the model (a bundled name or a
+config.json; by default the server's ``model_path``) and the GPU (given, or told by the simulated twin). It plans
+the requests the client sends: their mean lengths so far, and their ``max_tokens`` and ``ignore_eos`` when the
+client says (:class:`~tokenmill.doctor.model.ClientObs`), since SGLang admits each kind by its own rule
+(:mod:`tokenmill.planner.admission`). What the planner refuses (an unknown model or GPU, flags that do not fit: its
+``ConfigError``) gives no prediction rather than an error: the verdict still stands on the observed numbers. Any
+other error is a bug in the planner: it is logged with its traceback (and gives no prediction either, so a long run
+goes on).
 :meth:`PlannerPredictor.today` is the planner's picture of a server as it runs now
 (its cap, rate, the side of the roofline its decode step is on, the share of its time spent prefilling),
 which the rules read to name what binds. :func:`restore_prediction` is the fleet's gain from bringing a dead
@@ -21,13 +24,13 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 from tokenmill.config import PlannerConfig
 from tokenmill.doctor import advice
 from tokenmill.doctor.model import Candidate, ClientObs, Observation, PlanPoint, Prediction, ServerObs
-from tokenmill.errors import ConfigError
+from tokenmill.errors import ConfigError, DoesNotFitError
 
 if TYPE_CHECKING:
     from tokenmill.planner.capacity import ServerCapacity
     from tokenmill.planner.hardware import GpuSpec
     from tokenmill.planner.models import ModelSpec
-    from tokenmill.planner.plan import PlanResult
+    from tokenmill.planner.plan import PlanResult, Workload
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -89,7 +92,8 @@ def _two_digits(x: float) -> float:
 
 @dataclass(frozen=True, slots=True)
 class _Setting:
-    """What one server is planned with: model, GPU, the observed workload and the SGLang release."""
+    """What one server is planned with: model, GPU, the observed workload, the requests' kind and the SGLang
+    release."""
 
     model_name: str
     gpu_name: str
@@ -97,12 +101,20 @@ class _Setting:
     gpu: GpuSpec
     inp: float
     out: float
+    max_tokens: int | None
+    ignore_eos: bool
     version: str | None
     config: PlannerConfig
 
     @property
     def key(self) -> tuple[object, ...]:
-        return (self.model_name, self.gpu_name, self.inp, self.out, self.version)
+        return (self.model_name, self.gpu_name, self.inp, self.out, self.max_tokens, self.ignore_eos, self.version)
+
+    def workload(self, prompts: int = STEADY_PROMPTS) -> Workload:
+        """The client's requests as the planner plans them: their lengths, limit and kind."""
+        from tokenmill.planner.workload import request_workload
+
+        return request_workload(prompts, self.inp, self.out, self.max_tokens, self.ignore_eos, "doctor")
 
 
 class PlannerPredictor:
@@ -155,7 +167,8 @@ class PlannerPredictor:
         inp = _two_digits(client.avg_prompt_tokens or _per_request(v.prompt_tok_s, v.requests_s) or DEFAULT_INPUT_LEN)
         out = _two_digits(client.avg_output_tokens or _per_request(v.decode_tok_s, v.requests_s) or DEFAULT_OUTPUT_LEN)
         version = info.version if info else None
-        return _Setting(model_name, gpu_name, model, gpu, inp, out, version, self._config(version))
+        kind = (client.max_tokens, client.ignore_eos)
+        return _Setting(model_name, gpu_name, model, gpu, inp, out, *kind, version, self._config(version))
 
     def __call__(self, obs: ServerObs, client: ClientObs, candidate: Candidate) -> Prediction | None:
         setting = self._setting(obs, client)
@@ -176,7 +189,7 @@ class PlannerPredictor:
         v = obs.view
         running = v.running_peak if v.running_peak is not None else v.running
         observed = max(0, round(running or 0))
-        ctx = v.avg_context or setting.inp + setting.out / 2
+        ctx = v.avg_context or setting.workload().avg_context
         key = (setting.key, tuple(advice.current_flags(obs)), observed, round(ctx, -1))
         if key not in self._today:
             _bound(self._today)
@@ -184,16 +197,14 @@ class PlannerPredictor:
         return self._today[key]
 
     def _picture(self, s: _Setting, flags: list[str], running: int, ctx: float) -> PlanPoint | None:
-        result = _or_none(
-            "no plan of today's server", lambda: self._plan(s.model, s.gpu, flags, s.inp, s.out, s.config)
-        )
+        result = _or_none("no plan of today's server", lambda: self._plan(s, flags))
         if result is None:
             return None
         cap = result.capacity
         n = min(running, cap.max_running) if running else result.running
         st = cap.step(n, round(n * ctx))
         # the share of the GPU's time prefilling: SGLang prefills each request once, then decodes it in batch
-        prefill = result.prefill_s_per_request * st.tokens_per_s / s.out
+        prefill = result.prefill_s_per_request * st.tokens_per_s / result.workload.output_len
         return PlanPoint(
             cap.max_running,
             result.tok_s_per_gpu,
@@ -222,20 +233,34 @@ class PlannerPredictor:
         if setting is None:
             return None
         flags = advice.current_flags(obs)
-        result = _or_none(
-            "no capacity to fit eta with",
-            lambda: self._plan(setting.model, setting.gpu, flags, setting.inp, setting.out, setting.config),
-        )
+        result = _or_none("no capacity to fit eta with", lambda: self._plan(setting, flags))
         return result.capacity if result is not None else None
+
+    def rate_at(self, obs: ServerObs, client: ClientObs, eta_bw: float) -> float | None:
+        """The planner's output tok/s of this server as it runs (on the GPU's clock) at bandwidth efficiency
+        ``eta_bw``, with at most the client's in-flight limit running; None without an answer's length to plan
+        with or a plan of the server."""
+        from tokenmill.planner.plan import operating_point
+        from tokenmill.planner.workload import request_workload
+
+        out = client.avg_output_tokens
+        cap = self.capacity(obs, client) if out else None
+        if cap is None or out is None:
+            return None
+        cap = replace(cap, roofline=replace(cap.roofline, eta_bw=eta_bw))
+        inp = client.avg_prompt_tokens or DEFAULT_INPUT_LEN
+        feed = obs.client.limit if obs.client.limit and obs.client.limit > 0 else STEADY_PROMPTS
+        work = request_workload(feed, inp, out, client.max_tokens, client.ignore_eos, "doctor")
+        try:
+            return operating_point(cap, work, 1, self.config or PlannerConfig()).output_tok_s
+        except DoesNotFitError:
+            return None
 
     def _expect(self, s: _Setting, flags: list[str]) -> Expected | None:
         ideal = s.config.model_copy(update=IDEAL)
         pair = _or_none(
             "no expected rate",
-            lambda: (
-                self._plan(s.model, s.gpu, flags, s.inp, s.out, s.config),
-                self._plan(s.model, s.gpu, flags, s.inp, s.out, ideal),
-            ),
+            lambda: (self._plan(s, flags), self._plan(s, flags, ideal)),
         )
         if pair is None:
             return None
@@ -251,19 +276,18 @@ class PlannerPredictor:
             return config  # not an SGLang release number: the planner's own
         return config.model_copy(update={"sglang_version": version})
 
-    def _radix_off_cap(
-        self, model: ModelSpec, gpu: GpuSpec, cand: Candidate, inp: float, out: float, config: PlannerConfig
-    ) -> Candidate:
-        """With the radix cache off, the planner's cap that fills memory exactly replaces the observed guess."""
+    @staticmethod
+    def _radix_off_cap(s: _Setting, cand: Candidate) -> Candidate:
+        """With the radix cache off, the planner's cap that fills memory exactly (for the client's requests, as
+        SGLang admits their kind) replaces the observed guess."""
         flags = list(cand.flags_after)
         if not cand.fill_memory or "--disable-radix-cache" not in flags or "--max-running-requests" not in flags:
             return cand  # only a radix-off cap is sized to memory; other changes keep today's flags
         from tokenmill.planner.flags import parse_flags
-        from tokenmill.planner.plan import Workload, best_radix_off_running
+        from tokenmill.planner.plan import best_radix_off_running
 
         engine = parse_flags(flags).with_(max_running_requests=None)
-        workload = Workload(prompts=STEADY_PROMPTS, input_len=inp, output_len=out, source="doctor")
-        n = best_radix_off_running(model, gpu, engine, workload, 1, config)
+        n = best_radix_off_running(s.model, s.gpu, engine, s.workload(), 1, s.config)
         old = flags[flags.index("--max-running-requests") + 1]
         change = cand.change.replace(f"--max-running-requests {old}", f"--max-running-requests {n}")
         after = advice.set_flag(flags, "--max-running-requests", str(n))
@@ -296,12 +320,11 @@ class PlannerPredictor:
         self, setting: _Setting, before: list[str], cand: Candidate
     ) -> tuple[Candidate, PlanResult, PlanResult]:
         """The candidate (its radix-off cap sized to memory) and the plans of today's flags and of the change."""
-        model, gpu, inp, out, config = setting.model, setting.gpu, setting.inp, setting.out, setting.config
-        cand = self._radix_off_cap(model, gpu, cand, inp, out, config)
+        cand = self._radix_off_cap(setting, cand)
         if cand.running_before is not None:
             before = advice.set_flag(before, "--max-running-requests", str(max(1, cand.running_before)))
-        b = self._plan(model, gpu, before, inp, out, config)
-        a = self._plan(model, gpu, list(cand.flags_after), inp, out, config)
+        b = self._plan(setting, before)
+        a = self._plan(setting, list(cand.flags_after))
         return cand, b, a
 
     @staticmethod
@@ -312,15 +335,13 @@ class PlannerPredictor:
         return None
 
     @staticmethod
-    def _plan(
-        model: ModelSpec, gpu: GpuSpec, flags: list[str], inp: float, out: float, config: PlannerConfig
-    ) -> PlanResult:
+    def _plan(s: _Setting, flags: list[str], config: PlannerConfig | None = None) -> PlanResult:
+        """``flags`` planned for the setting's server and requests (with ``config``: other assumptions)."""
         from tokenmill.planner.flags import parse_flags
-        from tokenmill.planner.plan import Workload, plan
+        from tokenmill.planner.plan import plan
 
         engine = parse_flags(flags)
-        workload = Workload(prompts=STEADY_PROMPTS, input_len=inp, output_len=out, source="doctor")
-        return plan(model, gpu, engine, workload, config, gpu_count=engine.tp_size)
+        return plan(s.model, s.gpu, engine, s.workload(), config or s.config, gpu_count=engine.tp_size)
 
 
 def observed_prediction(obs: ServerObs, candidate: Candidate) -> Prediction | None:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from tokenmill.config import AutotuneSpec, MonitorSpec
 from tokenmill.doctor import ClientObs, ClientSide, DoctorState, Observation, PlannerPredictor, ServerObs, diagnose
-from tokenmill.doctor.oneshot import client_from_tick
+from tokenmill.doctor.oneshot import client_from_tick, with_run_requests
 from tokenmill.fleet.autotune import RemoteActuator
 from tokenmill.monitor.events import EVENTS_FILE, EventLog, last_events
 from tokenmill.monitor.fleet import FleetMonitor, ServerView
@@ -28,15 +28,16 @@ AUTOTUNE_LOG = "autotune.jsonl"
 
 
 def _client(out: Path | None) -> tuple[dict[str, ClientSide], ClientObs, float | None]:
-    """The client's side from a run's last tick (in flight, limits, lengths) and its ETA; nothing without one."""
+    """The client's side from a run's last tick (in flight, limits, lengths), the kind of its requests (its job
+    record) and its ETA; nothing without the run."""
     if out is None:
         return {}, ClientObs(), None
     tick = last_events(out / EVENTS_FILE, kinds=("tick",)).get("tick")
     if tick is None:
-        return {}, ClientObs(), None
+        return {}, with_run_requests(out, ClientObs()), None
     sides, client = client_from_tick(tick)
     eta = (tick.get("client") or {}).get("eta_s")
-    return sides, client, float(eta) if isinstance(eta, int | float) else None
+    return sides, with_run_requests(out, client), float(eta) if isinstance(eta, int | float) else None
 
 
 async def tune(state_dir: Path, spec: AutotuneSpec, monitor: MonitorSpec, out: Path | None = None) -> list[Change]:

@@ -6,7 +6,8 @@ read), ``catalog`` (bundled configs), ``hardware`` (GPU table), ``flags`` (SGLan
 step time), ``capacity`` (one server replica: what other modules call), ``admission`` (SGLang's KV admission rule
 per request kind), ``workload`` (what to plan for), ``plan`` (operating point, comparison, what-if),
 ``calibrate`` (fit eta from measurements), ``render`` (tables and JSON), ``sample`` (prompt lengths from a
-dataset). The math is pure; only ``catalog``, ``hardware`` and ``sample`` read files. docs/planner.md explains
+dataset), ``question`` (``tokenmill plan`` as a call), ``run_files`` (a job file's requests). The math is pure;
+only ``catalog``, ``hardware``, ``sample`` and ``run_files`` read files. docs/planner.md explains
 the model and its sources.
 """
 

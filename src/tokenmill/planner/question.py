@@ -1,13 +1,14 @@
 """``tokenmill plan`` as a library call: the question (model, GPU, flags, workload) in, the plan and its what-ifs,
-comparisons and training cut out; the workload measured on a dataset when one is given."""
+comparisons and training cut out; the workload measured on a dataset when one is given, of the request kind
+given (``max_tokens``, ``ignore_eos``)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
 
-from tokenmill.config import PlannerConfig
-from tokenmill.errors import DoesNotFitError
+from tokenmill.config import InputSpec, PlannerConfig
+from tokenmill.errors import ConfigError, DoesNotFitError
 from tokenmill.planner.catalog import load_model
 from tokenmill.planner.flags import parse_flags
 from tokenmill.planner.hardware import GpuCatalog
@@ -18,14 +19,35 @@ from tokenmill.planner.render import PlanReport
 
 @dataclass(frozen=True, slots=True)
 class WorkloadQuestion:
-    """The workload as given: counts and lengths (None: measured on ``dataset``, else the planner's defaults)."""
+    """The workload as given: counts and lengths (None: measured on ``dataset``, else the planner's defaults), and
+    the requests' kind: their ``max_tokens`` (None: the mean output) and whether they send ``ignore_eos`` (every
+    answer then runs to ``max_tokens``)."""
 
     prompts: int | None = None
     input_len: float | None = None
     output_len: float | None = None
-    dataset: str | None = None  # a jsonl/json/parquet input to measure prompt lengths and count prompts on
+    dataset: str | InputSpec | None = None  # an input (a path, or a job's) to measure prompt lengths and count on
     tokenizer: str | None = None  # for measuring ``dataset`` (otherwise characters per token are assumed)
     sample_rows: int | None = None  # rows of ``dataset`` measured (None: PlannerConfig.dataset_sample_rows)
+    max_tokens: int | None = None
+    ignore_eos: bool = False
+    answers_per_row: int = 1  # requests per row of ``dataset`` (a job's ``samples``)
+
+    def _output(self, config: PlannerConfig, sources: list[str]) -> float:
+        """The mean output: given; with ``ignore_eos``, ``max_tokens``; else the default, at most ``max_tokens``."""
+        if self.ignore_eos and self.max_tokens is not None:
+            if self.output_len is not None and self.output_len != self.max_tokens:
+                raise ConfigError(
+                    f"with ignore_eos every answer runs to max_tokens ({self.max_tokens}): the mean output is "
+                    f"that, not {self.output_len:g}"
+                )
+            return float(self.max_tokens)
+        if self.output_len is not None:
+            return self.output_len
+        if self.max_tokens is not None and self.max_tokens < config.workload_output_len:
+            sources.append(f"mean output at most max_tokens ({self.max_tokens:,})")
+            return float(self.max_tokens)
+        return config.workload_output_len
 
     def workload(self, config: PlannerConfig) -> Workload:
         """The workload planned for, saying where its numbers come from."""
@@ -37,23 +59,31 @@ class WorkloadQuestion:
                 rows = self.sample_rows or config.dataset_sample_rows
                 measured = measure_prompts(self.dataset, rows=rows, tokenizer=self.tokenizer)
                 input_len = measured.mean_tokens
-                sources.append(
-                    f"input measured on {measured.rows} rows of {Path(self.dataset).name}, {measured.method}"
-                )
+                sources.append(f"input measured on {measured.rows} rows of {_name(self.dataset)}, {measured.method}")
                 total = measured.total_rows
             else:
                 total = count_prompts(self.dataset) if prompts is None else None
             if prompts is None and total:
-                prompts = total
-                sources.append(f"{total:,} prompts counted in the dataset")
-        if prompts is None or input_len is None or self.output_len is None:
+                prompts = total * self.answers_per_row
+                per_row = f" x {self.answers_per_row} answers each" if self.answers_per_row > 1 else ""
+                sources.append(f"{total:,} prompts counted in the dataset{per_row}")
+        output_len = self._output(config, sources)
+        output_defaulted = self.output_len is None and not (self.ignore_eos and self.max_tokens)
+        if prompts is None or input_len is None or output_defaulted:
             sources.append("defaults for what was not given")
         return Workload(
             prompts=prompts or config.workload_prompts,
             input_len=input_len or config.workload_input_len,
-            output_len=self.output_len or config.workload_output_len,
+            output_len=output_len,
             source="; ".join(sources) or "given",
+            max_tokens=self.max_tokens,
+            ignore_eos=self.ignore_eos,
         )
+
+
+def _name(dataset: str | InputSpec) -> str:
+    path = dataset.path if isinstance(dataset, InputSpec) else dataset
+    return Path(path).name if path else "the input"
 
 
 @dataclass(frozen=True, slots=True)

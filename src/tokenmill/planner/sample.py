@@ -33,14 +33,21 @@ def _chars(prompt: Prompt) -> int:
     return sum(len(str(m.get("content") or "")) for m in payload)
 
 
-def measure_prompts(path: str, *, rows: int, tokenizer: str | None) -> LengthSample:
-    """Mean prompt tokens over the first ``rows`` usable rows of ``path`` (bad rows are skipped)."""
+def _input(source: str | InputSpec) -> InputSpec:
+    return source if isinstance(source, InputSpec) else InputSpec(path=source)
+
+
+def measure_prompts(source: str | InputSpec, *, rows: int, tokenizer: str | None) -> LengthSample:
+    """Mean prompt tokens over the first ``rows`` usable rows of ``source`` (a path, or a job's input with its
+    mapping and window; bad rows are skipped)."""
     from tokenmill.sources import iter_prompts
 
-    spec = InputSpec(path=path, limit=rows, on_bad_row="skip")
+    base = _input(source)
+    limit = rows if base.limit is None else min(rows, base.limit)
+    spec = base.model_copy(update={"limit": limit, "on_bad_row": "skip"})
     prompts = [p for p in iter_prompts(spec) if isinstance(p, Prompt)]
     if not prompts:
-        raise InputError(f"no usable prompts in the first {rows} rows of {path}; check the file and its mapping")
+        raise InputError(f"no usable prompts in the first {rows} rows of {base.path}; check the file and its mapping")
     if tokenizer is None:
         mean = sum(_chars(p) for p in prompts) / len(prompts) / CHARS_PER_TOKEN
         method = f"estimated at {CHARS_PER_TOKEN:g} chars/token (pass --tokenizer to count)"
@@ -55,11 +62,12 @@ def measure_prompts(path: str, *, rows: int, tokenizer: str | None) -> LengthSam
             lengths.append(len(templater.encode(text)))
         mean = sum(lengths) / len(lengths)
         method = f"counted with the tokenizer in {tokenizer}"
-    return LengthSample(len(prompts), max(1.0, mean), method, count_prompts(path))
+    return LengthSample(len(prompts), max(1.0, mean), method, count_prompts(base))
 
 
-def count_prompts(path: str) -> int | None:
-    """Rows in the whole input (bad ones included), or None when the input does not say."""
+def count_prompts(source: str | InputSpec) -> int | None:
+    """Rows in the whole input (bad ones included; a job's input: in its offset/limit window), or None when the
+    input does not say."""
     from tokenmill.sources import count_rows
 
-    return count_rows(InputSpec(path=path, on_bad_row="skip"))
+    return count_rows(_input(source).model_copy(update={"on_bad_row": "skip"}))

@@ -56,6 +56,24 @@ class Workload:
         return self.prompts * self.output_len
 
 
+def request_workload(
+    prompts: int,
+    input_len: float,
+    output_len: float,
+    max_tokens: int | None,
+    ignore_eos: bool,
+    source: str = "given",
+) -> Workload:
+    """The workload of requests sent with ``max_tokens`` and ``ignore_eos`` (None: the limit is the mean output):
+    an ``ignore_eos`` answer runs to its limit, whatever the mean output says; an ordinary one's limit is at least
+    its mean output (a mean measured and rounded may pass a limit it cannot exceed)."""
+    if max_tokens is None:
+        return Workload(prompts, input_len, output_len, source, ignore_eos=ignore_eos)
+    if ignore_eos:
+        return Workload(prompts, input_len, max_tokens, source, max_tokens=max_tokens, ignore_eos=True)
+    return Workload(prompts, input_len, output_len, source, max_tokens=max(max_tokens, math.ceil(output_len)))
+
+
 @dataclass(frozen=True, slots=True)
 class TrainCut:
     """What a trainer with maximum sequence length ``max_length`` would cut of a workload's records."""

@@ -28,10 +28,10 @@ from tokenmill.monitor.events import EVENT_FORMAT, EventLog, events_file
 from tokenmill.monitor.fleet import FleetMonitor, ServerView
 from tokenmill.monitor.snapshot import binding_verdict
 from tokenmill.monitor.stats import CpuMeter, GaugeWindow
+from tokenmill.planner.run_files import sends_ignore_eos
 from tokenmill.run.control import queue_for
 from tokenmill.run.efficiency import EtaFit
 from tokenmill.run.exporter import Exporter
-from tokenmill.run.predictions import JobPredictor
 
 if TYPE_CHECKING:
     from tokenmill.doctor.model import Verdict
@@ -81,7 +81,7 @@ class RunMonitor:
         spec = job.monitor
         self.spec = spec
         self.max_tokens = job.sampling.max_tokens
-        self.ignore_eos = job.sampling.extra_body.get("ignore_eos") is True  # SGLang's admission per request kind
+        self.ignore_eos = sends_ignore_eos(job.sampling.extra_body)  # SGLang's admission per request kind
         self.conversation_turns = job.input.conversation_turns
         self.seeded = job.sampling.seed is not None
         self._seed_warned: set[str] = set()
@@ -100,7 +100,7 @@ class RunMonitor:
             clock=clock,
         )
         self.doctor = DoctorState(spec.doctor.confirm_rounds)
-        # planned for the job's requests: SGLang admits them by their kind and limit
+        # planned for the job's requests: the observation's ClientObs carries their max_tokens and ignore_eos
         self.predictor = self._predictor(spec.gpu)
         self.expected: dict[str, Expected] = {}  # what the planner expects of each server, on its own clock
         self.eta_fit = EtaFit(self.predictor)  # eta fitted to each server's own decode samples
@@ -126,11 +126,9 @@ class RunMonitor:
         if tuner is not None:
             tuner.bind(emit=lambda record: self.events.write("autotune", **record), refresh=self.fleet.refresh_info)
 
-    def _predictor(self, gpu: str | None) -> JobPredictor:
+    def _predictor(self, gpu: str | None) -> PlannerPredictor:
         spec = self.spec
-        return JobPredictor(
-            spec.planner_model, gpu, gpu_file=spec.gpu_file, max_tokens=self.max_tokens, ignore_eos=self.ignore_eos
-        )
+        return PlannerPredictor(spec.planner_model, gpu, gpu_file=spec.gpu_file)
 
     async def start(self, total: int | None, done_before: int) -> None:
         job = self._job
