@@ -153,6 +153,7 @@ def test_a_server_at_its_running_cap_is_named_so_not_compute_bound() -> None:
     assert v.changes[0] == "--max-running-requests 64"
     assert "--quantization fp8" in v.changes
     assert not any("mamba" in c for c in v.changes)  # a dense server gets no state-pool advice
+    assert not any("state pool" in c for c in v.caveats)  # nor a caveat about a state pool it does not have
 
 
 def test_prefill_heavy() -> None:
