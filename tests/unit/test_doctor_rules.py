@@ -1,6 +1,7 @@
 """Every doctor rule against /metrics snapshots (tests/fixtures/metrics/doctor/*.yaml), each fixture's ``about``
-saying where it came from: recorded from a real server (vLLM), from the simulated server, or written from
-SGLang's metric definitions where no small real server can produce the situation (a GPU-sized model's pools).
+saying where it came from: recorded from a real server (vLLM; SGLang by scripts/record_doctor_fixtures.py), or
+written from SGLang's metric definitions where no small real server can produce the situation (a GPU-sized
+model's pools).
 
 A fixture holds a server's /server_info (or none), a few /metrics bodies taken ``interval_s`` apart (a
 null body is a scrape that failed), the client's side of the server and, optionally, the client process.
@@ -143,14 +144,16 @@ def test_conservative_admission() -> None:
 
 def test_a_server_at_its_running_cap_is_named_so_not_compute_bound() -> None:
     found = verdicts(observe("compute_bound"))
-    # radix cache off with an explicit cap: the full state pool is sized to the cap, not what binds
-    assert "state-pool-bound" not in found
+    # a dense server, KV at 1%: neither pool binds, the cap does
+    assert "state-pool-bound" not in found and "kv-bound" not in found
     assert "compute-bound" not in found  # no roofline says compute here
     v = found["running-cap"]
     assert (v.title, v.binds) == ("at its running cap", "running cap")
     assert evidence(v)["running / max running"] == "32/32"
     assert v.changes[0] == "--max-running-requests 64"
     assert "--quantization fp8" in v.changes
+    assert not any("mamba" in c for c in v.changes)  # a dense server gets no state-pool advice
+    assert not any("state pool" in c for c in v.caveats)  # nor a caveat about a state pool it does not have
 
 
 def test_prefill_heavy() -> None:

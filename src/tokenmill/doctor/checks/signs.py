@@ -40,10 +40,12 @@ def state_capped(o: ServerObs, t: DoctorSpec) -> bool:
 
 def state_sized_to_cap(v: ServerView) -> bool:
     """Radix cache off with an explicit cap (and no explicit slot count): SGLang sizes the state pool to
-    exactly the cap, so a full state pool is by construction and the cap itself is what binds."""
+    exactly the cap, so a full state pool is by construction and the cap itself is what binds. Never for a
+    server that says it has no state pool (a dense model)."""
     info = v.info
     return (
         info is not None
+        and info.hybrid is not False
         and bool(info.disable_radix_cache)
         and info.max_running_flag is not None
         and info.max_mamba_cache_size is None
