@@ -6,6 +6,7 @@ from collections.abc import Awaitable, Callable
 
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
+
 from tests.waiting import wait_for_async
 
 # Labels every sample carries (left out of the keys so tests can name series briefly).

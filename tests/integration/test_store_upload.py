@@ -9,10 +9,10 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+
 from tests import factories
 from tests.s3server import S3
 from tests.waiting import wait_for
-
 from tokenmill.config import OutputSpec
 from tokenmill.output import OutputDir, verify
 from tokenmill.records import Completion

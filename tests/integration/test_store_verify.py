@@ -6,9 +6,9 @@ from pathlib import Path
 
 import orjson
 import pytest
+
 from tests.integration.test_store_upload import JOB, PREFIX, run_upload
 from tests.s3server import S3
-
 from tokenmill.errors import StoreError
 from tokenmill.output import verify
 from tokenmill.storage.prefix import MANIFEST, MARKER

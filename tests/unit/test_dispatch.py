@@ -9,8 +9,8 @@ from typing import Any
 
 import aiohttp
 import pytest
-from tests import factories
 
+from tests import factories
 from tokenmill.backends.base import Backend, BackendOptions
 from tokenmill.config import RetrySpec, SamplingSpec
 from tokenmill.errors import MisconfiguredError, PermanentError, ServerError, ServerFault, TransientError

@@ -57,7 +57,6 @@ def test_a_run_plans_with_its_job_s_request_kind(tmp_path: object) -> None:
     from pathlib import Path
 
     from tests.unit.test_monitor_runtime import dispatcher
-
     from tokenmill.config import JobSpec
     from tokenmill.run.watch import RunMonitor
 

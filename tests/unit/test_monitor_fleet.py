@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 from aiohttp import web
-from tests import recorded
 
+from tests import recorded
 from tokenmill.monitor.fleet import FleetMonitor
 from tokenmill.monitor.info import launch_flags, parse_loads, parse_server_info
 from tokenmill.monitor.scrape import ServerSnapshot, parse_metrics, relevant_text

@@ -10,9 +10,9 @@ import aiohttp
 import orjson
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+
 from tests import factories, recorded
 from tests.unit.test_dispatch import ScriptedBackend, Sink, prompts, retry
-
 from tokenmill.config import JobSpec
 from tokenmill.errors import TransientError
 from tokenmill.histogram import Histogram

@@ -14,8 +14,8 @@ import shutil
 from pathlib import Path
 
 import pytest
-from tests import factories
 
+from tests import factories
 from tokenmill.output import OutputDir, verify
 from tokenmill.records import Completion, Failure, Skip
 

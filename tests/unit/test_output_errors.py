@@ -8,8 +8,8 @@ import random
 from pathlib import Path
 
 import pytest
-from tests import factories
 
+from tests import factories
 from tokenmill.errors import OutputError
 from tokenmill.output import OutputDir, verify
 from tokenmill.records import Completion, Failure

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 from click.testing import CliRunner
-from tests import recorded
 
+from tests import recorded
 from tokenmill.cli import cli
 from tokenmill.config import PlannerConfig
 from tokenmill.errors import InputError, ServerError

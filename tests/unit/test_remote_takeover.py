@@ -13,8 +13,8 @@ from typing import Any
 
 import orjson
 import pytest
-from tests import factories
 
+from tests import factories
 from tokenmill.config import JobSpec
 from tokenmill.errors import ConfigError, StoreConflict, StoreUnavailable
 from tokenmill.output import OutputDir, layout, verify

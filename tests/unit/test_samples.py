@@ -12,8 +12,8 @@ import aiohttp
 import orjson
 import pytest
 from aiohttp import web
-from tests.factories import completion
 
+from tests.factories import completion
 from tokenmill.backends import BackendOptions, make_backend
 from tokenmill.config import InputSpec, SamplingSpec, parse_job
 from tokenmill.errors import ConfigError

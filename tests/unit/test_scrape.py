@@ -11,8 +11,8 @@ from pathlib import Path
 import aiohttp
 import pytest
 from aiohttp import web
-from tests import recorded
 
+from tests import recorded
 from tokenmill.monitor.scrape import (
     NAME_MAPS,
     ServerSnapshot,

@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 
 import yaml
+
 from tests.unit.test_doctor_rules import FIXTURES, observe, verdicts
 
 

@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
-from tests import factories
 
+from tests import factories
 from tokenmill.config import JobSpec, OutputSpec, UploadSpec
 from tokenmill.errors import StoreConflict, StoreUnavailable
 from tokenmill.output import OutputDir, SealedShard, manifest

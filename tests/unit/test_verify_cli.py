@@ -8,8 +8,8 @@ from pathlib import Path
 import orjson
 import pytest
 from click.testing import CliRunner
-from tests import factories
 
+from tests import factories
 from tokenmill.cli import cli, main
 from tokenmill.output import OutputDir
 from tokenmill.records import Completion

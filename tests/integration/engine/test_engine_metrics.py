@@ -9,9 +9,9 @@ from typing import Any
 
 import aiohttp
 import pytest
+
 from tests.engines.pool import LiveServer as EngineServer
 from tests.waiting import wait_for_async
-
 from tokenmill.monitor.scrape import ServerSnapshot, rates, scrape
 
 pytestmark = pytest.mark.engine

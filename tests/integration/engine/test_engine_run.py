@@ -14,11 +14,11 @@ import aiohttp
 import orjson
 import pytest
 import yaml
+from tokenizers import Tokenizer
+
 from tests.engines.pool import LiveServer as EngineServer
 from tests.engines.vllm import decodes_to
 from tests.waiting import wait_for_async
-from tokenizers import Tokenizer
-
 from tokenmill.monitor.scrape import ServerSnapshot, scrape
 
 pytestmark = pytest.mark.engine
