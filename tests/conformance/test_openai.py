@@ -3,6 +3,8 @@ tokenmill's own backends where tokenmill reads them."""
 
 from __future__ import annotations
 
+import asyncio
+import json
 from typing import Any
 
 import aiohttp
@@ -57,6 +59,33 @@ async def test_token_ids_reach_tokenmill_records(http: aiohttp.ClientSession, se
     gen = await backend.generate(http, server.base_url, Prompt(id="p", text=PROMPT))
     assert gen.completion_token_ids is not None and len(gen.completion_token_ids) == gen.completion_tokens == 7
     assert gen.prompt_token_ids is not None and len(gen.prompt_token_ids) == gen.prompt_tokens
+
+
+@pytest.mark.parametrize("server", OPENAI, indirect=True)
+@pytest.mark.parametrize("route", [CHAT, COMPLETIONS])
+async def test_an_answer_that_ends_by_itself_ends_with_the_eos_id(
+    http: aiohttp.ClientSession, server: LiveServer, route: str
+) -> None:
+    """The ids of an answer that stopped at the end of sequence include that token, and the usage counts it (what
+    a token export supervises as the end of the turn); an answer cut at max_tokens has none."""
+    eos = json.loads((server.model_dir / "config.json").read_text())["eos_token_id"]
+    backend = make_backend(
+        ROUTES[route],
+        BackendOptions(
+            model=server.model,
+            sampling=SamplingSpec(max_tokens=1024, temperature=1.0, extra_body={"logit_bias": {str(eos): 6.0}}),
+            save_token_ids=True,
+        ),
+    )
+    gens = await asyncio.gather(
+        *(backend.generate(http, server.base_url, Prompt(id=f"p{i}", text=f"{PROMPT} {i}")) for i in range(6))
+    )
+    stopped = [g for g in gens if g.finish_reason == "stop"]
+    assert stopped, [g.finish_reason for g in gens]
+    for g in gens:
+        ids = g.completion_token_ids
+        assert ids is not None and len(ids) == g.completion_tokens
+        assert (ids[-1] == eos) == (g.finish_reason == "stop"), (g.finish_reason, ids[-3:])
 
 
 @pytest.mark.parametrize("server", OPENAI, indirect=True)

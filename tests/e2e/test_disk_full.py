@@ -12,12 +12,15 @@ import pytest
 from tests.e2e.conftest import read_records, run_cli, write_job, write_prompts
 from tokenmill.fleet.simprocs import SimProcess
 
+DISK_KB = 2048  # the 600 records (about 1 KB each with their quality, origin and sampling) fit once it is freed
+ROOM_KB = 200
+
 
 @pytest.fixture
 def small_disk(tmp_path: Path) -> Iterator[Path]:
     mnt = tmp_path / "disk"
     mnt.mkdir()
-    res = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=512k", "tmpfs", str(mnt)], capture_output=True)
+    res = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={DISK_KB}k", "tmpfs", str(mnt)], capture_output=True)
     if res.returncode != 0:
         pytest.skip(f"cannot mount a small tmpfs here (needs root): {res.stderr.decode().strip()}")
     try:
@@ -29,7 +32,7 @@ def small_disk(tmp_path: Path) -> Iterator[Path]:
 @pytest.mark.parametrize("fleet", [(2, ["--output-len-mean", "300"])], indirect=True)
 def test_disk_full_stops_cleanly_then_resumes(fleet: list[SimProcess], small_disk: Path, tmp_path: Path) -> None:
     filler = small_disk / "filler.bin"
-    filler.write_bytes(b"\0" * (300 << 10))
+    filler.write_bytes(b"\0" * ((DISK_KB - ROOM_KB) << 10))  # room for some records, not for all
     data = write_prompts(tmp_path / "in.jsonl", 600)
     out = small_disk / "out"
     job = write_job(tmp_path / "job.yaml", [s.url for s in fleet], data, out, output={"shard_size": 100})

@@ -199,7 +199,10 @@ def test_partitions_with_a_remote_need_no_shared_directory(cluster: None, s3: S3
         shutil.rmtree(tmp_path / "cluster-a")  # the nodes and their disks are gone; the prefix is what is left
         spec["input"].pop("limit")
         spec["output"]["dir"] = str(tmp_path / "cluster-b")
-        second = run_partitions(JobSpec.model_validate(spec), 3, "unused")
+        grown = JobSpec.model_validate(spec)  # the input grew after _SUCCESS: never reopened unless asked
+        refused = run_partitions(grown, 3, "unused")
+        assert not any(r.finished for r in refused) and all("--reopen" in (r.error or "") for r in refused), refused
+        second = run_partitions(grown, 3, "unused", reopen="--reopen")
         shown = "; ".join(map(str, second))  # each partition's end, its error included
         assert [r.finished for r in second] == [True, True, True] and sum(r.completed for r in second) == 120, shown
         store = Store(s3.url("ray/"), options)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from rich.console import Console
 
 from tokenmill.doctor import Verdict
@@ -141,3 +142,28 @@ def test_log_records_go_through_the_live_console_while_the_dashboard_shows() -> 
         assert handler.console is own
     finally:
         root.removeHandler(handler)
+
+
+def test_off_a_terminal_a_run_ends_with_its_status_line_however_short(capsys: pytest.CaptureFixture[str]) -> None:
+    import dataclasses
+
+    from tokenmill.run.progress import Display
+
+    class Clocked:
+        def __init__(self) -> None:
+            self.elapsed = 0.0
+
+        def snapshot(self) -> Snapshot:
+            return dataclasses.replace(snap(), elapsed_s=self.elapsed)
+
+    tracker = Clocked()
+    display = Display(tracker, 10, live=False)  # type: ignore[arg-type]
+    display.start()
+    display.tick()  # the first line, at 0 s
+    tracker.elapsed = 0.4  # the run ends before the next interval
+    display.stop()
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 2 and "elapsed 0s" in lines[0], lines
+    tracker.elapsed = 0.4
+    display.stop()  # stopping again at the same moment prints nothing more
+    assert capsys.readouterr().err == ""

@@ -42,7 +42,11 @@ def test_kill_leftovers_kills_this_machine_s_live_server_groups_only(tmp_path: P
 def test_stop_without_a_running_supervisor_still_kills_the_leftovers(tmp_path: Path) -> None:
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], start_new_session=True)
     try:
-        _state(tmp_path, supervisor_pid=DEAD_PID, servers=[{"pid": child.pid, "node": None}])
+        _state(
+            tmp_path,
+            supervisor_pid=DEAD_PID,
+            servers=[{"index": 0, "url": "-", "state": "up", "gpus": [], "pid": child.pid}],
+        )
         stopped = stop(tmp_path, 5.0, sleep=lambda s: pytest.fail("nothing to wait for"))
         assert stopped.supervisor_pid is None and stopped.leftovers == 1
         assert child.wait(timeout=10) == -9

@@ -14,7 +14,7 @@ import pytest
 from tokenmill import fsio
 from tokenmill.errors import ServerError
 from tokenmill.output import OutputDir
-from tokenmill.output.identity import create_record
+from tokenmill.output.identity import JobRecord, create_record
 from tokenmill.output.manifest import ManifestEntry, rewrite
 from tokenmill.storage.store import Store
 
@@ -92,7 +92,7 @@ def _manifest(path: Path) -> None:
 
 
 def _job_record(path: Path) -> None:
-    create_record(path.parent, {"job_id": "j1"})
+    create_record(path.parent, JobRecord.from_json({"job_id": "j1"}))
 
 
 def _store_object(path: Path) -> None:

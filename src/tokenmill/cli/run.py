@@ -115,12 +115,14 @@ def execute(
         sys.exit(3)
 
 
-def execute_partitions(job: JobSpec, count: int, ray_address: str, allow_changed_job: bool) -> None:
+def execute_partitions(
+    job: JobSpec, count: int, ray_address: str, allow_changed_job: bool, reopen: str | None = None
+) -> None:
     """``run --partitions``: run them, print one line each and the combined check; exit 3 if any stopped."""
     from tokenmill.fleet.partitions import run_partitions
     from tokenmill.output import verify
 
-    results = run_partitions(job, count, ray_address, allow_changed_job)
+    results = run_partitions(job, count, ray_address, allow_changed_job, reopen)
     for r in results:
         state = "finished" if r.finished else f"stopped ({r.error})" if r.error else "stopped"
         click.echo(
@@ -243,7 +245,7 @@ def run(
             target=target,
             reopen=why,
         ),
-        lambda job, count, address: execute_partitions(target.apply(job), count, address, allow_changed_job),
+        lambda job, count, address: execute_partitions(target.apply(job), count, address, allow_changed_job, why),
     )
 
 

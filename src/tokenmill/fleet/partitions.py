@@ -43,8 +43,11 @@ class PartitionResult:
     error: str | None = None
 
 
-def run_partition(job: JobSpec, index: int, count: int, allow_changed_job: bool = False) -> PartitionResult:
-    """Run one partition's client to its end (this is the body of each Ray task)."""
+def run_partition(
+    job: JobSpec, index: int, count: int, allow_changed_job: bool = False, reopen: str | None = None
+) -> PartitionResult:
+    """Run one partition's client to its end (this is the body of each Ray task); ``reopen``: why it may add to
+    a job its prefix marks finished (``run --reopen``: the input grew)."""
     from tokenmill.logs import setup_logging
     from tokenmill.run import run_job, run_sync
 
@@ -52,7 +55,12 @@ def run_partition(job: JobSpec, index: int, count: int, allow_changed_job: bool 
     try:
         result = run_sync(
             run_job(
-                job, allow_changed_job=allow_changed_job, live=False, install_signals=False, partition=(index, count)
+                job,
+                allow_changed_job=allow_changed_job,
+                live=False,
+                install_signals=False,
+                partition=(index, count),
+                reopen=reopen,
             )
         )
     except TokenmillError as exc:
@@ -85,9 +93,10 @@ def _prepare(job: JobSpec, count: int, allow_changed_job: bool) -> None:
 
 
 def run_partitions(
-    job: JobSpec, count: int, ray_address: str, allow_changed_job: bool = False
+    job: JobSpec, count: int, ray_address: str, allow_changed_job: bool = False, reopen: str | None = None
 ) -> list[PartitionResult]:
-    """Run ``count`` partition clients as Ray tasks (one CPU each) and wait for all of them."""
+    """Run ``count`` partition clients as Ray tasks (one CPU each) and wait for all of them; ``reopen`` as for
+    :func:`run_partition`."""
     import ray
 
     from tokenmill.fleet.ray import connect
@@ -97,6 +106,6 @@ def run_partitions(
     _prepare(job, count, allow_changed_job)
     connect(ray_address)
     task: Any = ray.remote(run_partition).options(num_cpus=1, max_retries=0)
-    refs = [task.remote(job, i, count, allow_changed_job) for i in range(count)]
+    refs = [task.remote(job, i, count, allow_changed_job, reopen) for i in range(count)]
     results: list[PartitionResult] = ray.get(refs)
     return results

@@ -212,7 +212,12 @@ class Display:
         return snap
 
     def stop(self) -> Snapshot:
+        """The last frame, or off a terminal the last status line (a run shorter than ``interval_s`` still gets
+        one with its final counts)."""
         snap = self.tracker.snapshot()
+        if self._live is None and snap.elapsed_s > self._last_line:
+            self._last_line = snap.elapsed_s
+            print(status_line(snap), file=sys.stderr, flush=True)
         if self._live is not None:
             self._render(snap)
             self._live.stop()

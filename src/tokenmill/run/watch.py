@@ -247,7 +247,7 @@ class RunMonitor:
                 math.ceil(holds / len(caps)),
             )
 
-    async def _round(self, views: list[ServerView]) -> None:
+    async def _round(self, views: list[ServerView], tune: bool = True) -> None:
         self.fleet.sync([s.url for s in self.dispatcher.servers])  # `tokenmill fleet` may add or drain servers
         self._share_gauges(views)
         self._warn_oversubscribed(views)
@@ -265,7 +265,7 @@ class RunMonitor:
             self.events.write("eta", **est.as_dict())
         if self.doctor.update(verdicts):
             self._verdicts_changed(self.doctor.shown)
-        if self.tuner is not None:
+        if self.tuner is not None and tune:
             confirmed = [v for v in self.doctor.shown if self.doctor.confirmed(v.rule) >= self.doctor.confirm]
             self.tuner.round(views, confirmed, self.last.eta_s if self.last is not None else None)
         now = self.clock()
@@ -332,15 +332,19 @@ class RunMonitor:
         return {url: w.mean() for url, w in self._inflight.items()}
 
     async def stop(self, final: Snapshot, finished: bool) -> None:
-        """Stop scraping and serving; the last ``tick`` and the ``end`` record go to the event log."""
+        """Stop scraping and serving; the last ``tick`` and the ``end`` record go to the event log. A finished
+        run gets one more doctor round, on its final counts (a short run may end before its first round)."""
+        watched = self._task is not None  # the monitor ran (not off: scrape_interval_s)
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
             self._task = None
+        self.last = final
+        if finished and watched:  # the doctor's last look at the run (a short one may end before its first round)
+            await self._round(self.fleet.views, tune=False)
         if self.tuner is not None:
             self.tuner.stop()
-        self.last = final
         self.events.write("tick", **tick_record(final, self.client, self._inflight_means()))
         self.events.write("end", elapsed_s=round(final.elapsed_s, 2), finished=finished)
         self.events.close()

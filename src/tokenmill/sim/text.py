@@ -87,8 +87,9 @@ def _word(token_id: int) -> str:
 
 
 def decode(token_ids: Iterable[int]) -> str:
-    """The text of output token ids made by :func:`plan_output`."""
-    return " ".join(_word(i) for i in token_ids)
+    """The text of output token ids made by :func:`plan_output` (the EOS token has none, as a tokenizer decodes
+    with ``skip_special_tokens``)."""
+    return " ".join(_word(i) for i in token_ids if i != EOS_TOKEN_ID)
 
 
 def content_key(
@@ -136,30 +137,33 @@ def plan_output(
     ``</think>``, then the answer, the same length in all; reasoning cut at ``max_new_tokens`` never closes."""
     rng = random.Random(key)
     natural = draw_length(rng, mean, sigma)
-    if degeneration == "empty":
-        return Draft(token_ids=[], text="", finish="stop", matched=EOS_TOKEN_ID)
+    if degeneration == "empty":  # the end of sequence at once: one token, as a real server counts it
+        return Draft(token_ids=[EOS_TOKEN_ID], text="", finish="stop", matched=EOS_TOKEN_ID)
     finish: FinishKind = "length" if ignore_eos or natural >= max_new_tokens or degeneration else "stop"
     n = max_new_tokens if finish == "length" else natural
-    ids = [OUTPUT_ID_BASE + i for i in rng.choices(range(len(WORDS)), k=n)]
-    if degeneration == "loop" and n:
-        start = rng.randrange(n // 2 + 1)
+    body = n - 1 if finish == "stop" else n  # an answer that ends by itself ends with the EOS token, one of its n
+    ids = [OUTPUT_ID_BASE + i for i in rng.choices(range(len(WORDS)), k=body)]
+    if degeneration == "loop" and body:
+        start = rng.randrange(body // 2 + 1)
         phrase = ids[start : start + rng.randint(*LOOP_PHRASE_WORDS)]
-        ids[start:] = (phrase * (-(-(n - start) // len(phrase))))[: n - start]
-    elif degeneration == "unclosed_think" and n:
+        ids[start:] = (phrase * (-(-(body - start) // len(phrase))))[: body - start]
+    elif degeneration == "unclosed_think" and body:
         ids[0] = THINK_OPEN_ID
-    elif think_share is not None and n:
+    elif think_share is not None and body:
         reasoning = max(1, round(natural * think_share))
         if finish == "stop":  # an answer that ended by itself closed its thinking first
-            reasoning = min(reasoning, n - 2)
+            reasoning = min(reasoning, body - 2)
         ids[0] = THINK_OPEN_ID
-        if 0 <= reasoning + 1 < n:
+        if 0 <= reasoning + 1 < body:
             ids[reasoning + 1] = THINK_CLOSE_ID
     text = decode(ids)
     cut = _first_stop(text, stop)
     if cut is not None:
         start, end, matched = cut
         return Draft(token_ids=ids[: _token_at(ids, end) + 1], text=text[:start], finish="stop", matched=matched)
-    return Draft(token_ids=ids, text=text, finish=finish, matched=None if finish == "length" else EOS_TOKEN_ID)
+    if finish == "length":
+        return Draft(token_ids=ids, text=text, finish=finish, matched=None)
+    return Draft(token_ids=[*ids, EOS_TOKEN_ID], text=text, finish=finish, matched=EOS_TOKEN_ID)
 
 
 def _token_at(ids: Sequence[int], offset: int) -> int:

@@ -129,8 +129,9 @@ def open_corpus(target: str | Path) -> Corpus:
 
 
 def _local_corpus(out: Path, shown: str) -> Corpus:
-    if read_record(out) is None and not (out / layout.MANIFEST).exists() and not any(out.glob("completions_*")):
-        raise OutputError(f"{shown} is not an output directory (no job.json, manifest or shards)")
+    marks = (layout.JOB, layout.MANIFEST, layout.EVENTS, layout.SUMMARY_JSON)
+    if not any((out / name).exists() for name in marks) and not any(out.glob("completions_*")):
+        raise OutputError(f"{shown} is not an output directory (no job.json, manifest, shards or event log)")
     shards: dict[str, ShardRef] = {}
     gone: dict[str, int] = {}  # listed in a local manifest, no local file: offloaded or taken over
     for writer in [None, *sorted(layout.list_dir(out).partitions)]:
