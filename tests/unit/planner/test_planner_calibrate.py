@@ -23,7 +23,7 @@ from tokenmill.planner.calibrate import (
 )
 from tokenmill.planner.capacity import server_capacity
 
-FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "metrics"
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "metrics"
 FLAGS = "--mamba-scheduler-strategy no_buffer --disable-radix-cache --max-running-requests 128"
 
 

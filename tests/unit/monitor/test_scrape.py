@@ -22,7 +22,7 @@ from tokenmill.monitor.scrape import (
     scrape,
 )
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "metrics"
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "metrics"
 VLLM_TEXT = (FIXTURES / "vllm_0.32.0.txt").read_text()
 SGLANG_TEXT = recorded.metrics("hybrid")  # a real 0.5.23 server: the tiny hybrid at its cap with a queue
 HYBRID = recorded.recording("hybrid")

@@ -12,7 +12,7 @@ from tokenmill.errors import BadRowError, InputError
 from tokenmill.records import Prompt, Skip
 from tokenmill.sources import iter_prompts
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "sources"
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "sources"
 BAD_ROWS = FIXTURES / "bad_rows.jsonl"
 
 # (line in bad_rows.jsonl, id recorded with the skip, a fragment of the reason)

@@ -12,7 +12,7 @@ import pytest
 
 from tokenmill.quality.signals import LOOP_SCORE, answer_hash, combined, loop_score, signals
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 CHUNK = 4000  # characters per sample answer: a typical long answer
 
 

@@ -12,7 +12,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests import factories, recorded
-from tests.unit.test_dispatch import ScriptedBackend, Sink, prompts, retry
+from tests.unit.run.test_dispatch import ScriptedBackend, Sink, prompts, retry
 from tokenmill.config import JobSpec
 from tokenmill.errors import TransientError
 from tokenmill.histogram import Histogram
@@ -242,7 +242,7 @@ def test_status_of_something_else_says_so(tmp_path: Path) -> None:
 
 
 async def test_the_run_binding_is_the_verdict_shown_longest(tmp_path: Path) -> None:
-    from tests.unit.test_doctor_rules import observe
+    from tests.unit.doctor.test_doctor_rules import observe
 
     spec = job(tmp_path, doctor={"confirm_rounds": 1})
     (tmp_path / "out").mkdir()

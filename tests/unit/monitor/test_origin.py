@@ -9,7 +9,7 @@ from pathlib import Path
 
 from tokenmill.monitor.origin import Origin, Origins, flags_hash, origin_from
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "sglang-0.5.23"
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "sglang-0.5.23"
 
 
 def server_info() -> dict[str, object]:

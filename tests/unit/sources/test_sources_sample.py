@@ -11,7 +11,7 @@ from tokenmill.config import InputSpec
 from tokenmill.records import Prompt
 from tokenmill.sources import count_rows, iter_prompts, sample_dataset_path
 
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "make_sample_data.py"
+SCRIPT = Path(__file__).resolve().parents[3] / "scripts" / "make_sample_data.py"
 
 
 def _script() -> ModuleType:

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.unit.test_dispatch import prompts
-from tests.unit.test_monitor_runtime import dispatcher, job
+from tests.unit.run.test_dispatch import prompts
+from tests.unit.run.test_watch import dispatcher, job
 from tokenmill.run.eta import MEASURED, PLANNED, EtaRule
 from tokenmill.run.progress import Tracker
 from tokenmill.run.watch import RunMonitor

@@ -27,7 +27,7 @@ from tokenmill.sim import api
 from tokenmill.sim.text import THINK_CLOSE_ID, THINK_OPEN_ID, plan_output
 from tokenmill.sources.thinking import row_thinking, share_point, thinking_for
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 BASE = {"input": {"path": "x.jsonl"}, "servers": ["http://s:1"], "output": {"dir": "o"}}
 
 

@@ -12,7 +12,7 @@ from pydantic import BaseModel
 from tokenmill.config import DoctorSpec, JobSpec
 from tokenmill.doctor.rules import RULE_IDS, RULES
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 SETTING = re.compile(r"(?<![\w`])([a-z][a-z0-9]*(?:[_.][a-z0-9]+)+)(?![\w`])")
 
 

@@ -21,7 +21,7 @@ from tokenmill.monitor.fleet import FleetMonitor
 from tokenmill.monitor.info import parse_server_info
 from tokenmill.monitor.scrape import ServerSnapshot, parse_metrics
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "metrics" / "doctor"
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "metrics" / "doctor"
 URL = "http://10.0.0.7:30000"
 
 
@@ -233,9 +233,9 @@ def test_each_fixture_fires_its_rule(name: str) -> None:
 
 
 def test_every_rule_is_covered() -> None:
-    # built from fixtures above; compute-bound needs the planner's roofline (tests/unit/test_doctor_ranking.py),
-    # truncated the client's answers alone (tests/unit/test_truncation.py), queue-timeout the client's timeouts
-    # (tests/unit/test_overload.py), uploads-behind the upload backlog (tests/unit/test_upload_health.py)
+    # built from fixtures above; compute-bound needs the planner's roofline (tests/unit/doctor/test_doctor_ranking.py),
+    # truncated the client's answers alone (tests/unit/doctor/test_truncation.py), queue-timeout the client's timeouts
+    # (tests/unit/run/test_overload.py), uploads-behind the upload backlog (tests/unit/run/test_upload_health.py)
     covered = set(FIRES.values()) | {"server-down", "flapping", "client-bound", "compute-bound", "truncated"}
     covered |= {"queue-timeout", "uploads-behind"}
     assert covered == set(RULE_IDS)

@@ -178,7 +178,7 @@ def test_the_per_request_efficiency_is_what_brings_the_large_batch_rows_in() -> 
 
 
 def test_the_docs_table_is_current() -> None:
-    docs = (Path(__file__).resolve().parents[2] / "docs" / "planner.md").read_text(encoding="utf-8")
+    docs = (Path(__file__).resolve().parents[3] / "docs" / "planner.md").read_text(encoding="utf-8")
     for row in ROWS:
         line = next((ln for ln in docs.splitlines() if ln.startswith(f"| {row.label} |")), None)
         assert line is not None, f"docs/planner.md lacks the row {row.label}"

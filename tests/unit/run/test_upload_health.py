@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from tests import factories
-from tests.unit.test_dispatch import ScriptedBackend, Sink, prompts, retry
-from tests.unit.test_doctor_rules import observe, verdicts
+from tests.unit.doctor.test_doctor_rules import observe, verdicts
+from tests.unit.run.test_dispatch import ScriptedBackend, Sink, prompts, retry
 from tokenmill.config import UploadSpec
 from tokenmill.config.output import parse_bytes
 from tokenmill.doctor import ClientObs, Observation

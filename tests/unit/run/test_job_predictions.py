@@ -56,7 +56,7 @@ def test_the_rate_at_a_fitted_eta_is_the_planner_s_with_that_eta_and_the_client_
 def test_a_run_plans_with_its_job_s_request_kind(tmp_path: object) -> None:
     from pathlib import Path
 
-    from tests.unit.test_monitor_runtime import dispatcher
+    from tests.unit.run.test_watch import dispatcher
     from tokenmill.config import JobSpec
     from tokenmill.run.watch import RunMonitor
 

@@ -15,7 +15,7 @@ from tokenmill.monitor.fleet import FleetMonitor
 from tokenmill.monitor.info import launch_flags, parse_loads, parse_server_info
 from tokenmill.monitor.scrape import ServerSnapshot, parse_metrics, relevant_text
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "metrics"
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "metrics"
 SGLANG_TEXT = recorded.metrics("hybrid")  # a real 0.5.23 server under a known load
 VLLM_TEXT = (FIXTURES / "vllm_0.32.0.txt").read_text()
 
