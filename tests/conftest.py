@@ -1,19 +1,26 @@
-"""Session-wide test plumbing: the pool of real and simulated servers, and test order by server kind.
+"""Session-wide test plumbing: the pool of real and simulated servers, test order by server kind, and S3.
 
 Tests that need a real engine name it through a fixture (``engine_server`` for vLLM, ``sglang_dense``,
 ``sglang_hybrid``), a ``server`` parameter (the conformance suite) or ``@pytest.mark.server_kind(NAME)``.
 They run after all other tests, grouped by kind, so that each engine starts once while at most
 ``TOKENMILL_TEST_ENGINES`` (default 1) are up.
+
+Tests that need an S3 API take ``s3`` (a new bucket on a moto server shared by the module) or ``own_s3`` (a server
+of the test's own, which the test may stop and restart); tests/s3server.py has the server itself.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import pytest
 
 from tests.engines.pool import KINDS, LiveServer, ServerPool
 from tests.engines.process import StartFailed
+
+if TYPE_CHECKING:
+    from tests.s3server import S3
 
 REAL_ENGINE_TIMEOUT_S = 900  # a real engine starts in 30-240 s on two busy cores, inside its first test
 # fixture name -> the server kind it stands for
@@ -98,3 +105,27 @@ def engines_down(server_pool: ServerPool) -> ServerPool:
 def engine_server(server_pool: ServerPool) -> LiveServer:
     """The real vLLM server with the tiny dense model (shared by the session)."""
     return live_server(server_pool, "vllm")
+
+
+@pytest.fixture(scope="module")
+def s3_server() -> Iterator[S3]:
+    """A moto S3 server for the module's tests (the test credentials are in the environment while it runs)."""
+    from tests.s3server import moto_server  # boto3 and moto load only for the tests that use them
+
+    with moto_server() as server:
+        yield server
+
+
+@pytest.fixture
+def s3(s3_server: S3) -> S3:
+    """A new, empty bucket of this test's own on the module's S3 server."""
+    return s3_server.fresh()
+
+
+@pytest.fixture
+def own_s3() -> Iterator[S3]:
+    """An S3 server of this test's own, with one bucket, to stop and restart."""
+    from tests.s3server import moto_server
+
+    with moto_server() as server:
+        yield server

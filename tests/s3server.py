@@ -1,4 +1,8 @@
-"""A real S3 API on loopback (moto's server) for store and upload tests, reached through s3fs."""
+"""A real S3 API on loopback (moto's server) for store and upload tests, reached through s3fs.
+
+Tests take it as the ``s3`` fixture (tests/conftest.py: a new bucket on the module's server) or, to stop and
+restart the server, as ``own_s3`` (a server of the test's own); code outside a test uses :func:`moto_server`.
+"""
 
 from __future__ import annotations
 
@@ -24,14 +28,38 @@ TEST_ENV = {
 }
 
 
+class MotoServer:
+    """moto's threaded server on a fixed loopback port, which can be stopped and started again on that port
+    (moto keeps its objects in this process, so a restarted server still holds them)."""
+
+    def __init__(self, port: int = 0) -> None:
+        self.port = port
+        self._server: Any = None
+
+    def start(self) -> None:
+        from moto.server import ThreadedMotoServer
+
+        self._server = ThreadedMotoServer(ip_address="127.0.0.1", port=self.port, verbose=False)
+        self._server.start()
+        self.port = int(self._server.get_host_and_port()[1])
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.stop()
+            self._server = None
+
+
 @dataclass
 class S3:
     """A running moto server and one fresh bucket in it."""
 
     endpoint: str
-    port: int
     bucket: str
-    server: Any
+    server: MotoServer
+
+    @property
+    def port(self) -> int:
+        return self.server.port
 
     def url(self, prefix: str = "corpus/run-1/") -> str:
         return f"s3://{self.bucket}/{prefix}"
@@ -61,37 +89,32 @@ class S3:
 
     def fresh(self) -> S3:
         """The same server with a new, empty bucket."""
-        other = S3(self.endpoint, self.port, f"tm-{uuid.uuid4().hex[:12]}", self.server)
+        other = S3(self.endpoint, f"tm-{uuid.uuid4().hex[:12]}", self.server)
         other.client().create_bucket(Bucket=other.bucket)
         return other
 
     def stop(self) -> None:
+        """Stop the server (every bucket on it goes down)."""
         self.server.stop()
 
     def restart(self) -> None:
-        """Start a server again on the same port (moto keeps its objects in this process)."""
-        from moto.server import ThreadedMotoServer
-
-        self.server = ThreadedMotoServer(ip_address="127.0.0.1", port=self.port, verbose=False)
+        """Start the server again on the same port, with the objects it held."""
         self.server.start()
 
 
 @contextmanager
 def moto_server() -> Iterator[S3]:
-    """A moto server on 127.0.0.1 (port 0) with a new bucket; stopped on exit. Use :meth:`S3.fresh` for
-    another bucket on the same server (stopping a server takes ~0.5 s, so modules share one)."""
-    from moto.server import ThreadedMotoServer
-
+    """A moto server on 127.0.0.1 (port 0) with a new bucket, the test credentials in the environment; the server
+    (restarted or not) is stopped on exit. Use :meth:`S3.fresh` for another bucket on the same server (stopping a
+    server takes ~0.5 s, so a module shares one)."""
     saved = {k: os.environ.get(k) for k in TEST_ENV}
     os.environ.update(TEST_ENV)
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    s3 = S3(endpoint=f"http://{host}:{port}", port=port, bucket="", server=server)
+    server = MotoServer()
     try:
-        yield s3.fresh()
+        server.start()
+        yield S3(endpoint=f"http://127.0.0.1:{server.port}", bucket="", server=server).fresh()
     finally:
-        s3.server.stop()
+        server.stop()
         for k, v in saved.items():
             if v is None:
                 os.environ.pop(k, None)

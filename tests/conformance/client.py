@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -12,6 +11,7 @@ import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.engines.pool import LiveServer
+from tests.waiting import wait_for_async
 
 POLL_DEADLINE_S = 60.0
 POLL_PAUSE_S = 0.02
@@ -69,13 +69,7 @@ async def until(
     probe: Callable[[], Awaitable[Any]], done: Callable[[Any], bool], what: str, deadline_s: float = POLL_DEADLINE_S
 ) -> Any:
     """Call ``probe`` until ``done(result)``; fails with the last result after the deadline."""
-    end = time.monotonic() + deadline_s
-    while True:
-        result = await probe()
-        if done(result):
-            return result
-        assert time.monotonic() < end, f"{what}: not reached in {deadline_s:.0f} s; last: {result}"
-        await asyncio.sleep(POLL_PAUSE_S)  # the pause between probes; the condition is what is waited for
+    return await wait_for_async(what, probe, deadline_s, POLL_PAUSE_S, done=done)
 
 
 def gauge(fams: Mapping[str, Family], name: str) -> float:

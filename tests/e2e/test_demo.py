@@ -6,12 +6,12 @@ import os
 import re
 import signal
 import subprocess
-import time
 from pathlib import Path
 
 import orjson
 
 from tests.e2e.conftest import TOKENMILL, run_cli
+from tests.waiting import wait_for
 
 
 def test_demo_completes_and_names_the_binding_resource(tmp_path: Path) -> None:
@@ -45,10 +45,8 @@ def test_a_demo_killed_in_its_first_seconds_does_not_block_the_next(tmp_path: Pa
         start_new_session=True,
     )
     try:
-        deadline = time.monotonic() + 60
-        while not (out / "sim-0.log").exists():  # the simulated server is starting: nothing recorded yet
-            assert proc.poll() is None and time.monotonic() < deadline, "the demo never started its server"
-            time.sleep(0.01)
+        # the simulated server is starting: nothing recorded yet
+        wait_for("the demo's simulated server to start", (out / "sim-0.log").exists, every_s=0.01, alive=proc)
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()

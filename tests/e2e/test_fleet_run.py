@@ -16,6 +16,7 @@ from typing import Any
 import yaml
 
 from tests.e2e.conftest import TOKENMILL, read_records, run_cli, write_job, write_prompts
+from tests.waiting import wait_for
 from tokenmill.fleet.state import pid_alive, read_json
 
 
@@ -41,11 +42,7 @@ def shard_lines(out: Path) -> int:
 
 
 def wait_lines(proc: subprocess.Popen[str], out: Path, n: int, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while shard_lines(out) < n if out.exists() else True:
-        assert proc.poll() is None, f"the run ended early: {proc.communicate()[1][-2000:]}"
-        assert time.monotonic() < deadline, "the run made no progress"
-        time.sleep(0.05)
+    wait_for(f"{n} records written", lambda: out.exists() and shard_lines(out) >= n, timeout, alive=proc)
 
 
 def fleet_job(tmp_path: Path, state_dir: Path, n: int, **extra: Any) -> tuple[Path, Path]:

@@ -8,7 +8,6 @@ Real parts: simulated servers as processes, moto's S3 server on loopback, the ``
 from __future__ import annotations
 
 import shutil
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,23 +15,12 @@ import orjson
 import pytest
 
 from tests.e2e.conftest import run_cli, write_job, write_prompts
-from tests.s3server import S3, TEST_ENV, moto_server
+from tests.s3server import S3, TEST_ENV
 from tokenmill.fleet.simprocs import SimProcess
 
 PREFIX = "corpora/run-1/"
 FAST_UPLOAD = {"backoff_base_s": 0.05, "backoff_max_s": 0.5, "drain_timeout_s": 60, "start_wait_s": 10}
 N = 240
-
-
-@pytest.fixture(scope="module")
-def s3_server() -> Iterator[S3]:
-    with moto_server() as server:
-        yield server
-
-
-@pytest.fixture
-def s3(s3_server: S3) -> S3:
-    return s3_server.fresh()
 
 
 @pytest.fixture(autouse=True)

@@ -7,7 +7,6 @@ import json
 import os
 import signal
 import subprocess
-import time
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +14,8 @@ import orjson
 import pytest
 
 from tests.e2e.conftest import TOKENMILL, run_cli, write_job
+from tests.s3server import S3, TEST_ENV
+from tests.waiting import wait_for
 from tokenmill.config import SimConfig
 from tokenmill.fleet.simprocs import start_sim
 from tokenmill.output.records_reader import iter_records
@@ -87,10 +88,13 @@ def test_generate_inspect_regenerate_until_the_rate_is_the_baseline(sim: Any, tm
     slow = subprocess.Popen([*TOKENMILL, *args], stdout=log, stderr=subprocess.STDOUT)
     try:
         round_out = out / "regenerate" / "round-001"
-        deadline = time.monotonic() + 120
-        while sum(1 for _ in iter_records(round_out)) < 10 if round_out.is_dir() else True:
-            assert slow.poll() is None and time.monotonic() < deadline, "the round did not start"
-            time.sleep(0.05)
+        wait_for(
+            "the round's first 10 records",
+            lambda: round_out.is_dir() and sum(1 for _ in iter_records(round_out)) >= 10,
+            timeout=120,
+            alive=slow,
+            log=tmp_path / "regenerate.log",
+        )
         os.kill(slow.pid, signal.SIGKILL)
     finally:
         slow.wait(timeout=30)
@@ -132,29 +136,28 @@ def test_generate_inspect_regenerate_until_the_rate_is_the_baseline(sim: Any, tm
     assert len(rows) == PROMPTS
 
 
-def test_inspect_from_the_remote_prefix_sees_what_the_output_holds_rounds_included(sim: Any, tmp_path: Path) -> None:
-    from tests.s3server import TEST_ENV, moto_server
-
+def test_inspect_from_the_remote_prefix_sees_what_the_output_holds_rounds_included(
+    sim: Any, s3: S3, tmp_path: Path
+) -> None:
     prompts = tmp_path / "prompts.jsonl"
     with prompts.open("w") as fh:
         for i in range(200):
             fh.write(json.dumps({"id": f"r{i:04d}", "prompt": f"Describe item {i}."}) + "\n")
     out = tmp_path / "out"
-    with moto_server() as s3:
-        env = {**TEST_ENV, "AWS_ENDPOINT_URL": s3.endpoint}
-        output = {"shard_size": 50, "remote": s3.url(), "upload": {"backoff_base_s": 0.05, "drain_timeout_s": 60}}
-        job = write_job(tmp_path / "job.yaml", [sim.url], prompts, out, sampling={"max_tokens": 200}, output=output)
-        assert run_cli("run", str(job), "--no-live", env=env, timeout=300).returncode == 0
-        regen = run_cli("regenerate", str(job), "--where", "degenerate", "--sampling", "seed=9", "--no-live", env=env)
-        assert regen.returncode == 0, regen.stderr
-        assert any(k.startswith("corpus/run-1/_tokenmill/regenerate/round-001/completions_") for k in s3.objects())
-        local = inspect(out)
-        remote = run_cli("inspect", s3.url(), "--json", env=env)
-        assert remote.returncode == 0, remote.stderr
-        seen = json.loads(remote.stdout)
-        page = tmp_path / "remote.html"
-        rep = run_cli("report", s3.url(), "--to", str(page), env=env, timeout=180)
-        assert rep.returncode == 0, rep.stderr
+    env = {**TEST_ENV, "AWS_ENDPOINT_URL": s3.endpoint}
+    output = {"shard_size": 50, "remote": s3.url(), "upload": {"backoff_base_s": 0.05, "drain_timeout_s": 60}}
+    job = write_job(tmp_path / "job.yaml", [sim.url], prompts, out, sampling={"max_tokens": 200}, output=output)
+    assert run_cli("run", str(job), "--no-live", env=env, timeout=300).returncode == 0
+    regen = run_cli("regenerate", str(job), "--where", "degenerate", "--sampling", "seed=9", "--no-live", env=env)
+    assert regen.returncode == 0, regen.stderr
+    assert any(k.startswith("corpus/run-1/_tokenmill/regenerate/round-001/completions_") for k in s3.objects())
+    local = inspect(out)
+    remote = run_cli("inspect", s3.url(), "--json", env=env)
+    assert remote.returncode == 0, remote.stderr
+    seen = json.loads(remote.stdout)
+    page = tmp_path / "remote.html"
+    rep = run_cli("report", s3.url(), "--to", str(page), env=env, timeout=180)
+    assert rep.returncode == 0, rep.stderr
     html = page.read_text()
     assert "<p>200 completions, 0 failed." in html
     assert f"<td>degenerate</td><td>{local['signals']['degenerate']['count']:,}</td>" in html

@@ -6,13 +6,13 @@ import random
 import signal
 import subprocess
 import sys
-import time
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
 from tests.e2e.conftest import read_records, run_cli, write_job, write_prompts
+from tests.waiting import wait_for
 from tokenmill.fleet.simprocs import SimProcess
 
 N = 1500
@@ -47,13 +47,8 @@ def test_sigkill_five_times_then_resume_verifies(fleet: list[SimProcess], tmp_pa
             stderr=subprocess.PIPE,
         )
         try:
-            deadline = time.monotonic() + 60
-            while time.monotonic() < deadline and proc.poll() is None:
-                if out.exists() and count_lines(out) >= target:
-                    break
-                time.sleep(0.01)
-            assert proc.poll() is None, (
-                f"the run ended before it could be killed: {proc.stderr.read() if proc.stderr else ''}"
+            wait_for(
+                f"{target} records", lambda t=target: out.exists() and count_lines(out) >= t, every_s=0.01, alive=proc
             )
         finally:  # killed whether the test goes on or fails here: no client outlives the test
             proc.send_signal(signal.SIGKILL)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 from collections import Counter
 from pathlib import Path
 
@@ -13,6 +12,7 @@ import pytest
 
 from tests.e2e.conftest import read_records, run_cli, write_job, write_prompts
 from tests.engines.process import free_port
+from tests.waiting import wait_for
 from tokenmill.fleet.simprocs import SimProcess, start_sim
 
 
@@ -141,12 +141,7 @@ def test_dead_server_is_set_aside_and_used_again_when_back(tmp_path: Path) -> No
         )
         log = out / "tokenmill.log"
         # wait until the client has set the dead server aside, then bring it back on the same port
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            if log.exists() and "setting server" in log.read_text():
-                break
-            assert proc.poll() is None, proc.communicate()
-            time.sleep(0.05)
+        wait_for("the dead server set aside", lambda: log.exists() and "setting server" in log.read_text(), alive=proc)
         revived = start_sim(args, port=int(port))
         _, err = proc.communicate(timeout=120)
         assert proc.returncode == 0, err

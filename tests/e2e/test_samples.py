@@ -10,7 +10,6 @@ import signal
 import subprocess
 import sys
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +17,7 @@ import orjson
 import pytest
 
 from tests.e2e.conftest import read_records, run_cli, write_job
-from tests.s3server import S3, TEST_ENV, moto_server
+from tests.s3server import S3, TEST_ENV
 from tests.waiting import wait_for
 from tokenmill.fleet.simprocs import SimProcess
 from tokenmill.sources.samples import sample_seed
@@ -59,11 +58,10 @@ def start(job: Path, *args: str, log: Path) -> subprocess.Popen[str]:
     )
 
 
-def kill_when(proc: subprocess.Popen[str], what: str, ready: Any) -> None:
-    """SIGKILL ``proc`` once ``ready()`` holds (it must still be running then)."""
+def kill_when(proc: subprocess.Popen[str], what: str, ready: Any, log: Path) -> None:
+    """SIGKILL ``proc`` once ``ready()`` holds (it must still be running then; ``log`` is where it writes)."""
     try:
-        wait_for(what, lambda: ready() or proc.poll() is not None)
-        assert proc.poll() is None, f"the run ended before it could be killed ({what})"
+        wait_for(what, ready, alive=proc, log=log)
     finally:  # no client outlives the test
         proc.send_signal(signal.SIGKILL)
         proc.wait()
@@ -104,7 +102,7 @@ def test_three_samples_survive_sigkills_exactly_once_and_export_both_ways(
     log = tmp_path / "run.log"
     for target in (90, 300):  # two kills: mid-shard and after a few seals
         proc = start(job, log=log)
-        kill_when(proc, f"{target} records", lambda t=target: out.exists() and records_so_far(out) >= t)
+        kill_when(proc, f"{target} records", lambda t=target: out.exists() and records_so_far(out) >= t, log)
         done, failed = read_records(out)
         assert not [i for i, c in Counter(r["id"] for r in done + failed).items() if c > 1], "recorded twice"
     res = run_cli("run", str(job), "--no-live", timeout=300)
@@ -132,12 +130,6 @@ def test_three_samples_survive_sigkills_exactly_once_and_export_both_ways(
     assert all({a["primary_id"] for a in g["answers"]} == {g["id"]} for g in groups)
     counts = orjson.loads((tmp_path / "grouped.jsonl.counts.json").read_bytes())
     assert (counts["groups"], counts["incomplete_groups"], counts["written"]) == (len(ids), 0, len(ids) * SAMPLES)
-
-
-@pytest.fixture
-def s3() -> Iterator[S3]:
-    with moto_server() as server:
-        yield server
 
 
 def remote_records(s3: S3) -> list[dict[str, Any]]:
@@ -179,7 +171,7 @@ def test_three_samples_survive_the_loss_of_the_machine_exactly_once(
     )
     log = tmp_path / "run.log"
     proc = start(job, "--concurrency", "4", log=log)
-    kill_when(proc, "three shards uploaded", lambda: uploaded_shards(s3) >= 3)
+    kill_when(proc, "three shards uploaded", lambda: uploaded_shards(s3) >= 3, log)
     shutil.rmtree(out.parent)  # the machine is gone, with its disk
     again = start(job, log=log)
     assert again.wait(180) == 0, log.read_text()[-3000:]

@@ -9,7 +9,6 @@ import shutil
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +16,7 @@ import orjson
 import pytest
 
 from tests.e2e.conftest import run_cli, write_job
-from tests.s3server import S3, TEST_ENV, moto_server
+from tests.s3server import S3, TEST_ENV
 from tests.waiting import wait_for
 from tokenmill.fleet.simprocs import SimProcess
 from tokenmill.sources.partition import partition_of
@@ -25,12 +24,6 @@ from tokenmill.sources.partition import partition_of
 PREFIX = "corpora/scale-out/run-1/"
 UPLOAD = {"backoff_base_s": 0.05, "backoff_max_s": 0.5, "drain_timeout_s": 60, "start_wait_s": 10}
 TOKENMILL = [sys.executable, "-m", "tokenmill"]
-
-
-@pytest.fixture
-def s3() -> Iterator[S3]:
-    with moto_server() as server:
-        yield server
 
 
 def write_files(root: Path, files: int, rows: int) -> list[str]:
@@ -134,7 +127,10 @@ def test_a_partition_killed_and_its_directory_lost_reruns_on_a_fresh_one_exactly
     outs = [tmp_path / f"node-{i}" / "out" for i in range(3)]
     procs = [start(job, out, "--partition", f"{i}/3", "--concurrency", "4") for i, out in enumerate(outs)]
     wait_for(
-        "two of partition 1's shards uploaded", lambda: len(remote_shards(s3, "p001_")) >= 2 and procs[1].poll() is None
+        "two of partition 1's shards uploaded",
+        lambda: len(remote_shards(s3, "p001_")) >= 2,
+        alive=procs[1],
+        log=outs[1].parent / "out.log",
     )
     procs[1].send_signal(signal.SIGKILL)
     procs[1].wait()
@@ -159,7 +155,7 @@ def test_a_run_whose_directory_is_lost_mid_run_carries_on_from_the_remote(
     job = make_job(tmp_path, fleet, s3, tmp_path / "data" / "part-000.jsonl")
     out = tmp_path / "node" / "out"
     proc = start(job, out, "--concurrency", "4")
-    wait_for("three shards uploaded", lambda: len(remote_shards(s3)) >= 3 and proc.poll() is None)
+    wait_for("three shards uploaded", lambda: len(remote_shards(s3)) >= 3, alive=proc, log=out.parent / "out.log")
     shutil.rmtree(out)  # the disk goes first, then the machine
     proc.send_signal(signal.SIGKILL)
     proc.wait()

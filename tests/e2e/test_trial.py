@@ -4,26 +4,18 @@ input grew is reopened only on request."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import orjson
-import pytest
 
 from tests.e2e.conftest import run_cli, write_job, write_prompts
-from tests.s3server import S3, TEST_ENV, moto_server
+from tests.s3server import S3, TEST_ENV
 from tokenmill.fleet.simprocs import SimProcess
 
 PREFIX = "corpora/sharegpt/run-1/"
 TRIALS = "corpora/trials/t1/"
 FAST_UPLOAD = {"backoff_base_s": 0.05, "backoff_max_s": 0.5, "drain_timeout_s": 60, "start_wait_s": 10}
-
-
-@pytest.fixture
-def s3() -> Iterator[S3]:
-    with moto_server() as server:
-        yield server
 
 
 def production_job(tmp: Path, fleet: list[SimProcess], s3: S3, n: int) -> tuple[Path, Path, Path]:

@@ -6,9 +6,7 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,17 +14,12 @@ import orjson
 import pytest
 
 from tests.e2e.conftest import read_records, run_cli, write_job, write_prompts
-from tests.s3server import S3, TEST_ENV, moto_server
+from tests.s3server import S3, TEST_ENV
+from tests.waiting import wait_for
 from tokenmill.fleet.simprocs import SimProcess
 
 PREFIX = "corpora/sharegpt/run-1/"
 FAST_UPLOAD = {"backoff_base_s": 0.05, "backoff_max_s": 0.5, "drain_timeout_s": 60, "start_wait_s": 10}
-
-
-@pytest.fixture
-def s3() -> Iterator[S3]:
-    with moto_server() as server:
-        yield server
 
 
 def job_with_remote(tmp: Path, fleet: list[SimProcess], s3: S3, n: int, **upload: Any) -> tuple[Path, Path]:
@@ -97,20 +90,20 @@ def test_a_prefix_with_foreign_objects_is_refused_before_anything_is_generated(
 
 
 def test_a_store_down_for_the_whole_run_leaves_a_complete_local_output_and_a_resumable_upload(
-    fleet: list[SimProcess], s3: S3, tmp_path: Path
+    fleet: list[SimProcess], own_s3: S3, tmp_path: Path
 ) -> None:
-    job, out = job_with_remote(tmp_path, fleet, s3, 120, drain_timeout_s=1, start_wait_s=1)
-    s3.stop()
+    job, out = job_with_remote(tmp_path, fleet, own_s3, 120, drain_timeout_s=1, start_wait_s=1)
+    own_s3.stop()
     res = run("run", str(job), "--no-live")
     assert res.returncode == 3, res.stderr
     assert "upload incomplete: 3 of 3 shards are not at s3://" in res.stderr
     assert "rerun the same command to upload what is missing" in res.stderr
     assert run("verify", str(out)).returncode == 0  # the local corpus is whole
-    s3.restart()
+    own_s3.restart()
     res = run("run", str(job), "--no-live")
     assert res.returncode == 0, res.stderr
     assert "upload: all 3 shards" in res.stderr
-    assert remote_shards(s3) == local_shards(out)
+    assert remote_shards(own_s3) == local_shards(out)
     assert run("verify", str(out), "--remote").returncode == 0
 
 
@@ -122,36 +115,30 @@ def count_remote(s3: S3) -> int:
 
 
 @pytest.mark.parametrize("fleet", [(2, ["--max-running-requests", "16"])], indirect=True)
-def test_sigkill_mid_upload_then_resume(fleet: list[SimProcess], s3: S3, tmp_path: Path) -> None:
+def test_sigkill_mid_upload_then_resume(fleet: list[SimProcess], own_s3: S3, tmp_path: Path) -> None:
     n = 800
-    job, out = job_with_remote(tmp_path, fleet, s3, n, manifest_interval_s=5, start_wait_s=1)
+    job, out = job_with_remote(tmp_path, fleet, own_s3, n, manifest_interval_s=5, start_wait_s=1)
     cmd = [sys.executable, "-m", "tokenmill", "run", str(job), "--no-live"]
     env = {**os.environ, **TEST_ENV}
     # 1: killed while uploads flow, once at least two shards are up
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and proc.poll() is None and count_remote(s3) < 2:
-        time.sleep(0.01)
-    assert proc.poll() is None, "the run ended before it could be killed"
+    wait_for("two shards uploaded", lambda: count_remote(own_s3) >= 2, every_s=0.01, alive=proc)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     # 2: the store goes down, shards pile up locally, killed while their uploads are retried
-    s3.stop()
+    own_s3.stop()
     sealed_before = len(local_shards(out))
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and proc.poll() is None and len(local_shards(out)) < sealed_before + 2:
-        time.sleep(0.01)
-    assert proc.poll() is None, "the run ended before it could be killed"
+    wait_for("two more shards sealed", lambda: len(local_shards(out)) >= sealed_before + 2, every_s=0.01, alive=proc)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
-    s3.restart()
-    assert len(remote_shards(s3)) < len(local_shards(out))
+    own_s3.restart()
+    assert len(remote_shards(own_s3)) < len(local_shards(out))
     res = run("run", str(job), "--no-live", timeout=300)
     assert res.returncode == 0, res.stderr
     done, failed = read_records(out)
     assert not failed
     assert Counter(r["id"] for r in done) == Counter(f"p{i:05d}" for i in range(n))
-    assert remote_shards(s3) == local_shards(out)
+    assert remote_shards(own_s3) == local_shards(out)
     verify = run("verify", str(out), "--remote", "--input", str(job))
     assert verify.returncode == 0, verify.stdout + verify.stderr

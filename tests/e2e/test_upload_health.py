@@ -8,24 +8,15 @@ import os
 import re
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
-
 from tests.e2e.conftest import read_records, run_cli, write_job, write_prompts
-from tests.s3server import S3, TEST_ENV, moto_server
+from tests.s3server import S3, TEST_ENV
 from tests.waiting import wait_for
 from tokenmill.fleet.simprocs import SimProcess
 
 PREFIX = "corpora/health/run-1/"
 FAST_MONITOR = {"scrape_interval_s": 0.2, "event_interval_s": 0.2, "rate_window_s": 1.0}
-
-
-@pytest.fixture
-def s3() -> Iterator[S3]:
-    with moto_server() as server:
-        yield server
 
 
 def status(out: Path) -> str:
@@ -34,15 +25,15 @@ def status(out: Path) -> str:
 
 
 def test_status_shows_the_upload_backlog_while_the_store_is_down_and_the_run_pauses_past_max_backlog(
-    fleet: list[SimProcess], s3: S3, tmp_path: Path
+    fleet: list[SimProcess], own_s3: S3, tmp_path: Path
 ) -> None:
     n = 400  # 8 shards of 50: more than the backlog lets the run seal while the store is down
     data = write_prompts(tmp_path / "in.jsonl", n)
     out = tmp_path / "out"
     upload = {"backoff_base_s": 0.05, "backoff_max_s": 0.5, "drain_timeout_s": 60, "start_wait_s": 1, "max_backlog": 2}
-    output = {"shard_size": 50, "remote": s3.url(PREFIX), "storage_options": s3.options(), "upload": upload}
+    output = {"shard_size": 50, "remote": own_s3.url(PREFIX), "storage_options": own_s3.options(), "upload": upload}
     job = write_job(tmp_path / "job.yaml", [s.url for s in fleet], data, out, output=output, monitor=FAST_MONITOR)
-    s3.stop()
+    own_s3.stop()
     proc = subprocess.Popen(
         [sys.executable, "-m", "tokenmill", "run", str(job), "--no-live"],
         stdout=subprocess.DEVNULL,
@@ -63,7 +54,7 @@ def test_status_shows_the_upload_backlog_while_the_store_is_down_and_the_run_pau
         wait_for("the doctor's uploads-behind verdict", lambda: "uploads behind" in status(out), timeout=60)
         done_while_paused = len(read_records(out)[0])
         assert done_while_paused < n
-        s3.restart()
+        own_s3.restart()
         _, err = proc.communicate(timeout=240)
     finally:
         if proc.poll() is None:

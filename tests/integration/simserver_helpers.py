@@ -2,23 +2,22 @@
 
 from __future__ import annotations
 
-import asyncio
-import time
 from collections.abc import Awaitable, Callable
 
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
+from tests.waiting import wait_for_async
+
 # Labels every sample carries (left out of the keys so tests can name series briefly).
 CONST_LABELS = {"model_name", "engine_type", "tp_rank", "pp_rank", "moe_ep_rank", "pid", "is_streaming"}
 
 
-async def until(cond: Callable[[], Awaitable[bool]], timeout: float = 20.0, every: float = 0.01) -> None:
+async def until(
+    cond: Callable[[], Awaitable[bool]], timeout: float = 20.0, every: float = 0.01, what: str = "the condition"
+) -> None:
     """Poll ``cond`` until it holds, or fail after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while not await cond():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        await asyncio.sleep(every)
+    await wait_for_async(what, cond, timeout, every)
 
 
 async def metrics(session: aiohttp.ClientSession, url: str) -> dict[str, float]:

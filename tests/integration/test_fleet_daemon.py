@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from tests.waiting import wait_for
 
+from tests.waiting import wait_for
 from tokenmill.errors import ServerError
 from tokenmill.fleet.daemon import gone, start_detached, stop
 from tokenmill.fleet.state import pid_alive, read_state

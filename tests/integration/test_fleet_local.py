@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.waiting import wait_for
 
+from tests.waiting import wait_for
 from tokenmill.config import FleetProfile
 from tokenmill.errors import ServerError
 from tokenmill.fleet.local import local_fleet

@@ -15,9 +15,10 @@ from typing import Any
 
 import orjson
 import pytest
-from tests.integration.test_fleet_local import ENV_SERVER
-from tests.waiting import wait_for
 
+from tests.integration.test_fleet_local import ENV_SERVER
+from tests.s3server import S3
+from tests.waiting import wait_for
 from tokenmill.config import FleetProfile, JobSpec
 from tokenmill.fleet.partitions import run_partitions
 from tokenmill.fleet.ray import ray_fleet
@@ -150,6 +151,7 @@ def test_partitions_complete_one_output_that_verifies_and_resume_with_another_co
 
 def test_run_cli_with_a_ray_fleet_and_two_partitions(cluster: None, tmp_path: Path) -> None:
     import yaml
+
     from tests.e2e.conftest import run_cli
 
     state_dir = tmp_path / "fleet"
@@ -175,15 +177,13 @@ def test_run_cli_with_a_ray_fleet_and_two_partitions(cluster: None, tmp_path: Pa
     wait_for("every GPU given back", lambda: ray.available_resources().get("GPU", 0) == 4)
 
 
-def test_partitions_with_a_remote_need_no_shared_directory(cluster: None, tmp_path: Path) -> None:
-    from tests.s3server import moto_server
-
+def test_partitions_with_a_remote_need_no_shared_directory(cluster: None, s3: S3, tmp_path: Path) -> None:
     from tokenmill.storage.audit import audit_prefix
     from tokenmill.storage.store import Store
 
     profile = two_sims(tmp_path)
     data = write_input(tmp_path / "in.jsonl", 300)
-    with moto_server() as s3, ray_fleet(profile, "unused") as fleet:
+    with ray_fleet(profile, "unused") as fleet:
         options = {**s3.options(), "key": "testing", "secret": "testing"}  # the Ray workers' environment is older
         spec: dict[str, Any] = {
             "input": {"path": str(data), "id_field": "id", "limit": 180},

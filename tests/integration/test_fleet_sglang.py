@@ -9,9 +9,9 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+
 from tests.engines import sglang
 from tests.engines.pool import ServerPool
-
 from tokenmill.config import FleetProfile
 from tokenmill.fleet.local import local_fleet
 from tokenmill.fleet.process import tail

@@ -7,9 +7,9 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+
 from tests.engines.pool import ServerPool
 from tests.engines.vllm import MAX_MODEL_LEN, MODEL_DIR, SERVED_MODEL, build_model, engine_env, engine_python
-
 from tokenmill.config import FleetProfile
 from tokenmill.fleet import health
 from tokenmill.fleet.local import local_fleet

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 from PIL import Image
-from tests.unit.test_report import write_events
 
+from tests.unit.report.test_report import write_events
 from tokenmill.report import build_report
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"

@@ -16,8 +16,8 @@ from typing import Any
 import aiohttp
 import orjson
 import pytest
-from tests.integration.simserver_helpers import metrics, until
 
+from tests.integration.simserver_helpers import metrics, until
 from tokenmill.config import FaultSpec, SimConfig
 from tokenmill.errors import ConfigError
 from tokenmill.sim import SimServer, run_sim_in_thread

@@ -3,33 +3,14 @@
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from tests.s3server import S3, moto_server, write_file
 
+from tests.s3server import S3, write_file
 from tokenmill.config import OutputSpec
 from tokenmill.errors import StoreConflict, StoreError, StoreUnavailable
 from tokenmill.storage.store import Store, check_name, display_url
-
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[S3]:
-    with moto_server() as s3:
-        yield s3
-
-
-@pytest.fixture
-def s3(server: S3) -> S3:
-    return server.fresh()
-
-
-@pytest.fixture
-def own_s3() -> Iterator[S3]:
-    """A server of this test's own, to stop and restart."""
-    with moto_server() as s3:
-        yield s3
 
 
 def test_put_if_absent_never_replaces(s3: S3, tmp_path: Path) -> None:

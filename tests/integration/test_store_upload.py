@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import orjson
-import pytest
-from tests import factories
-from tests.s3server import S3, moto_server
 
+from tests import factories
+from tests.s3server import S3
+from tests.waiting import wait_for
 from tokenmill.config import OutputSpec
 from tokenmill.output import OutputDir, verify
 from tokenmill.records import Completion
@@ -22,17 +22,6 @@ from tokenmill.storage.upload import Uploader, UploadStatus
 
 PREFIX = "corpus/run-1/"
 JOB = "job-aaaa"
-
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[S3]:
-    with moto_server() as s3:
-        yield s3
-
-
-@pytest.fixture
-def s3(server: S3) -> S3:
-    return server.fresh()
 
 
 def completion(i: int) -> Completion:
@@ -328,11 +317,12 @@ def test_the_manifest_catches_up_within_its_interval_while_the_run_goes_on(s3: S
     out.open()
     up.start(JOB)
     write(out, 0, 30)
-    deadline = time.monotonic() + 15
-    listed: set[str] = set()
-    while time.monotonic() < deadline and len(listed) < 3:
-        listed = set(remote_manifest(s3)["shards"]) if PREFIX + MANIFEST in s3.objects(PREFIX) else set()
-        time.sleep(0.05)
+    listed = wait_for(
+        "three shards in the remote manifest",
+        lambda: set(remote_manifest(s3)["shards"]) if PREFIX + MANIFEST in s3.objects(PREFIX) else set(),
+        timeout=15,
+        done=lambda shards: len(shards) >= 3,
+    )
     assert listed == {f"completions_00000{i}.jsonl" for i in range(3)}
     assert PREFIX + MARKER not in s3.objects(PREFIX)
     out.close(seal=True)

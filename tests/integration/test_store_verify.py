@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import orjson
 import pytest
-from tests.integration.test_store_upload import JOB, PREFIX, run_upload
-from tests.s3server import S3, moto_server
 
+from tests.integration.test_store_upload import JOB, PREFIX, run_upload
+from tests.s3server import S3
 from tokenmill.errors import StoreError
 from tokenmill.output import verify
 from tokenmill.storage.prefix import MANIFEST, MARKER
@@ -17,18 +16,12 @@ from tokenmill.storage.store import Store
 from tokenmill.storage.verify import remote_target, verify_remote
 
 
-@pytest.fixture(scope="module")
-def server() -> Iterator[S3]:
-    with moto_server() as s3:
-        yield s3
-
-
 @pytest.fixture
-def s3(server: S3, tmp_path: Path) -> S3:
-    bucket = server.fresh()
-    status = run_upload(bucket, tmp_path, (0, 30))
+def uploaded(s3: S3, tmp_path: Path) -> S3:
+    """A bucket with a finished upload of 30 records in it."""
+    status = run_upload(s3, tmp_path, (0, 30))
     assert status.complete and status.marker
-    return bucket
+    return s3
 
 
 def check(s3: S3, tmp_path: Path, job_id: str | None = JOB) -> dict[str, int]:
@@ -38,6 +31,7 @@ def check(s3: S3, tmp_path: Path, job_id: str | None = JOB) -> dict[str, int]:
     return report.totals
 
 
+@pytest.mark.usefixtures("uploaded")
 def test_a_faithful_copy_verifies(s3: S3, tmp_path: Path) -> None:
     out = tmp_path / "out"
     report = verify(out)
@@ -46,6 +40,7 @@ def test_a_faithful_copy_verifies(s3: S3, tmp_path: Path) -> None:
     assert (report.counts["remote_shards"], report.counts["remote_records"]) == (3, 30)
 
 
+@pytest.mark.usefixtures("uploaded")
 def test_each_difference_is_reported(s3: S3, tmp_path: Path) -> None:
     s3.put(PREFIX + "completions_000000.jsonl", s3.get(PREFIX + "completions_000000.jsonl").replace(b"p", b"q"))
     s3.client().delete_object(Bucket=s3.bucket, Key=PREFIX + "completions_000001.jsonl")
@@ -53,6 +48,7 @@ def test_each_difference_is_reported(s3: S3, tmp_path: Path) -> None:
     assert check(s3, tmp_path) == {"remote-mismatch": 1, "remote-missing": 1, "remote-extra": 1}
 
 
+@pytest.mark.usefixtures("uploaded")
 def test_manifest_and_marker_disagreements_are_reported(s3: S3, tmp_path: Path) -> None:
     man = orjson.loads(s3.get(PREFIX + MANIFEST))
     del man["shards"]["completions_000002.jsonl"]

@@ -17,8 +17,8 @@ from typing import Any
 
 import aiohttp
 import pytest
-from tests.integration.simserver_helpers import metrics, until
 
+from tests.integration.simserver_helpers import metrics, until
 from tokenmill.config import PlannerConfig, SimConfig
 from tokenmill.planner import GpuCatalog, Workload, load_model, parse_flags, plan, server_capacity
 from tokenmill.sim import SimServer

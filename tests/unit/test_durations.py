@@ -3,8 +3,7 @@ autotune's warm-up was over, the next scrape round had not come yet)."""
 
 from __future__ import annotations
 
-from tests.unit.test_autotune import ScriptedFleet, drive, tuned
-
+from tests.unit.run.test_autotune import ScriptedFleet, drive, tuned
 from tokenmill.fmt import duration
 from tokenmill.run.autotune import Phase
 

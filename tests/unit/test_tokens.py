@@ -16,8 +16,8 @@ from typing import Any
 import orjson
 import pytest
 from click.testing import CliRunner
-from tests.factories import completion
 
+from tests.factories import completion
 from tokenmill.cli import cli
 from tokenmill.errors import ConfigError
 from tokenmill.export import ExportOptions, export

@@ -9,7 +9,7 @@ The signals' table (names, what each means, which are degenerate) is :mod:`token
 - ``repetition``: a loop at the end of the answer. Three views of the answer's end: how long it repeats exactly
   (a model's loop usually does), the share of word 4-grams that repeat an earlier one (a loop that varies a
   little), how well the tail compresses (a loop of characters without spaces). Calibrated on prose and code
-  that must not trip it (tests/unit/test_quality_signals.py); docs/quality.md has the numbers.
+  that must not trip it (tests/unit/quality/test_quality_signals.py); docs/quality.md has the numbers.
 - ``think_markers``: a thinking marker (``<think>`` or ``</think>``) left in the answer as returned: the server
   gave the reasoning back inline (no ``--reasoning-parser``, or a completion API). A trainer that renders the
   answer through a thinking template would train on the markers; SpecForge's own regeneration rejects such rows.

@@ -7,8 +7,9 @@ from collections.abc import AsyncIterator
 
 import aiohttp
 import pytest
-from tests.engines.pool import LiveServer
 from tokenizers import Tokenizer
+
+from tests.engines.pool import LiveServer
 
 
 @pytest.fixture

@@ -9,8 +9,9 @@ from typing import Any
 
 import aiohttp
 import pytest
-from tests.engines.pool import LiveServer as EngineServer
 
+from tests.engines.pool import LiveServer as EngineServer
+from tests.waiting import wait_for_async
 from tokenmill.monitor.scrape import ServerSnapshot, rates, scrape
 
 pytestmark = pytest.mark.engine
@@ -22,13 +23,12 @@ async def poll(
     http: aiohttp.ClientSession, server: EngineServer, done: Callable[[ServerSnapshot], bool]
 ) -> ServerSnapshot:
     """Scrape until ``done(snapshot)`` holds; fails with the last snapshot after the deadline."""
-    deadline = time.monotonic() + POLL_DEADLINE_S
-    while True:
-        snap = await scrape(http, server.base_url, time.monotonic)
-        if done(snap):
-            return snap
-        assert time.monotonic() < deadline, f"condition not reached; last snapshot: {snap}"
-        await asyncio.sleep(0.05)  # pause between scrapes; the condition above is what we wait for
+    return await wait_for_async(
+        "the condition on the scraped metrics",
+        lambda: scrape(http, server.base_url, time.monotonic),
+        POLL_DEADLINE_S,
+        done=done,
+    )
 
 
 async def complete(http: aiohttp.ClientSession, server: EngineServer, max_tokens: int) -> dict[str, Any]:

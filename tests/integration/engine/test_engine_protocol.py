@@ -24,9 +24,10 @@ from typing import Any
 
 import aiohttp
 import pytest
+from tokenizers import Tokenizer
+
 from tests.engines.pool import LiveServer as EngineServer
 from tests.engines.vllm import decodes_to
-from tokenizers import Tokenizer
 
 pytestmark = pytest.mark.engine
 

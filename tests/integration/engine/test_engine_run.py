@@ -14,10 +14,11 @@ import aiohttp
 import orjson
 import pytest
 import yaml
-from tests.engines.pool import LiveServer as EngineServer
-from tests.engines.vllm import decodes_to
 from tokenizers import Tokenizer
 
+from tests.engines.pool import LiveServer as EngineServer
+from tests.engines.vllm import decodes_to
+from tests.waiting import wait_for_async
 from tokenmill.monitor.scrape import ServerSnapshot, scrape
 
 pytestmark = pytest.mark.engine
@@ -67,13 +68,12 @@ def read_jsonl(paths: list[Path]) -> list[dict[str, Any]]:
 
 async def settled(http: aiohttp.ClientSession, server: EngineServer, requests: float) -> ServerSnapshot:
     """Scrape until the server has finished ``requests`` requests in total; fails after the deadline."""
-    deadline = time.monotonic() + POLL_DEADLINE_S
-    while True:
-        snap = await scrape(http, server.base_url, time.monotonic)
-        if (snap.requests_total or 0) >= requests and snap.running == 0:
-            return snap
-        assert time.monotonic() < deadline, f"server did not settle; last snapshot: {snap}"
-        await asyncio.sleep(0.05)  # pause between scrapes; the condition above is what we wait for
+    return await wait_for_async(
+        f"the server to settle after {requests:g} requests",
+        lambda: scrape(http, server.base_url, time.monotonic),
+        POLL_DEADLINE_S,
+        done=lambda snap: (snap.requests_total or 0) >= requests and snap.running == 0,
+    )
 
 
 @pytest.mark.parametrize("api", ["openai-chat", "openai-completions"])

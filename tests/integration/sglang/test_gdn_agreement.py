@@ -7,10 +7,10 @@ from __future__ import annotations
 import subprocess
 
 import pytest
+
 from tests.engines import sglang
 from tests.engines.pool import LiveServer
 from tests.engines.process import tail
-
 from tokenmill.fleet.process import server_env
 
 pytestmark = pytest.mark.sglang
