@@ -73,7 +73,7 @@ async def test_an_answer_that_ends_by_itself_ends_with_the_eos_id(
         ROUTES[route],
         BackendOptions(
             model=server.model,
-            sampling=SamplingSpec(max_tokens=1024, temperature=1.0, extra_body={"logit_bias": {str(eos): 6.0}}),
+            sampling=SamplingSpec(max_tokens=400, temperature=1.0, extra_body={"logit_bias": {str(eos): 6.0}}),
             save_token_ids=True,
         ),
     )
