@@ -151,7 +151,7 @@ def _steady(ticks: list[Any], n: int, after_s: float = 0.0) -> float | None:
 def best_static(input_len: float, output_len: float, n: int) -> dict[str, Any]:
     """The best what-if row the tuner could reach: flags all in the default allow-list (the checkpoint's weights
     and SSM dtype, SGLang's memory fraction)."""
-    from tokenmill.config import AutotuneSpec, PlannerConfig
+    from tokenmill.config import AutotuneSpec, PlannerSpec
     from tokenmill.fleet.autotune import refusal
     from tokenmill.planner import parse_flags
     from tokenmill.planner.catalog import load_model
@@ -160,7 +160,7 @@ def best_static(input_len: float, output_len: float, n: int) -> dict[str, Any]:
 
     model, gpu = load_model(MODEL), GpuCatalog.load().get(GPU)
     workload = Workload(prompts=n, input_len=input_len, output_len=output_len)
-    rows = what_if(model, gpu, parse_flags(""), workload, PlannerConfig(), gpu_count=SERVERS)
+    rows = what_if(model, gpu, parse_flags(""), workload, PlannerSpec(), gpu_count=SERVERS)
     allow = AutotuneSpec().allow
     allowed = [r for r in rows if r.result is not None and (r.is_base or refusal(r.command, allow) is None)]
     best, base = allowed[0], next(r for r in rows if r.is_base)

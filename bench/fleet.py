@@ -93,10 +93,10 @@ def _records(out: Path) -> list[dict[str, Any]]:
 
 def max_decode_tok_s(prompt_tokens: float, lengths: list[int]) -> tuple[float, float]:
     """The twin's maximum decode tok/s per server (wall time): with one prefill per request, and decode only."""
-    from tokenmill.config import SimConfig
+    from tokenmill.config import SimSpec
     from tokenmill.sim.twin import TwinStepModel
 
-    model = TwinStepModel.from_config(SimConfig(model=MODEL, gpu=GPU, engine_flags=FLAGS))
+    model = TwinStepModel.from_config(SimSpec(model=MODEL, gpu=GPU, engine_flags=FLAGS))
     slots = model.max_running_requests
     mean = sum(lengths) / len(lengths)
     generated = sum(x * x for x in lengths) / (2 * sum(lengths))  # a running request's mean progress

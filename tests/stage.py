@@ -13,7 +13,7 @@ import math
 import random
 from dataclasses import dataclass, field
 
-from tokenmill.config import SimConfig
+from tokenmill.config import SimSpec
 from tokenmill.doctor import ClientObs, ClientSide, Observation, ServerObs
 from tokenmill.monitor.fleet import FleetMonitor, ServerView
 from tokenmill.monitor.info import parse_server_info
@@ -56,7 +56,7 @@ class StagedServer:
     outputs: list[int] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        self.cfg = SimConfig(model=self.model, gpu=self.gpu, engine_flags=self.flags, output_len_mean=self.load.output)
+        self.cfg = SimSpec(model=self.model, gpu=self.gpu, engine_flags=self.flags, output_len_mean=self.load.output)
         self.twin = TwinStepModel.from_config(self.cfg)
         self.cfg = self.twin.resolve(self.cfg)
         self.scheduler = Scheduler(self.twin, time_scale=1.0, max_queued=None, log_interval=40)

@@ -18,11 +18,11 @@ __version__ = "0.1.0"
 
 # public name -> the module that defines it
 _EXPORTS = {
-    "FleetProfile": "tokenmill.config",
+    "FleetSpec": "tokenmill.config",
     "JobSpec": "tokenmill.config",
     "OutputDir": "tokenmill.output",
     "RunResult": "tokenmill.run",
-    "SimConfig": "tokenmill.config",
+    "SimSpec": "tokenmill.config",
     "SimServer": "tokenmill.sim",
     "TokenmillError": "tokenmill.errors",
     "load_job": "tokenmill.config",

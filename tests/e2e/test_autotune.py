@@ -18,7 +18,7 @@ import yaml
 
 from tests.e2e.conftest import read_records, run_cli, write_job
 from tests.e2e.test_observe import start_run, stop_run, wait_for
-from tokenmill.config import AutotuneSpec, PlannerConfig
+from tokenmill.config import AutotuneSpec, PlannerSpec
 from tokenmill.fleet.autotune import refusal
 from tokenmill.fleet.state import read_json
 from tokenmill.monitor.events import EVENTS_FILE, read_events
@@ -88,7 +88,7 @@ def best_allowed_cap(input_len: float, output_len: float) -> int:
     """The running cap of the best what-if row within the default allow-list (the best static configuration) for
     the job's requests: their lengths and their max_tokens."""
     work = Workload(10_000, input_len, output_len, max_tokens=MAX_TOKENS)
-    rows = what_if(load_model(MODEL), GpuCatalog.load().get(GPU), parse_flags(""), work, PlannerConfig())
+    rows = what_if(load_model(MODEL), GpuCatalog.load().get(GPU), parse_flags(""), work, PlannerSpec())
     best = next(r for r in rows if r.result is not None and refusal(r.command, AutotuneSpec().allow) is None)
     assert best.flags.disable_radix_cache and best.flags.max_running_requests is not None
     return best.flags.max_running_requests

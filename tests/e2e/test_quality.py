@@ -16,7 +16,7 @@ import pytest
 from tests.e2e.conftest import TOKENMILL, run_cli, write_job
 from tests.s3server import S3, TEST_ENV
 from tests.waiting import wait_for
-from tokenmill.config import SimConfig
+from tokenmill.config import SimSpec
 from tokenmill.fleet.simprocs import start_sim
 from tokenmill.output.records_reader import iter_records
 from tokenmill.output.rounds import rounds
@@ -26,7 +26,7 @@ from tokenmill.storage.corpus import open_corpus
 PROMPTS = 600
 SEED = 5
 RATES = {"loop_rate": 0.05, "empty_rate": 0.03, "unclosed_think_rate": 0.03}
-SIM = SimConfig(seed=SEED, **RATES)
+SIM = SimSpec(seed=SEED, **RATES)
 
 
 def spoiled(rec: dict[str, Any]) -> str | None:

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from tests.waiting import wait_for
-from tokenmill.config import FleetProfile
+from tokenmill.config import FleetSpec
 from tokenmill.errors import ServerError
 from tokenmill.fleet.local import local_fleet
 from tokenmill.fleet.state import STATE, read_json
@@ -47,10 +47,10 @@ def get_json(url: str) -> Any:
 
 
 @pytest.fixture
-def env_profile(tmp_path: Path) -> FleetProfile:
+def env_profile(tmp_path: Path) -> FleetSpec:
     script = tmp_path / "env_server.py"
     script.write_text(ENV_SERVER)
-    return FleetProfile(
+    return FleetSpec(
         engine="sim",
         model="unused",
         command=f"{{python}} {script} {{host}} {{port}} {{flags}}",
@@ -66,7 +66,7 @@ def env_profile(tmp_path: Path) -> FleetProfile:
     )
 
 
-def test_each_server_gets_its_gpus_port_and_log(env_profile: FleetProfile, tmp_path: Path) -> None:
+def test_each_server_gets_its_gpus_port_and_log(env_profile: FleetSpec, tmp_path: Path) -> None:
     with local_fleet(env_profile.model_copy(update={"flags": {"x": 1}})) as fleet:
         urls = fleet.urls()
         assert len(urls) == 2 and len(set(urls)) == 2
@@ -84,7 +84,7 @@ def test_each_server_gets_its_gpus_port_and_log(env_profile: FleetProfile, tmp_p
 
 
 def test_a_server_that_cannot_start_stops_the_fleet_with_its_log_tail(tmp_path: Path) -> None:
-    profile = FleetProfile(
+    profile = FleetSpec(
         engine="sim",
         model="tokenmill-sim",
         gpus=2,
@@ -101,12 +101,12 @@ def test_a_server_that_cannot_start_stops_the_fleet_with_its_log_tail(tmp_path: 
     assert read_json(tmp_path / "fleet" / STATE)["status"] == "failed"  # type: ignore[index]
 
 
-def test_a_second_fleet_on_the_same_state_dir_is_refused(env_profile: FleetProfile) -> None:
+def test_a_second_fleet_on_the_same_state_dir_is_refused(env_profile: FleetSpec) -> None:
     with local_fleet(env_profile), pytest.raises(ServerError, match="already runs"):
         local_fleet(env_profile).up()
 
 
-def test_a_crashed_server_is_restarted_on_the_same_url(env_profile: FleetProfile) -> None:
+def test_a_crashed_server_is_restarted_on_the_same_url(env_profile: FleetSpec) -> None:
     with local_fleet(env_profile) as fleet:
         before = fleet.statuses()[1]
         assert before.pid is not None
@@ -123,7 +123,7 @@ def test_a_crashed_server_is_restarted_on_the_same_url(env_profile: FleetProfile
         assert fleet.statuses()[0].restarts == 0
 
 
-def test_a_server_crashing_again_and_again_is_given_up(env_profile: FleetProfile) -> None:
+def test_a_server_crashing_again_and_again_is_given_up(env_profile: FleetSpec) -> None:
     profile = env_profile.model_copy(update={"gpus": [0], "tp_size": 1, "max_restarts": 2})
     with local_fleet(profile) as fleet:
         fleet.handles[0].restart(profile.model_copy(update={"flags": {"exit-after": 0.3}}))
@@ -137,7 +137,7 @@ def test_a_server_crashing_again_and_again_is_given_up(env_profile: FleetProfile
         )
 
 
-def test_reflag_restarts_each_server_with_the_new_flags(env_profile: FleetProfile) -> None:
+def test_reflag_restarts_each_server_with_the_new_flags(env_profile: FleetSpec) -> None:
     with local_fleet(env_profile) as fleet:
         urls = fleet.urls()
         said: list[str] = []
@@ -151,7 +151,7 @@ def test_reflag_restarts_each_server_with_the_new_flags(env_profile: FleetProfil
         assert read_json(fleet.state_dir / STATE)["profile"]["flags"] == {"mem": 0.9}  # type: ignore[index]
 
 
-def test_a_reflag_that_fails_puts_the_old_flags_back(env_profile: FleetProfile) -> None:
+def test_a_reflag_that_fails_puts_the_old_flags_back(env_profile: FleetSpec) -> None:
     with local_fleet(env_profile) as fleet:
         bad = env_profile.model_copy(update={"command": env_profile.command + " --exit-after 0", "flags": {"b": 1}})
         with pytest.raises(ServerError, match="re-flag stopped at server 0") as err:

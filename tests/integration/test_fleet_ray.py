@@ -19,7 +19,7 @@ import pytest
 from tests.integration.test_fleet_local import ENV_SERVER
 from tests.s3server import S3
 from tests.waiting import wait_for
-from tokenmill.config import FleetProfile, JobSpec
+from tokenmill.config import FleetSpec, JobSpec
 from tokenmill.fleet.partitions import run_partitions
 from tokenmill.fleet.ray import ray_fleet
 from tokenmill.output import verify
@@ -59,9 +59,9 @@ def get_json(url: str) -> Any:
         return json.loads(resp.read())
 
 
-def two_sims(tmp_path: Path) -> FleetProfile:
+def two_sims(tmp_path: Path) -> FleetSpec:
     """Two simulated servers on Ray, fast enough for a few hundred prompts."""
-    return FleetProfile(
+    return FleetSpec(
         engine="sim",
         model="tokenmill-sim",
         gpus=2,
@@ -74,7 +74,7 @@ def two_sims(tmp_path: Path) -> FleetProfile:
 def test_actors_reserve_gpu_groups_and_a_restarted_actor_is_followed(cluster: None, tmp_path: Path) -> None:
     script = tmp_path / "env_server.py"
     script.write_text(ENV_SERVER)
-    profile = FleetProfile(
+    profile = FleetSpec(
         engine="sim",
         model="unused",
         command=f"{{python}} {script} {{host}} {{port}} {{flags}}",

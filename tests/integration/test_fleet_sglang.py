@@ -12,7 +12,7 @@ import pytest
 
 from tests.engines import sglang
 from tests.engines.pool import ServerPool
-from tokenmill.config import FleetProfile
+from tokenmill.config import FleetSpec
 from tokenmill.fleet.local import local_fleet
 from tokenmill.fleet.process import tail
 from tokenmill.fleet.template import installed_sglang
@@ -25,7 +25,7 @@ def test_sglang_from_a_profile_gets_the_flag_spelling_of_its_release(tmp_path: P
     sglang.build_model(python, "hybrid", sglang.HYBRID_DIR)
     assert installed_sglang(str(python)) == sglang.VERSION
     env = sglang.engine_env()
-    profile = FleetProfile(
+    profile = FleetSpec(
         engine="sglang",
         model=str(sglang.HYBRID_DIR),
         python=str(python),

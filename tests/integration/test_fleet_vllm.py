@@ -10,7 +10,7 @@ import pytest
 
 from tests.engines.pool import ServerPool
 from tests.engines.vllm import MAX_MODEL_LEN, MODEL_DIR, SERVED_MODEL, build_model, engine_env, engine_python
-from tokenmill.config import FleetProfile
+from tokenmill.config import FleetSpec
 from tokenmill.fleet import health
 from tokenmill.fleet.local import local_fleet
 from tokenmill.fleet.process import tail
@@ -24,7 +24,7 @@ def test_vllm_from_a_profile_serves_and_reports_idle(tmp_path: Path, engines_dow
     wanted = engine_env(tmp_path / "vllm-cache")
     env: dict[str, str | None] = {k: wanted[k] for k in wanted if k.startswith(("VLLM_", "HF_", "TRANSFORMERS_"))}
     env.update(PYTHONPATH=None, VIRTUAL_ENV=None)
-    profile = FleetProfile(
+    profile = FleetSpec(
         engine="vllm",
         model=str(MODEL_DIR),
         python=str(python),

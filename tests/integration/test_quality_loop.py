@@ -12,7 +12,7 @@ from typing import Any
 import orjson
 import pytest
 
-from tokenmill.config import JobSpec, SimConfig
+from tokenmill.config import JobSpec, SimSpec
 from tokenmill.export import ExportOptions, export
 from tokenmill.output.records_reader import iter_records
 from tokenmill.quality.corpus import inspect_output
@@ -22,7 +22,7 @@ from tokenmill.sim.server import SimServer
 from tokenmill.sim.text import content_key, degeneration, degeneration_rates, render_chat
 
 PROMPTS = 1500
-SIM = SimConfig(instant=True, loop_rate=0.04, empty_rate=0.02, unclosed_think_rate=0.02, output_len_mean=150, seed=3)
+SIM = SimSpec(instant=True, loop_rate=0.04, empty_rate=0.02, unclosed_think_rate=0.02, output_len_mean=150, seed=3)
 SAMPLING: dict[str, Any] = {"max_tokens": 400, "temperature": 0.7}
 
 

@@ -18,7 +18,7 @@ import orjson
 import pytest
 
 from tests.integration.simserver_helpers import metrics, until
-from tokenmill.config import FaultSpec, SimConfig
+from tokenmill.config import FaultSpec, SimSpec
 from tokenmill.errors import ConfigError
 from tokenmill.sim import SimServer, run_sim_in_thread
 from tokenmill.sim.text import prompt_token_ids
@@ -33,7 +33,7 @@ async def post(session: aiohttp.ClientSession, url: str, body: Any) -> tuple[int
 
 
 async def test_openai_endpoints_answer_like_sglang() -> None:
-    async with SimServer(SimConfig(time_scale=0.001)) as srv, aiohttp.ClientSession() as s:
+    async with SimServer(SimSpec(time_scale=0.001)) as srv, aiohttp.ClientSession() as s:
         status, chat = await post(s, srv.url + "/v1/chat/completions", {**CHAT, "return_token_ids": True})
         assert status == 200
         assert chat["object"] == "chat.completion"
@@ -63,7 +63,7 @@ async def test_openai_endpoints_answer_like_sglang() -> None:
 
 
 async def test_generate_answers_natively_single_and_batched() -> None:
-    async with SimServer(SimConfig(time_scale=0.001)) as srv, aiohttp.ClientSession() as s:
+    async with SimServer(SimSpec(time_scale=0.001)) as srv, aiohttp.ClientSession() as s:
         status, one = await post(s, srv.url + "/generate", {"text": "Hello"})
         assert status == 200
         meta = one["meta_info"]
@@ -85,7 +85,7 @@ async def test_generate_answers_natively_single_and_batched() -> None:
 
 
 async def test_descriptions_and_health() -> None:
-    cfg = SimConfig(max_running_requests=7, context_length=4096, instant=True)
+    cfg = SimSpec(max_running_requests=7, context_length=4096, instant=True)
     async with SimServer(cfg) as srv, aiohttp.ClientSession() as s:
         async with s.get(srv.url + "/health") as r:
             assert r.status == 200
@@ -104,14 +104,14 @@ async def test_same_seed_same_output_other_seed_other_output() -> None:
     body = {"text": "The same prompt", "sampling_params": {"max_new_tokens": 500}}
     outputs = []
     for seed in (1, 1, 2):
-        async with SimServer(SimConfig(seed=seed, instant=True)) as srv, aiohttp.ClientSession() as s:
+        async with SimServer(SimSpec(seed=seed, instant=True)) as srv, aiohttp.ClientSession() as s:
             outputs.append((await post(s, srv.url + "/generate", body))[1]["output_ids"])
     assert outputs[0] == outputs[1]
     assert outputs[0] != outputs[2]
 
 
 async def test_batch_cap_holds_and_the_queue_shows_in_metrics() -> None:
-    async with SimServer(SimConfig(max_running_requests=2, **SLOW)) as srv, aiohttp.ClientSession() as s:
+    async with SimServer(SimSpec(max_running_requests=2, **SLOW)) as srv, aiohttp.ClientSession() as s:
         body = {"text": "long", "sampling_params": {"max_new_tokens": 1000, "ignore_eos": True}}
         tasks = [asyncio.create_task(post(s, srv.url + "/generate", body)) for _ in range(6)]
 
@@ -135,7 +135,7 @@ async def test_batch_cap_holds_and_the_queue_shows_in_metrics() -> None:
 
 
 async def test_time_scale_makes_a_thousand_steps_fast() -> None:
-    async with SimServer(SimConfig(time_scale=0.001)) as srv, aiohttp.ClientSession() as s:
+    async with SimServer(SimSpec(time_scale=0.001)) as srv, aiohttp.ClientSession() as s:
         started = time.monotonic()
         body = {"text": "x", "sampling_params": {"max_new_tokens": 1000, "ignore_eos": True}}
         status, out = await post(s, srv.url + "/generate", body)
@@ -147,7 +147,7 @@ async def test_time_scale_makes_a_thousand_steps_fast() -> None:
 
 
 async def test_full_queue_is_refused_with_503() -> None:
-    cfg = SimConfig(max_running_requests=1, max_queued_requests=1, **SLOW)
+    cfg = SimSpec(max_running_requests=1, max_queued_requests=1, **SLOW)
     async with SimServer(cfg) as srv, aiohttp.ClientSession() as s:
         tasks = [asyncio.create_task(post(s, srv.url + "/v1/completions", {"prompt": "p", "max_tokens": 100}))]
 
@@ -170,7 +170,7 @@ async def test_full_queue_is_refused_with_503() -> None:
 
 
 async def test_too_long_prompt_is_a_400_like_sglang() -> None:
-    async with SimServer(SimConfig(context_length=100, instant=True)) as srv, aiohttp.ClientSession() as s:
+    async with SimServer(SimSpec(context_length=100, instant=True)) as srv, aiohttp.ClientSession() as s:
         status, err = await post(s, srv.url + "/v1/chat/completions", {**CHAT, "max_tokens": 95})
         assert status == 400
         assert err["object"] == "error"
@@ -183,7 +183,7 @@ async def test_too_long_prompt_is_a_400_like_sglang() -> None:
 
 
 async def test_metrics_parse_and_count_tokens() -> None:
-    async with SimServer(SimConfig(time_scale=0.001, model="m1")) as srv, aiohttp.ClientSession() as s:
+    async with SimServer(SimSpec(time_scale=0.001, model="m1")) as srv, aiohttp.ClientSession() as s:
         outs = await asyncio.gather(*(post(s, srv.url + "/generate", {"text": f"p{i}"}) for i in range(10)))
         completion = sum(o[1]["meta_info"]["completion_tokens"] for o in outs)
         prompt = sum(o[1]["meta_info"]["prompt_tokens"] for o in outs)
@@ -203,7 +203,7 @@ async def test_metrics_parse_and_count_tokens() -> None:
 @pytest.mark.parametrize("flavor", ["openai", "native"])
 async def test_each_fault_kind_is_visible_to_a_raw_client(flavor: str) -> None:
     path, body = ("/v1/chat/completions", CHAT) if flavor == "openai" else ("/generate", {"text": "hi"})
-    async with SimServer(SimConfig(instant=True)) as srv, aiohttp.ClientSession() as s:
+    async with SimServer(SimSpec(instant=True)) as srv, aiohttp.ClientSession() as s:
 
         async def set_faults(**rates: float) -> None:
             status, _ = await post(s, srv.url + "/sim/faults", rates)
@@ -244,7 +244,7 @@ async def test_each_fault_kind_is_visible_to_a_raw_client(flavor: str) -> None:
 
 
 async def test_fault_control_refuses_bad_specs_and_reports_counts() -> None:
-    cfg = SimConfig(instant=True, faults=FaultSpec(error_rate=1.0))
+    cfg = SimSpec(instant=True, faults=FaultSpec(error_rate=1.0))
     async with SimServer(cfg) as srv, aiohttp.ClientSession() as s:
         await post(s, srv.url + "/generate", {"text": "x"})
         async with s.get(srv.url + "/sim/faults") as r:
@@ -260,7 +260,7 @@ async def test_fault_control_refuses_bad_specs_and_reports_counts() -> None:
 
 
 async def test_api_key_guards_everything_but_health_and_metrics() -> None:
-    async with SimServer(SimConfig(instant=True, api_key="sekrit")) as srv, aiohttp.ClientSession() as s:
+    async with SimServer(SimSpec(instant=True, api_key="sekrit")) as srv, aiohttp.ClientSession() as s:
         status, err = await post(s, srv.url + "/v1/chat/completions", CHAT)
         assert (status, err) == (401, {"error": "Unauthorized"})
         async with s.get(srv.url + "/v1/models", headers={"Authorization": "Bearer wrong"}) as r:
@@ -273,7 +273,7 @@ async def test_api_key_guards_everything_but_health_and_metrics() -> None:
 
 
 async def test_pause_holds_requests_until_resume() -> None:
-    async with SimServer(SimConfig(time_scale=0.001)) as srv, aiohttp.ClientSession() as s:
+    async with SimServer(SimSpec(time_scale=0.001)) as srv, aiohttp.ClientSession() as s:
         assert (await post(s, srv.url + "/sim/pause", {}))[1] == {"paused": True}
         task = asyncio.create_task(post(s, srv.url + "/generate", {"text": "wait for me"}))
 
@@ -289,7 +289,7 @@ async def test_pause_holds_requests_until_resume() -> None:
 
 
 async def test_stopping_answers_in_flight_requests_with_503() -> None:
-    srv = SimServer(SimConfig(**SLOW))
+    srv = SimServer(SimSpec(**SLOW))
     await srv.start()
     async with aiohttp.ClientSession() as s:
         task = asyncio.create_task(post(s, srv.url + "/generate", {"text": "forever"}))
@@ -305,7 +305,7 @@ async def test_stopping_answers_in_flight_requests_with_503() -> None:
 
 
 def test_thread_helper_serves_synchronous_clients() -> None:
-    with run_sim_in_thread(SimConfig(instant=True)) as sim:
+    with run_sim_in_thread(SimSpec(instant=True)) as sim:
         req = urllib.request.Request(
             sim.url + "/generate",
             data=json.dumps({"text": "hi", "sampling_params": {"max_new_tokens": 5, "ignore_eos": True}}).encode(),
@@ -340,13 +340,13 @@ def test_cli_prints_its_url_writes_the_port_file_and_stops_on_sigterm(tmp_path: 
 
 
 async def test_a_taken_port_is_a_clear_config_error() -> None:
-    async with SimServer(SimConfig(instant=True)) as first:
+    async with SimServer(SimSpec(instant=True)) as first:
         with pytest.raises(ConfigError, match=f"cannot listen on 127.0.0.1:{first.port}.*--port"):
-            await SimServer(SimConfig(port=first.port)).start()
+            await SimServer(SimSpec(port=first.port)).start()
 
 
 async def test_a_refused_batch_item_aborts_the_rest_of_the_batch() -> None:
-    cfg = SimConfig(max_running_requests=1, max_queued_requests=1, **SLOW)
+    cfg = SimSpec(max_running_requests=1, max_queued_requests=1, **SLOW)
     async with SimServer(cfg) as srv, aiohttp.ClientSession() as s:
         status, err = await post(s, srv.url + "/generate", {"text": ["a", "b", "c"]})
         assert status == 503

@@ -8,7 +8,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from tokenmill.config import SimConfig
+from tokenmill.config import SimSpec
 from tokenmill.sim.server import SimServer
 from tokenmill.sim.text import estimate_tokens
 
@@ -28,7 +28,7 @@ def write_tokenizer(folder: Path) -> Path:
     return folder / "config.json"
 
 
-async def prompt_tokens(cfg: SimConfig) -> int:
+async def prompt_tokens(cfg: SimSpec) -> int:
     body = {"text": TEXT, "sampling_params": {"max_new_tokens": 2}}
     async with SimServer(cfg) as srv, aiohttp.ClientSession() as s, s.post(srv.url + "/generate", json=body) as r:
         assert r.status == 200
@@ -39,11 +39,11 @@ async def test_a_tokenizer_beside_the_model_spec_counts_the_prompt(tmp_path: Pat
     spec = write_tokenizer(tmp_path)
     words = len(TEXT.split())
     assert estimate_tokens(TEXT) != words  # the estimate alone would say otherwise
-    assert await prompt_tokens(SimConfig(model_spec=str(spec), instant=True)) == words
-    assert await prompt_tokens(SimConfig(model_spec=str(tmp_path), instant=True)) == words  # the directory itself
+    assert await prompt_tokens(SimSpec(model_spec=str(spec), instant=True)) == words
+    assert await prompt_tokens(SimSpec(model_spec=str(tmp_path), instant=True)) == words  # the directory itself
 
 
 async def test_without_a_tokenizer_the_prompt_is_estimated(tmp_path: Path) -> None:
     (tmp_path / "config.json").write_text("{}")
-    cfg = SimConfig(model_spec=str(tmp_path / "config.json"), instant=True)
+    cfg = SimSpec(model_spec=str(tmp_path / "config.json"), instant=True)
     assert await prompt_tokens(cfg) == estimate_tokens(TEXT)

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tokenmill.config import JobSpec, SimConfig
+from tokenmill.config import JobSpec, SimSpec
 from tokenmill.errors import ConfigError
 from tokenmill.export import ExportOptions, export
 from tokenmill.output.records_reader import iter_records
@@ -20,7 +20,7 @@ from tokenmill.sim.server import SimServer
 from tokenmill.sources.thinking import thinking_for
 
 PROMPTS = 120
-THINKER = SimConfig(instant=True, thinking=True, output_len_mean=60, seed=2)
+THINKER = SimSpec(instant=True, thinking=True, output_len_mean=60, seed=2)
 PARSED = THINKER.model_copy(update={"reasoning_parser": "qwen3"})
 
 
@@ -34,7 +34,7 @@ def write_prompts(path: Path, rows: int = PROMPTS, extra: Any = None) -> Path:
     return path
 
 
-def run(sim_cfg: SimConfig, inp: Path, out: Path, **job: Any) -> None:
+def run(sim_cfg: SimSpec, inp: Path, out: Path, **job: Any) -> None:
     async def go() -> None:
         async with SimServer(sim_cfg) as sim:
             spec = JobSpec.model_validate(

@@ -19,7 +19,7 @@ import aiohttp
 import pytest
 
 from tests.integration.simserver_helpers import metrics, until
-from tokenmill.config import PlannerConfig, SimConfig
+from tokenmill.config import PlannerSpec, SimSpec
 from tokenmill.planner import GpuCatalog, Workload, load_model, parse_flags, plan, server_capacity
 from tokenmill.sim import SimServer
 
@@ -30,8 +30,8 @@ RADIX_OFF = "--disable-radix-cache --max-running-requests 48"
 DECODE = "sglang:realtime_tokens_total{mode=decode}"
 
 
-def twin_config(flags: str, time_scale: float, **extra: Any) -> SimConfig:
-    return SimConfig(model=MODEL, gpu=GPU, engine_flags=flags, time_scale=time_scale, **extra)
+def twin_config(flags: str, time_scale: float, **extra: Any) -> SimSpec:
+    return SimSpec(model=MODEL, gpu=GPU, engine_flags=flags, time_scale=time_scale, **extra)
 
 
 def generate_body(prompt_tokens: int, max_new_tokens: int) -> dict[str, Any]:
@@ -43,7 +43,7 @@ def generate_body(prompt_tokens: int, max_new_tokens: int) -> dict[str, Any]:
 
 @asynccontextmanager
 async def saturated(
-    cfg: SimConfig, body: dict[str, Any], clients: int, *, http: bool = True
+    cfg: SimSpec, body: dict[str, Any], clients: int, *, http: bool = True
 ) -> AsyncIterator[tuple[str, aiohttp.ClientSession]]:
     """A twin kept busy by ``clients`` closed-loop clients; yields (url, session).
 
@@ -83,7 +83,7 @@ async def test_twin_and_planner_agree_on_max_running_and_throughput_at_saturatio
         GpuCatalog.load().get(GPU),
         parse_flags(flags),
         Workload(10**6, length, length),
-        PlannerConfig(),
+        PlannerSpec(),
     )
     running = predicted.running
     lifetime_tokens = running * (length - 1)  # decode tokens of one generation of the running set
@@ -229,4 +229,4 @@ async def test_twin_limits_one_request_to_its_kv_pool_as_sglang_does() -> None:
         assert info["max_req_input_len"] == 2994
         assert info["context_length"] is None  # not given: SGLang takes the model's own
         async with s.get(srv.url + "/v1/models") as r:
-            assert (await r.json())["data"][0]["max_model_len"] == 262_144  # not SimConfig's default
+            assert (await r.json())["data"][0]["max_model_len"] == 262_144  # not SimSpec's default

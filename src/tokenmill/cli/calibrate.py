@@ -8,7 +8,7 @@ import click
 from rich.console import Console
 
 from tokenmill.cli.options import json_option, planner_options
-from tokenmill.config import PlannerConfig
+from tokenmill.config import PlannerSpec
 from tokenmill.monitor.samples import collect_samples
 from tokenmill.planner.calibrate import average_context, fit_eta
 from tokenmill.planner.capacity import server_capacity
@@ -61,7 +61,7 @@ def calibrate(
     """
     if (server is None) == (metrics_log is None):
         raise click.UsageError("give exactly one of --server URL or --metrics-log FILE")
-    config = PlannerConfig()
+    config = PlannerSpec()
     card = GpuCatalog.load(gpu_file).get(gpu)
     cap = server_capacity(planner_model, card, parse_flags(list(flags)), config=config)
     samples = collect_samples(

@@ -59,9 +59,9 @@ def _state_dir(profile_file: str | None, state_dir: str | None) -> Path:
         from tokenmill.config import load_profile
 
         return Path(load_profile(profile_file).state_dir).absolute()
-    from tokenmill.config import FleetProfile
+    from tokenmill.config import FleetSpec
 
-    return Path(FleetProfile.model_fields["state_dir"].default).absolute()
+    return Path(FleetSpec.model_fields["state_dir"].default).absolute()
 
 
 @click.group()
@@ -204,9 +204,9 @@ def apply(profile_file: str, state_dir: str | None, wait: bool) -> None:
     profile = load_profile(profile_file)
     where = _state_dir(None, state_dir) if state_dir else Path(profile.state_dir).absolute()
     current = read_state(where)
-    from tokenmill.config import FleetProfile
+    from tokenmill.config import FleetSpec
 
-    changed = check_reflag(FleetProfile.model_validate(current["profile"]), profile)
+    changed = check_reflag(FleetSpec.model_validate(current["profile"]), profile)
     if not changed:
         click.echo("nothing to apply: the fleet already runs this profile's command")
         return

@@ -115,7 +115,7 @@ def _list_gpus(console: Console, catalog: GpuCatalog) -> None:
 @click.option(
     "--sglang-version",
     help="The SGLang release the servers run (e.g. 0.5.10): sizing rules and flag spellings follow it "
-    "[default: PlannerConfig.sglang_version]",
+    "[default: PlannerSpec.sglang_version]",
 )
 @click.option(
     "--train-max-length",
@@ -125,7 +125,7 @@ def _list_gpus(console: Console, catalog: GpuCatalog) -> None:
 @click.option(
     "--output-sigma",
     type=click.FloatRange(min=0.01),
-    help="Log-normal sigma of the output lengths for --train-max-length [default: PlannerConfig.workload_output_sigma]",
+    help="Log-normal sigma of the output lengths for --train-max-length [default: PlannerSpec.workload_output_sigma]",
 )
 @click.option("--what-if/--no-what-if", "with_what_if", default=True, help="Rank alternative configurations")
 @json_option("Print JSON instead of tables")

@@ -1,8 +1,8 @@
 """``tokenmill sim``: run a simulated SGLang server until SIGTERM / Ctrl-C.
 
-The options mirror :class:`~tokenmill.config.SimConfig` field by field (fault settings too; those whose
+The options mirror :class:`~tokenmill.config.SimSpec` field by field (fault settings too; those whose
 name clashes with a server field get a ``--fault-`` prefix, e.g. ``--fault-seed``). They default to
-nothing: an option given on the command line overrides ``--config``, which overrides SimConfig.
+nothing: an option given on the command line overrides ``--config``, which overrides SimSpec.
 
 With ``--gpu`` the server is the twin: SGLang launch flags go in ``--flags "..."`` or simply after the
 options (``tokenmill sim --model qwen3.6-27b --gpu rtx-pro-6000 --mamba-radix-cache-strategy extra_buffer``);
@@ -25,7 +25,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from tokenmill.cli.options import click_type
-from tokenmill.config import FaultSpec, SimConfig, format_validation_error
+from tokenmill.config import FaultSpec, SimSpec, format_validation_error
 from tokenmill.errors import ConfigError
 from tokenmill.fsio import atomic_write
 
@@ -40,7 +40,7 @@ _ALIASES = {"engine_flags": ("--flags",)}  # SGLang's own word for them
     "--config",
     "config_file",
     type=click.Path(exists=True, dir_okay=False),
-    help="YAML file of SimConfig fields (command-line options override it).",
+    help="YAML file of SimSpec fields (command-line options override it).",
 )
 @click.option("--port-file", type=click.Path(dir_okay=False), help="Write the bound port here (atomically).")
 def sim(ctx: click.Context, /, config_file: str | None, port_file: str | None, **given: Any) -> None:
@@ -66,8 +66,8 @@ def sim(ctx: click.Context, /, config_file: str | None, port_file: str | None, *
     asyncio.run(_serve(cfg, port_file))
 
 
-def build_config(config_file: str | None, given: dict[str, Any], engine_args: Sequence[str] = ()) -> SimConfig:
-    """SimConfig from an optional YAML file, the options given on the command line, and SGLang flags given
+def build_config(config_file: str | None, given: dict[str, Any], engine_args: Sequence[str] = ()) -> SimSpec:
+    """SimSpec from an optional YAML file, the options given on the command line, and SGLang flags given
     as extra words (appended to ``engine_flags``; they need the twin, i.e. a ``gpu``)."""
     data: dict[str, Any] = {}
     if config_file:
@@ -76,7 +76,7 @@ def build_config(config_file: str | None, given: dict[str, Any], engine_args: Se
         except (OSError, yaml.YAMLError) as exc:
             raise ConfigError(f"cannot read sim config {config_file}: {exc}") from exc
         if not isinstance(loaded, dict):
-            raise ConfigError(f"{config_file} must hold a mapping of SimConfig fields (port, time_scale, ...)")
+            raise ConfigError(f"{config_file} must hold a mapping of SimSpec fields (port, time_scale, ...)")
         data = loaded
     for key, value in given.items():
         if value is None:
@@ -92,7 +92,7 @@ def build_config(config_file: str | None, given: dict[str, Any], engine_args: Se
     if engine_args:
         data["engine_flags"] = " ".join(p for p in (str(data.get("engine_flags") or ""), shlex.join(engine_args)) if p)
     try:
-        cfg = SimConfig.model_validate(data)
+        cfg = SimSpec.model_validate(data)
     except ValidationError as exc:
         raise ConfigError(format_validation_error(exc, config_file or "sim options")) from exc
     if cfg.gpu is None and engine_args:
@@ -108,7 +108,7 @@ def build_config(config_file: str | None, given: dict[str, Any], engine_args: Se
     return cfg
 
 
-async def _serve(cfg: SimConfig, port_file: str | None) -> None:
+async def _serve(cfg: SimSpec, port_file: str | None) -> None:
     from tokenmill.sim.server import SimServer  # aiohttp is imported only when the command runs
 
     _log_to_stderr(cfg.log_level)
@@ -186,8 +186,8 @@ def _options(model: type[BaseModel], section: str = "", taken: frozenset[str] = 
 
 
 def _all_options() -> list[click.Option]:
-    own = frozenset(SimConfig.model_fields)
-    opts = _options(SimConfig)
+    own = frozenset(SimSpec.model_fields)
+    opts = _options(SimSpec)
     for section, nested in _NESTED.items():
         opts += _options(nested, section, own)
     return opts

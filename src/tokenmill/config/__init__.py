@@ -12,7 +12,7 @@ from tokenmill.config.fleet import (
     AutotuneSpec,
     FlagValue,
     FleetEngine,
-    FleetProfile,
+    FleetSpec,
     WatchdogSpec,
     load_profile,
 )
@@ -23,7 +23,7 @@ from tokenmill.config.job import (
     ApiKind,
     BadRowPolicy,
     ControlSpec,
-    HFInput,
+    HFInputSpec,
     InputSpec,
     JobSpec,
     Mapping,
@@ -38,8 +38,8 @@ from tokenmill.config.job import (
 )
 from tokenmill.config.monitor import DoctorSpec, MonitorSpec
 from tokenmill.config.output import MASKED, OutputSpec, UploadSpec
-from tokenmill.config.planner import PlannerConfig
-from tokenmill.config.sim import FaultSpec, SimConfig
+from tokenmill.config.planner import PlannerSpec
+from tokenmill.config.sim import FaultSpec, SimSpec
 
 __all__ = [
     "AUTO_ID_COLUMN",
@@ -55,8 +55,8 @@ __all__ = [
     "FaultSpec",
     "FlagValue",
     "FleetEngine",
-    "FleetProfile",
-    "HFInput",
+    "FleetSpec",
+    "HFInputSpec",
     "InputSpec",
     "JobSpec",
     "Mapping",
@@ -64,10 +64,10 @@ __all__ = [
     "MonitorSpec",
     "OutputSpec",
     "PartitionSpec",
-    "PlannerConfig",
+    "PlannerSpec",
     "RetrySpec",
     "SamplingSpec",
-    "SimConfig",
+    "SimSpec",
     "ThinkingInline",
     "ThinkingMode",
     "UploadSpec",

@@ -131,7 +131,7 @@ class WatchdogSpec(Model):
     )
 
 
-class FleetProfile(Model):
+class FleetSpec(Model):
     """A fleet of inference servers (``tokenmill fleet``): engine, model, flags, GPUs and layout, ports, restarts.
 
     Each server runs the engine's command template with its own ``CUDA_VISIBLE_DEVICES`` (``tp_size``
@@ -221,13 +221,13 @@ class FleetProfile(Model):
         return ids
 
     @model_validator(mode="after")
-    def _one_parser(self) -> FleetProfile:
+    def _one_parser(self) -> FleetSpec:
         if self.reasoning_parser and any(name.lstrip("-") == "reasoning-parser" for name in self.flags):
             raise ValueError("give the reasoning parser once: reasoning_parser or flags: {reasoning-parser: ...}")
         return self
 
     @model_validator(mode="after")
-    def _layout(self) -> FleetProfile:
+    def _layout(self) -> FleetSpec:
         gpus = self.gpu_ids()
         if len(gpus) % self.tp_size:
             raise ValueError(f"{len(gpus)} GPUs do not split into groups of tp_size={self.tp_size}")
@@ -249,11 +249,11 @@ class FleetProfile(Model):
         return [tuple(ids[i : i + self.tp_size]) for i in range(0, len(ids), self.tp_size)]
 
 
-def load_profile(path: str | Path) -> FleetProfile:
+def load_profile(path: str | Path) -> FleetSpec:
     """Read and validate a YAML fleet profile; raises ConfigError naming each bad field."""
     p = Path(path)
     data = read_mapping(p, "fleet profile", "fleet fields (engine, model, flags, gpus, ...)")
     try:
-        return FleetProfile.model_validate(data)
+        return FleetSpec.model_validate(data)
     except ValidationError as exc:
         raise ConfigError(format_validation_error(exc, str(p))) from exc

@@ -49,7 +49,7 @@ def thinking_mode(value: Any) -> ThinkingMode:
     raise ValueError(f"thinking must be on, off, a share between 0 and 1, or null (the model's default); got {value!r}")
 
 
-class HFInput(Model):
+class HFInputSpec(Model):
     """A Hugging Face dataset, read with ``datasets`` in streaming mode."""
 
     dataset: str = Field(description="Dataset id on the Hub, or a local dataset directory")
@@ -67,7 +67,7 @@ class InputSpec(Model):
     """Where the prompts come from and how a row becomes a prompt."""
 
     path: str | None = Field(default=None, description="Local jsonl/json/parquet file, directory or glob")
-    hf: HFInput | None = Field(default=None, description="A Hugging Face dataset instead of a local path")
+    hf: HFInputSpec | None = Field(default=None, description="A Hugging Face dataset instead of a local path")
     format: Literal["auto", "jsonl", "json", "parquet"] = "auto"
     mapping: Mapping = Field(default="auto", description="Which column holds the prompt")
     messages_field: str = "messages"

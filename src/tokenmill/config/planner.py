@@ -7,7 +7,7 @@ from pydantic import Field
 from tokenmill.config.base import Model
 
 
-class PlannerConfig(Model):
+class PlannerSpec(Model):
     """Assumptions of the capacity planner (``tokenmill plan``); docs/planner.md gives each one's source."""
 
     eta_bw: float = Field(

@@ -21,7 +21,7 @@ class FaultSpec(Model):
     seed: int = Field(default=0, description="Seeds which requests get a fault")
 
 
-class SimConfig(Model):
+class SimSpec(Model):
     """The simulated SGLang server: scheduler capacity, timing, output lengths and faults."""
 
     host: str = Field(default="127.0.0.1", description="Address to bind (loopback unless you mean otherwise)")

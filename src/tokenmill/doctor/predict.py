@@ -21,7 +21,7 @@ from collections.abc import Callable, MutableMapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-from tokenmill.config import PlannerConfig
+from tokenmill.config import PlannerSpec
 from tokenmill.doctor import advice
 from tokenmill.doctor.model import Candidate, ClientObs, Observation, PlanPoint, Prediction, ServerObs
 from tokenmill.errors import ConfigError, DoesNotFitError
@@ -104,7 +104,7 @@ class _Setting:
     max_tokens: int | None
     ignore_eos: bool
     version: str | None
-    config: PlannerConfig
+    config: PlannerSpec
 
     @property
     def key(self) -> tuple[object, ...]:
@@ -124,7 +124,7 @@ class PlannerPredictor:
         self,
         model: str | None = None,
         gpu: str | None = None,
-        config: PlannerConfig | None = None,
+        config: PlannerSpec | None = None,
         gpu_file: str | None = None,
     ):
         self.model = model
@@ -252,7 +252,7 @@ class PlannerPredictor:
         feed = obs.client.limit if obs.client.limit and obs.client.limit > 0 else STEADY_PROMPTS
         work = request_workload(feed, inp, out, client.max_tokens, client.ignore_eos, "doctor")
         try:
-            return operating_point(cap, work, 1, self.config or PlannerConfig()).output_tok_s
+            return operating_point(cap, work, 1, self.config or PlannerSpec()).output_tok_s
         except DoesNotFitError:
             return None
 
@@ -267,11 +267,11 @@ class PlannerPredictor:
         result, ceiling = pair
         return Expected(s.gpu.key, result.output_tok_s, ceiling.output_tok_s, s.config.eta_bw)
 
-    def _config(self, version: str | None) -> PlannerConfig:
+    def _config(self, version: str | None) -> PlannerSpec:
         """The planner's assumptions for a server of ``version`` (what ``auto`` resolves to, which spellings)."""
         from tokenmill.planner.flags import sglang_release
 
-        config = self.config or PlannerConfig()
+        config = self.config or PlannerSpec()
         if sglang_release(version) is None:
             return config  # not an SGLang release number: the planner's own
         return config.model_copy(update={"sglang_version": version})
@@ -335,7 +335,7 @@ class PlannerPredictor:
         return None
 
     @staticmethod
-    def _plan(s: _Setting, flags: list[str], config: PlannerConfig | None = None) -> PlanResult:
+    def _plan(s: _Setting, flags: list[str], config: PlannerSpec | None = None) -> PlanResult:
         """``flags`` planned for the setting's server and requests (with ``config``: other assumptions)."""
         from tokenmill.planner.flags import parse_flags
         from tokenmill.planner.plan import plan

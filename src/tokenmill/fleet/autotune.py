@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from tokenmill.config import AutotuneSpec, FlagValue, FleetProfile
+from tokenmill.config import AutotuneSpec, FlagValue, FleetSpec
 from tokenmill.errors import ConfigError, ServerError
 from tokenmill.fleet.daemon import wait_apply
 from tokenmill.fleet.state import FleetState, load_state, pid_alive, request_apply
@@ -78,7 +78,7 @@ def refusal(change: str, allow: Sequence[str]) -> str | None:
     return None
 
 
-def profile_with(profile: FleetProfile, change: str) -> FleetProfile:
+def profile_with(profile: FleetSpec, change: str) -> FleetSpec:
     """``profile`` with ``change``'s flags set (a flag's other spelling removed)."""
     flags = dict(profile.flags)
     for name, value in parse_change(change).items():
@@ -134,8 +134,8 @@ class RemoteActuator:
             raise ServerError(f"the fleet of {self.state_dir} is not running: start it with `tokenmill fleet up`")
         return state
 
-    def profile(self) -> FleetProfile:
-        return FleetProfile.model_validate(self._state().profile)
+    def profile(self) -> FleetSpec:
+        return FleetSpec.model_validate(self._state().profile)
 
     def servers(self) -> list[str]:
         return [s.url for s in self._state().servers]
@@ -150,7 +150,7 @@ class RemoteActuator:
         profile = self.profile()
         self._request(profile, urls, say, min(profile.drain_timeout_s, self.spec.rollback_drain_s))
 
-    def _request(self, profile: FleetProfile, urls: Sequence[str], say: Say, drain: float | None = None) -> None:
+    def _request(self, profile: FleetSpec, urls: Sequence[str], say: Say, drain: float | None = None) -> None:
         indices = _indices(self.servers(), urls)
         request_id = request_apply(
             self.state_dir, profile, servers=indices, batch=self.spec.rollout_batch, drain_timeout_s=drain

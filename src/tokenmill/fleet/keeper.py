@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tokenmill.config import FleetProfile, backoff
+from tokenmill.config import FleetSpec, backoff
 from tokenmill.errors import ServerError
 from tokenmill.fleet import health
 from tokenmill.fleet.process import ServerProcess, tail
@@ -54,7 +54,7 @@ class ServerKeeper:
 
     def __init__(
         self,
-        profile: FleetProfile,
+        profile: FleetSpec,
         index: int,
         gpus: tuple[int, ...],
         log_path: Path,
@@ -103,7 +103,7 @@ class ServerKeeper:
         with self._cond:
             return ServerStatus.from_dict(self._status.to_dict())
 
-    def restart(self, profile: FleetProfile, timeout: float | None = None) -> str | None:
+    def restart(self, profile: FleetSpec, timeout: float | None = None) -> str | None:
         """Stop the server and start it with ``profile``'s command; None once healthy, else why not."""
         with self._cond:
             self._wanted_gen += 1
@@ -174,7 +174,7 @@ class ServerKeeper:
         finally:
             self._set(state="stopped", pid=None)
 
-    def _run_once(self, profile: FleetProfile, gen: int) -> tuple[str | None, float | None]:
+    def _run_once(self, profile: FleetSpec, gen: int) -> tuple[str | None, float | None]:
         """Start, wait healthy, wait for exit: (None, None) when interrupted, else (problem, seconds it was up)."""
         argv = render(profile, Slot(self.index, self.gpus, profile.host, self.port))
         env: dict[str, str | None] = dict(profile.env)
@@ -215,7 +215,7 @@ class ServerKeeper:
                 proc.kill()
                 return f"was hung ({hung}) and was killed", self._clock() - up_at
 
-    def _halt(self, proc: ServerProcess, profile: FleetProfile) -> None:
+    def _halt(self, proc: ServerProcess, profile: FleetSpec) -> None:
         self._set(state="stopping")
         proc.stop(profile.stop_timeout_s)
         self._set(pid=None)
@@ -226,7 +226,7 @@ class ServerKeeper:
             f"{tail(self.log_path, self._desired.log_tail_lines)}"
         )
 
-    def _after_crash(self, profile: FleetProfile, problem: str, crashes: int) -> bool:
+    def _after_crash(self, profile: FleetSpec, problem: str, crashes: int) -> bool:
         """Record a crash and wait the backoff; False when the server is given up."""
         message = self._failure(problem)
         if crashes > profile.max_restarts:

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tokenmill.config import FleetProfile
+from tokenmill.config import FleetSpec
 from tokenmill.fleet.keeper import ServerKeeper
 from tokenmill.fleet.state import server_log
 from tokenmill.fleet.supervisor import Fleet, ServerHandle
 
 
-def start_local(profile: FleetProfile, state_dir: Path) -> list[ServerHandle]:
+def start_local(profile: FleetSpec, state_dir: Path) -> list[ServerHandle]:
     """One keeper per GPU group, each started (their servers come up in parallel)."""
     keepers = [
         ServerKeeper(profile, index, gpus, server_log(state_dir, index))
@@ -26,6 +26,6 @@ def start_local(profile: FleetProfile, state_dir: Path) -> list[ServerHandle]:
     return list(keepers)
 
 
-def local_fleet(profile: FleetProfile, state_dir: Path | None = None) -> Fleet:
+def local_fleet(profile: FleetSpec, state_dir: Path | None = None) -> Fleet:
     """A fleet of local servers; ``up()`` it (or use it as a context manager, which also stops it)."""
     return Fleet(profile, start_local, state_dir, kind="local")

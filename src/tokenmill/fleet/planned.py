@@ -12,14 +12,14 @@ import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
-from tokenmill.config import FlagValue, FleetProfile, SimConfig, load_profile
+from tokenmill.config import FlagValue, FleetSpec, SimSpec, load_profile
 from tokenmill.errors import ConfigError
 from tokenmill.fleet.template import flag_args
 from tokenmill.planner.catalog import load_model
 
 TP_FLAGS = ("--tp-size", "--tp")
 SIM_FLAGS_FIELD = "engine_flags"  # a twin's SGLang flags in one string (`tokenmill sim --flags "..."`)
-# SimConfig fields a twin takes as the SGLang flags of the same name (sim/twin.py, TwinStepModel.from_config)
+# SimSpec fields a twin takes as the SGLang flags of the same name (sim/twin.py, TwinStepModel.from_config)
 SIM_SGLANG_FIELDS = ("max_running_requests", "max_total_tokens", "context_length")
 
 
@@ -50,14 +50,14 @@ def read_fleet(path: str | Path) -> FleetServers:
     )
 
 
-def _twin(profile: FleetProfile) -> FleetServers:
+def _twin(profile: FleetSpec) -> FleetServers:
     """A fleet of twins: their own options (``gpu``, ``model-spec``, ``eta-bw``) apart from the SGLang flags."""
     own: dict[str, FlagValue] = {}
     sglang: dict[str, FlagValue] = {}
     for name, value in profile.flags.items():
         field = name.lstrip("-").replace("-", "_")
         field = SIM_FLAGS_FIELD if field == "flags" else field
-        if field in SimConfig.model_fields and field not in SIM_SGLANG_FIELDS:
+        if field in SimSpec.model_fields and field not in SIM_SGLANG_FIELDS:
             own[field] = value
         else:
             sglang[name] = value

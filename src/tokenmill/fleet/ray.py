@@ -17,7 +17,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from tokenmill.config import FleetProfile
+from tokenmill.config import FleetSpec
 from tokenmill.errors import ConfigError
 from tokenmill.fleet.keeper import ServerKeeper
 from tokenmill.fleet.state import ServerStatus, server_log
@@ -53,7 +53,7 @@ class ServerActor:
     def __init__(self, profile_data: dict[str, Any], index: int, log_path: str) -> None:
         import ray
 
-        profile = FleetProfile.model_validate(profile_data)
+        profile = FleetSpec.model_validate(profile_data)
         gpus = tuple(int(g) for g in ray.get_gpu_ids())
         self.node = str(ray.get_runtime_context().get_node_id())
         node_ip: str = ray.util.get_node_ip_address()  # type: ignore[no-untyped-call]
@@ -71,7 +71,7 @@ class ServerActor:
         return st.to_dict()
 
     def restart(self, profile_data: dict[str, Any], timeout: float | None) -> str | None:
-        return self.keeper.restart(FleetProfile.model_validate(profile_data), timeout)
+        return self.keeper.restart(FleetSpec.model_validate(profile_data), timeout)
 
     def stop(self) -> None:
         self.keeper.stop()
@@ -114,7 +114,7 @@ class RayHandle:
             self._last = ServerStatus.from_dict(data)
         return ServerStatus.from_dict(self._last.to_dict())
 
-    def restart(self, profile: FleetProfile, timeout: float | None = None) -> str | None:
+    def restart(self, profile: FleetSpec, timeout: float | None = None) -> str | None:
         import ray
 
         try:
@@ -134,7 +134,7 @@ class RayHandle:
         ray.kill(self.actor)
 
 
-def start_ray(profile: FleetProfile, state_dir: Path) -> list[ServerHandle]:
+def start_ray(profile: FleetSpec, state_dir: Path) -> list[ServerHandle]:
     """One actor per server, each reserving ``tp_size`` GPUs and no CPU."""
     import ray
 
@@ -151,7 +151,7 @@ def start_ray(profile: FleetProfile, state_dir: Path) -> list[ServerHandle]:
     return handles
 
 
-def ray_fleet(profile: FleetProfile, address: str, state_dir: Path | None = None) -> Fleet:
+def ray_fleet(profile: FleetSpec, address: str, state_dir: Path | None = None) -> Fleet:
     """A fleet whose servers are Ray actors on the cluster at ``address``; ``up()`` it to start them."""
     connect(address)
     if not profile.host or profile.host.startswith("127.") or profile.host == "localhost":

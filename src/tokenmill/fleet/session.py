@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tokenmill.config import FleetProfile, JobSpec, load_profile
+from tokenmill.config import FleetSpec, JobSpec, load_profile
 from tokenmill.errors import ConfigError, OutputError
 from tokenmill.fleet.autotune import FleetActuator
 from tokenmill.fleet.state import ENDPOINTS
@@ -27,7 +27,7 @@ from tokenmill.run.autotune import Autotuner, Change
 log = logging.getLogger(__name__)
 
 
-def start_fleet(profile: FleetProfile, ray_address: str | None = None, state_dir: Path | None = None) -> Fleet:
+def start_fleet(profile: FleetSpec, ray_address: str | None = None, state_dir: Path | None = None) -> Fleet:
     """Start ``profile``'s servers here, or as Ray actors when ``ray_address`` is given; returns once healthy."""
     if ray_address:
         from tokenmill.fleet.ray import ray_fleet
@@ -96,7 +96,7 @@ class FleetLaunch:
             raise ConfigError("--partitions runs its clients as Ray tasks: give --ray-address too (e.g. local)")
         return launch
 
-    def profile(self) -> FleetProfile | None:
+    def profile(self) -> FleetSpec | None:
         return load_profile(self.profile_path) if self.profile_path else None
 
     def job_overrides(self) -> dict[str, Any]:

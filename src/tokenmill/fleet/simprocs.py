@@ -13,7 +13,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from tokenmill.config import FleetProfile, SimConfig
+from tokenmill.config import FleetSpec, SimSpec
 from tokenmill.errors import ServerError
 from tokenmill.fleet import health
 from tokenmill.fleet.keeper import PORT_RETRIES, free_port
@@ -47,7 +47,7 @@ def start_sim(args: Sequence[str] = (), log_path: Path | None = None, port: int 
 
     ``port`` 0 picks a free port (retried if another process takes it first).
     """
-    profile = FleetProfile(engine="sim", model=SimConfig().model, extra_args=list(args), base_port=port)
+    profile = FleetSpec(engine="sim", model=SimSpec().model, extra_args=list(args), base_port=port)
     log = log_path if log_path is not None else Path(os.devnull)
     problem = ""
     for _ in range(PORT_RETRIES if port == 0 else 1):

@@ -21,7 +21,7 @@ from typing import Any, Literal
 
 import orjson
 
-from tokenmill.config import FleetProfile
+from tokenmill.config import FleetSpec
 from tokenmill.errors import ServerError
 from tokenmill.fsio import FileLock, LockHeld, atomic_write
 
@@ -232,7 +232,7 @@ def pid_alive(pid: int | None) -> bool:
 
 def request_apply(
     state_dir: Path,
-    profile: FleetProfile,
+    profile: FleetSpec,
     servers: list[int] | None = None,
     batch: int = 1,
     drain_timeout_s: float | None = None,

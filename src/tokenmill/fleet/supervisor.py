@@ -30,7 +30,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-from tokenmill.config import FleetProfile
+from tokenmill.config import FleetSpec
 from tokenmill.errors import ConfigError, ServerError
 from tokenmill.fleet import health
 from tokenmill.fleet.state import (
@@ -63,15 +63,15 @@ class ServerHandle(Protocol):
 
     def status(self) -> ServerStatus: ...
 
-    def restart(self, profile: FleetProfile, timeout: float | None = None) -> str | None: ...
+    def restart(self, profile: FleetSpec, timeout: float | None = None) -> str | None: ...
 
     def stop(self) -> None: ...
 
 
-Launcher = Callable[[FleetProfile, Path], list[ServerHandle]]
+Launcher = Callable[[FleetSpec, Path], list[ServerHandle]]
 
 
-def check_reflag(old: FleetProfile, new: FleetProfile) -> list[str]:
+def check_reflag(old: FleetSpec, new: FleetSpec) -> list[str]:
     """The run fields that differ; ConfigError when a layout field differs."""
     moved = [f for f in LAYOUT_FIELDS if getattr(old, f) != getattr(new, f)]
     if moved:
@@ -85,7 +85,7 @@ def check_reflag(old: FleetProfile, new: FleetProfile) -> list[str]:
 class Fleet:
     """Servers of one profile, started by ``launcher``, with their state kept in ``state_dir``."""
 
-    def __init__(self, profile: FleetProfile, launcher: Launcher, state_dir: Path | None = None, kind: str = "local"):
+    def __init__(self, profile: FleetSpec, launcher: Launcher, state_dir: Path | None = None, kind: str = "local"):
         self.profile = profile
         self.launcher = launcher
         self.kind = kind
@@ -103,7 +103,7 @@ class Fleet:
         self._apply: ApplyProgress | None = None
         self._apply_thread: threading.Thread | None = None
         self._handled_request: str | None = None
-        self._runs: dict[int, FleetProfile] = {}  # the profile each server runs, when not the fleet's
+        self._runs: dict[int, FleetSpec] = {}  # the profile each server runs, when not the fleet's
         self._started_at = time.time()
 
     # ---- lifecycle ----------------------------------------------------------------------------------------
@@ -178,14 +178,14 @@ class Fleet:
 
     # ---- re-flag ------------------------------------------------------------------------------------------
 
-    def runs(self, index: int) -> FleetProfile:
+    def runs(self, index: int) -> FleetSpec:
         """The profile server ``index`` runs (the fleet's, unless a partial re-flag gave it another)."""
         with self._lock:
             return self._runs.get(index, self.profile)
 
     def apply(
         self,
-        new: FleetProfile,
+        new: FleetSpec,
         progress: Callable[[str], None] | None = None,
         servers: Sequence[int] | None = None,
         batch: int = 1,
@@ -229,7 +229,7 @@ class Fleet:
         self._commit(new)
 
     def _reflag_one(
-        self, i: int, new: FleetProfile, say: Callable[[str], None], drain_timeout_s: float | None = None
+        self, i: int, new: FleetSpec, say: Callable[[str], None], drain_timeout_s: float | None = None
     ) -> str | None:
         """Drain server ``i``, restart it with ``new``; None when it is up with it, else what went wrong (it then
         runs its old profile again)."""
@@ -250,7 +250,7 @@ class Fleet:
         say(f"server {i} ({handle.status().url}): up with the new flags")
         return None
 
-    def _commit(self, new: FleetProfile) -> None:
+    def _commit(self, new: FleetSpec) -> None:
         """Once every server runs ``new`` it is the fleet's profile."""
         with self._lock:
             if all(self._runs.get(i, self.profile) == new for i in range(len(self.handles))):
@@ -258,7 +258,7 @@ class Fleet:
                 self._runs.clear()
         self.publish()
 
-    def _drain(self, index: int, url: str, profile: FleetProfile, timeout_s: float | None = None) -> tuple[float, bool]:
+    def _drain(self, index: int, url: str, profile: FleetSpec, timeout_s: float | None = None) -> tuple[float, bool]:
         """Mark a server draining and wait for it to go idle (bounded). Returns (seconds waited, idle)."""
         with self._lock:
             self._draining.add(index)
@@ -356,7 +356,7 @@ class Fleet:
 
         self._set_apply(request_id, "running", progress)
         try:
-            new = FleetProfile.model_validate(data)
+            new = FleetSpec.model_validate(data)
             self.apply(new, say, servers=servers, batch=batch, drain_timeout_s=drain_timeout_s)
         except Exception as exc:  # reported to `fleet apply` through state.json
             log.error("re-flag %s failed: %s", request_id, exc)

@@ -21,7 +21,7 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from tokenmill.config import MASKED, FlagValue, FleetEngine, FleetProfile, PlannerConfig
+from tokenmill.config import MASKED, FlagValue, FleetEngine, FleetSpec, PlannerSpec
 from tokenmill.errors import ConfigError
 from tokenmill.planner.flags import (
     NEW_GRAPH_BS_FLAG,
@@ -68,7 +68,7 @@ def flag_args(flags: Mapping[str, FlagValue]) -> list[str]:
     return out
 
 
-def reasoning_args(profile: FleetProfile) -> list[str]:
+def reasoning_args(profile: FleetSpec) -> list[str]:
     """``--reasoning-parser NAME`` for a profile with ``reasoning_parser`` (the same spelling in SGLang, vLLM and the
     simulated server), else nothing."""
     return ["--reasoning-parser", profile.reasoning_parser] if profile.reasoning_parser else []
@@ -107,18 +107,18 @@ def installed_sglang(python: str) -> str | None:
     return (done.stdout.strip() or None) if done.returncode == 0 else None
 
 
-def engine_version(profile: FleetProfile, python: str) -> str | None:
+def engine_version(profile: FleetSpec, python: str) -> str | None:
     """The SGLang release whose flag spellings the servers of ``profile`` accept (``None``: the newest)."""
     if profile.sglang_version:
         return profile.sglang_version
     if profile.engine == "sim":
-        return PlannerConfig().sglang_version
+        return PlannerSpec().sglang_version
     if profile.engine == "sglang":
         return installed_sglang(python)
     return None
 
 
-def render(profile: FleetProfile, slot: Slot, python: str | None = None) -> list[str]:
+def render(profile: FleetSpec, slot: Slot, python: str | None = None) -> list[str]:
     """The argv of one server of ``profile`` at ``slot``."""
     template = profile.command or TEMPLATES[profile.engine]
     interpreter = python or profile.python or sys.executable

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import aiohttp
 
-from tokenmill.config import PlannerConfig, normalize_url
+from tokenmill.config import PlannerSpec, normalize_url
 from tokenmill.errors import InputError, ServerError
 from tokenmill.planner.calibrate import ThroughputSample, samples_from_log, samples_from_metrics, usable
 
@@ -57,7 +57,7 @@ def log_samples(path: str | Path) -> list[ThroughputSample]:
 def collect_samples(
     server: str | None,
     metrics_log: str | None,
-    config: PlannerConfig,
+    config: PlannerSpec,
     *,
     window_s: float | None = None,
     interval_s: float | None = None,

@@ -16,7 +16,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from tokenmill.config import PlannerConfig
+from tokenmill.config import PlannerSpec
 from tokenmill.planner.flags import EngineFlags, command_line, parse_flags
 from tokenmill.planner.hardware import GpuCatalog, GpuSpec
 from tokenmill.planner.memory import PoolPlan, size_pools
@@ -107,7 +107,7 @@ class ServerCapacity:
         return self.step(running, round(running * avg_context)).tokens_per_s
 
 
-def roofline_params(config: PlannerConfig, eta: float | None = None) -> RooflineParams:
+def roofline_params(config: PlannerSpec, eta: float | None = None) -> RooflineParams:
     return RooflineParams(
         eta_bw=eta if eta is not None else config.eta_bw,
         eta_compute=config.eta_compute,
@@ -118,7 +118,7 @@ def roofline_params(config: PlannerConfig, eta: float | None = None) -> Roofline
 
 
 def build_capacity(
-    model: ModelSpec, gpu: GpuSpec, flags: EngineFlags, config: PlannerConfig, eta: float | None = None
+    model: ModelSpec, gpu: GpuSpec, flags: EngineFlags, config: PlannerSpec, eta: float | None = None
 ) -> ServerCapacity:
     """Capacity from resolved objects (pure)."""
     pools = size_pools(
@@ -140,7 +140,7 @@ def server_capacity(
     gpu: GpuSpec | str,
     flags: EngineFlags | str | Sequence[str] = "",
     *,
-    config: PlannerConfig | None = None,
+    config: PlannerSpec | None = None,
     eta: float | None = None,
 ) -> ServerCapacity:
     """Capacity of one replica; names are looked up in the bundled catalogs (a model may be a config.json path)."""
@@ -149,4 +149,4 @@ def server_capacity(
     spec = load_model(model) if isinstance(model, str) else model
     card = GpuCatalog.load().get(gpu) if isinstance(gpu, str) else gpu
     parsed = flags if isinstance(flags, EngineFlags) else parse_flags(flags)
-    return build_capacity(spec, card, parsed, config or PlannerConfig(), eta)
+    return build_capacity(spec, card, parsed, config or PlannerSpec(), eta)

@@ -1,6 +1,6 @@
 """GPU catalog: memory, bandwidth and dense tensor peaks, each with its source and an unverified mark.
 
-The bundled table is ``gpus.yaml`` (numbers from the reference's hardware notes); users add their own GPUs
+The bundled table is ``gpus.yaml`` (its numbers and their sources: docs/reference/hardware.md); users add their own GPUs
 in a YAML file of the same shape (``--gpu-file``). Names match case- and punctuation-insensitively, so
 ``RTX-PRO-6000``, ``rtx pro 6000`` and ``rtxpro6000`` are the same card.
 """
@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic.dataclasses import dataclass
 
 from tokenmill.config import format_validation_error
 from tokenmill.errors import ConfigError
@@ -24,18 +24,22 @@ from tokenmill.planner.models import WeightDtype
 GIB = 1 << 30
 
 
-@dataclass(frozen=True, slots=True)
-class GpuSpec:
-    """One GPU model. Throughputs are dense (no 2:4 sparsity); ``None`` means no tensor-core support."""
+_POSITIVE = Field(gt=0)
 
-    key: str
-    name: str
-    memory_mib: int
-    bandwidth_gbs: float
-    bf16_tflops: float
-    fp8_tflops: float | None = None
-    fp4_tflops: float | None = None
-    power_w: float | None = None
+
+@dataclass(frozen=True, slots=True, config=ConfigDict(extra="forbid"))
+class GpuSpec:
+    """One GPU model. Throughputs are dense (no 2:4 sparsity); ``None`` means no tensor-core support. A row of a
+    GPU file validates straight into it (:func:`parse_gpu_table`)."""
+
+    key: Annotated[str, Field(min_length=1)]
+    name: Annotated[str, Field(min_length=1)]
+    memory_mib: Annotated[int, Field(gt=0, description="Memory the driver reports, MiB (nvidia-smi memory.total)")]
+    bandwidth_gbs: Annotated[float, Field(gt=0, description="Peak memory bandwidth, GB/s (decimal)")]
+    bf16_tflops: Annotated[float, Field(gt=0, description="Dense BF16 tensor TFLOP/s")]
+    fp8_tflops: Annotated[float | None, _POSITIVE] = None
+    fp4_tflops: Annotated[float | None, _POSITIVE] = None
+    power_w: Annotated[float | None, _POSITIVE] = None
     aliases: tuple[str, ...] = ()
     sources: tuple[str, ...] = ()
     unverified: tuple[str, ...] = ()
@@ -62,27 +66,10 @@ class GpuSpec:
         return field_name in self.unverified
 
 
-class _GpuEntry(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    key: str = Field(min_length=1)
-    name: str = Field(min_length=1)
-    memory_mib: int = Field(gt=0, description="Memory the driver reports, MiB (nvidia-smi memory.total)")
-    bandwidth_gbs: float = Field(gt=0, description="Peak memory bandwidth, GB/s (decimal)")
-    bf16_tflops: float = Field(gt=0, description="Dense BF16 tensor TFLOP/s")
-    fp8_tflops: float | None = Field(default=None, gt=0)
-    fp4_tflops: float | None = Field(default=None, gt=0)
-    power_w: float | None = Field(default=None, gt=0)
-    aliases: list[str] = Field(default_factory=list)
-    sources: list[str] = Field(default_factory=list)
-    unverified: list[str] = Field(default_factory=list)
-    notes: str = ""
-
-
 class _GpuFile(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    gpus: list[_GpuEntry]
+    gpus: list[GpuSpec]
 
 
 def normalize_name(name: str) -> str:
@@ -93,26 +80,9 @@ def normalize_name(name: str) -> str:
 def parse_gpu_table(data: Any, where: str) -> list[GpuSpec]:
     """Validate a ``{gpus: [...]}`` mapping; ConfigError names each bad field."""
     try:
-        table = _GpuFile.model_validate(data)
+        return _GpuFile.model_validate(data).gpus
     except ValidationError as exc:
         raise ConfigError(format_validation_error(exc, where)) from exc
-    return [
-        GpuSpec(
-            key=e.key,
-            name=e.name,
-            memory_mib=e.memory_mib,
-            bandwidth_gbs=e.bandwidth_gbs,
-            bf16_tflops=e.bf16_tflops,
-            fp8_tflops=e.fp8_tflops,
-            fp4_tflops=e.fp4_tflops,
-            power_w=e.power_w,
-            aliases=tuple(e.aliases),
-            sources=tuple(e.sources),
-            unverified=tuple(e.unverified),
-            notes=e.notes,
-        )
-        for e in table.gpus
-    ]
 
 
 def _read_yaml(text: str, where: str) -> Any:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 
-from tokenmill.config import PlannerConfig
+from tokenmill.config import PlannerSpec
 from tokenmill.errors import ConfigError, DoesNotFitError
 from tokenmill.planner.admission import schedule_conservativeness, steady_running
 from tokenmill.planner.capacity import ServerCapacity, build_capacity
@@ -100,7 +100,7 @@ def _binding_label(source: str) -> str:
     return "auto max-running"
 
 
-def kv_bound_running(cap: ServerCapacity, workload: Workload, config: PlannerConfig) -> int:
+def kv_bound_running(cap: ServerCapacity, workload: Workload, config: PlannerSpec) -> int:
     """Requests of ``workload`` the KV pool keeps running, by SGLang's admission rule for their kind
     (:func:`tokenmill.planner.admission.steady_running`, the rule the twin's scheduler and the doctor apply).
     ``ignore_eos`` requests are admitted only while every running one's prompt and whole clipped limit fit, so
@@ -121,7 +121,7 @@ def kv_bound_running(cap: ServerCapacity, workload: Workload, config: PlannerCon
     return min(admitted, cap.kv_bound_running(workload.avg_context, config.kv_target_usage))
 
 
-def operating_point(cap: ServerCapacity, workload: Workload, replicas: int, config: PlannerConfig) -> PlanResult:
+def operating_point(cap: ServerCapacity, workload: Workload, replicas: int, config: PlannerSpec) -> PlanResult:
     """Steady state of ``cap`` under ``workload`` with ``replicas`` replicas sharing the prompts."""
     kv_bound = kv_bound_running(cap, workload, config)
     limits = {
@@ -170,7 +170,7 @@ def plan(
     gpu: GpuSpec,
     flags: EngineFlags,
     workload: Workload,
-    config: PlannerConfig,
+    config: PlannerSpec,
     *,
     gpu_count: int = 1,
     eta: float | None = None,
@@ -191,7 +191,7 @@ class Comparison:
 
 
 def compare(
-    base: PlanResult, reference: GpuSpec, config: PlannerConfig, *, gpu_count: int, eta: float | None = None
+    base: PlanResult, reference: GpuSpec, config: PlannerSpec, *, gpu_count: int, eta: float | None = None
 ) -> Comparison:
     """The same model, flags and workload on ``reference``."""
     cap = base.capacity
@@ -248,7 +248,7 @@ def _strategy_flags(base: EngineFlags, variant: str) -> EngineFlags:
 
 
 def best_radix_off_running(
-    model: ModelSpec, gpu: GpuSpec, flags: EngineFlags, workload: Workload, replicas: int, config: PlannerConfig
+    model: ModelSpec, gpu: GpuSpec, flags: EngineFlags, workload: Workload, replicas: int, config: PlannerSpec
 ) -> int:
     """The explicit --max-running-requests that fills memory exactly: N slots and N requests' KV.
 
@@ -279,7 +279,7 @@ def what_if(
     gpu: GpuSpec,
     base_flags: EngineFlags,
     workload: Workload,
-    config: PlannerConfig,
+    config: PlannerSpec,
     *,
     gpu_count: int = 1,
     eta: float | None = None,
@@ -320,7 +320,7 @@ def _base_row(
     gpu: GpuSpec,
     flags: EngineFlags,
     workload: Workload,
-    config: PlannerConfig,
+    config: PlannerSpec,
     replicas: int,
     eta: float | None,
 ) -> WhatIfRow:
@@ -348,7 +348,7 @@ def _row(
     gpu: GpuSpec,
     base: EngineFlags,
     workload: Workload,
-    config: PlannerConfig,
+    config: PlannerSpec,
     replicas: int,
     eta: float | None,
     strategy: str,

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from tokenmill.config import InputSpec, PlannerConfig
+from tokenmill.config import InputSpec, PlannerSpec
 from tokenmill.errors import ConfigError, DoesNotFitError
 from tokenmill.planner.catalog import load_model
 from tokenmill.planner.flags import parse_flags
@@ -28,12 +28,12 @@ class WorkloadQuestion:
     output_len: float | None = None
     dataset: str | InputSpec | None = None  # an input (a path, or a job's) to measure prompt lengths and count on
     tokenizer: str | None = None  # for measuring ``dataset`` (otherwise characters per token are assumed)
-    sample_rows: int | None = None  # rows of ``dataset`` measured (None: PlannerConfig.dataset_sample_rows)
+    sample_rows: int | None = None  # rows of ``dataset`` measured (None: PlannerSpec.dataset_sample_rows)
     max_tokens: int | None = None
     ignore_eos: bool = False
     answers_per_row: int = 1  # requests per row of ``dataset`` (a job's ``samples``)
 
-    def _output(self, config: PlannerConfig, sources: list[str]) -> float:
+    def _output(self, config: PlannerSpec, sources: list[str]) -> float:
         """The mean output: given; with ``ignore_eos``, ``max_tokens``; else the default, at most ``max_tokens``."""
         if self.ignore_eos and self.max_tokens is not None:
             if self.output_len is not None and self.output_len != self.max_tokens:
@@ -49,7 +49,7 @@ class WorkloadQuestion:
             return float(self.max_tokens)
         return config.workload_output_len
 
-    def workload(self, config: PlannerConfig) -> Workload:
+    def workload(self, config: PlannerSpec) -> Workload:
         """The workload planned for, saying where its numbers come from."""
         prompts, input_len, sources = self.prompts, self.input_len, []
         if self.dataset is not None:
@@ -98,9 +98,9 @@ class PlanQuestion:
     eta: float | None = None  # bandwidth efficiency (None: the planner's, uncalibrated)
     compare_gpus: tuple[str, ...] = ()
     gpu_file: str | None = None
-    sglang_version: str | None = None  # None: PlannerConfig.sglang_version
+    sglang_version: str | None = None  # None: PlannerSpec.sglang_version
     train_max_length: int | None = None
-    output_sigma: float | None = None  # None: PlannerConfig.workload_output_sigma
+    output_sigma: float | None = None  # None: PlannerSpec.workload_output_sigma
     with_what_if: bool = True
 
 
@@ -108,7 +108,7 @@ class PlanQuestion:
 class PlanAnswer:
     """The report, or why the configuration does not fit with the what-ifs that do; the training cut if asked."""
 
-    config: PlannerConfig
+    config: PlannerSpec
     what_if: tuple[WhatIfRow, ...]
     report: PlanReport | None = None
     does_not_fit: DoesNotFitError | None = None
@@ -119,7 +119,7 @@ def answer(q: PlanQuestion) -> PlanAnswer:
     """Plan ``q``; a configuration that does not fit is an answer when some what-if does (else it raises)."""
     catalog = GpuCatalog.load(q.gpu_file)
     engine = parse_flags(list(q.flags))
-    config = PlannerConfig.model_validate({} if q.sglang_version is None else {"sglang_version": q.sglang_version})
+    config = PlannerSpec.model_validate({} if q.sglang_version is None else {"sglang_version": q.sglang_version})
     spec, card = load_model(q.model), catalog.get(q.gpu)
     workload = q.workload.workload(config)
     rows = (

@@ -11,7 +11,7 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from tokenmill.config import PlannerConfig
+from tokenmill.config import PlannerSpec
 from tokenmill.fmt import duration
 from tokenmill.planner.hardware import GIB, GpuSpec
 from tokenmill.planner.memory import MIB
@@ -27,7 +27,7 @@ class PlanReport:
     result: PlanResult
     comparisons: tuple[Comparison, ...]
     what_if: tuple[WhatIfRow, ...]
-    config: PlannerConfig
+    config: PlannerSpec
     eta_source: str
 
 

@@ -26,7 +26,7 @@ from tokenmill.planner.models import ModelSpec, decode_flops_per_token, weight_b
 
 @dataclass(frozen=True, slots=True)
 class RooflineParams:
-    """Efficiencies and fixed costs; defaults live in :class:`tokenmill.config.PlannerConfig`."""
+    """Efficiencies and fixed costs; defaults live in :class:`tokenmill.config.PlannerSpec`."""
 
     eta_bw: float
     eta_compute: float

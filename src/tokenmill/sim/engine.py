@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 from collections.abc import Sequence
 
-from tokenmill.config import SimConfig
+from tokenmill.config import SimSpec
 from tokenmill.sim.metrics import RequestMetrics
 from tokenmill.sim.prefix import PrefixCache
 from tokenmill.sim.scheduler import QueueFullError, Scheduler, SchedulerSnapshot, SimRequest, State, Timing
@@ -32,7 +32,7 @@ _INSTANT = Timing(0.0, 0.0, 0.0)
 class SimEngine:
     """A simulated SGLang scheduler on the running event loop. Use ``await start()`` / ``await close()``."""
 
-    def __init__(self, cfg: SimConfig, model: StepModel | None = None, prefix: PrefixCache | None = None) -> None:
+    def __init__(self, cfg: SimSpec, model: StepModel | None = None, prefix: PrefixCache | None = None) -> None:
         self.model: StepModel = model if model is not None else default_step_model(cfg)
         self.scheduler = Scheduler(
             self.model,
@@ -166,7 +166,7 @@ class SimEngine:
                     handle.cancel()
 
 
-def default_step_model(cfg: SimConfig) -> StepModel:
+def default_step_model(cfg: SimSpec) -> StepModel:
     """The twin when ``cfg.gpu`` names a GPU (pools and times from the planner), else fixed step times."""
     if cfg.gpu is not None:
         from tokenmill.sim.twin import TwinStepModel  # the planner is imported only for a twin

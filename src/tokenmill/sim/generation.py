@@ -11,7 +11,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from tokenmill.config import SimConfig
+from tokenmill.config import SimSpec
 from tokenmill.sim import api
 from tokenmill.sim.engine import EngineClosedError, QueueFullError, SimEngine, Timing
 from tokenmill.sim.faults import FaultInjector
@@ -28,7 +28,7 @@ class Generation:
 
     def __init__(
         self,
-        cfg: SimConfig,
+        cfg: SimSpec,
         engine: SimEngine,
         faults: FaultInjector,
         *,

@@ -16,16 +16,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from tokenmill.config import PlannerConfig, SimConfig
+from tokenmill.config import PlannerSpec, SimSpec
 from tokenmill.sim.scheduler import SchedulerSnapshot
 from tokenmill.sim.timing import StepModel
 from tokenmill.sim.twin import TwinStepModel
 
 #: The SGLang release whose API, metrics and /server_info the simulated server imitates.
-SGLANG_VERSION = PlannerConfig().sglang_version
+SGLANG_VERSION = PlannerSpec().sglang_version
 
 
-def server_args(cfg: SimConfig, model: StepModel, host: str, port: int) -> dict[str, Any]:
+def server_args(cfg: SimSpec, model: StepModel, host: str, port: int) -> dict[str, Any]:
     """The subset of SGLang's ``ServerArgs`` a client may read, with the simulator's values."""
     args: dict[str, Any] = {
         "model_path": cfg.model,
@@ -67,7 +67,7 @@ def _computed(model: StepModel) -> dict[str, Any]:
     }
 
 
-def server_info(cfg: SimConfig, model: StepModel, snap: SchedulerSnapshot, host: str, port: int) -> dict[str, Any]:
+def server_info(cfg: SimSpec, model: StepModel, snap: SchedulerSnapshot, host: str, port: int) -> dict[str, Any]:
     args = server_args(cfg, model, host, port)
     state = {
         **args,
@@ -98,7 +98,7 @@ def server_info(cfg: SimConfig, model: StepModel, snap: SchedulerSnapshot, host:
     return body
 
 
-def model_info(cfg: SimConfig) -> dict[str, Any]:
+def model_info(cfg: SimSpec) -> dict[str, Any]:
     return {
         "model_path": cfg.model,
         "tokenizer_path": cfg.model,
@@ -112,7 +112,7 @@ def model_info(cfg: SimConfig) -> dict[str, Any]:
     }
 
 
-def model_card(cfg: SimConfig, created: int) -> dict[str, Any]:
+def model_card(cfg: SimSpec, created: int) -> dict[str, Any]:
     return {
         "id": cfg.model,
         "object": "model",

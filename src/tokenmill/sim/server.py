@@ -9,20 +9,20 @@ Routes (SGLang's, plus ``/sim/*`` which exist only here)::
     GET|POST /sim/faults                                       read / replace the FaultSpec (JSON body)
     POST /sim/pause, /sim/resume                               freeze / continue the scheduler
 
-With ``SimConfig.api_key`` set, every route except ``/health*``, ``/ready*`` and ``/metrics`` needs
+With ``SimSpec.api_key`` set, every route except ``/health*``, ``/ready*`` and ``/metrics`` needs
 ``Authorization: Bearer <key>`` (or ``x-api-key``) and answers 401 ``{"error": "Unauthorized"}``
 otherwise, as SGLang does. A client that hangs up aborts its request and frees its slot.
 
-With ``SimConfig.gpu`` set the server is the twin (:mod:`tokenmill.sim.twin`): pools, admission and step
+With ``SimSpec.gpu`` set the server is the twin (:mod:`tokenmill.sim.twin`): pools, admission and step
 times come from the capacity planner for ``model_spec`` (else ``model``) with ``engine_flags``; the context
 length, max running and KV pool it reports are the ones the planner sized, and, as SGLang, it refuses
 prompts longer than ``max_req_input_len`` and trims ``max_new_tokens`` to what the KV pool can hold.
 
 In-process use::
 
-    async with SimServer(SimConfig(time_scale=0.01)) as srv:
+    async with SimServer(SimSpec(time_scale=0.01)) as srv:
         ...  # talk to srv.url
-    async with SimServer(SimConfig(gpu="rtx-pro-6000", model="qwen3.6-27b", time_scale=0.01)) as twin:
+    async with SimServer(SimSpec(gpu="rtx-pro-6000", model="qwen3.6-27b", time_scale=0.01)) as twin:
         ...
 """
 
@@ -39,7 +39,7 @@ import orjson
 from aiohttp import web
 from pydantic import ValidationError
 
-from tokenmill.config import FaultSpec, SimConfig, format_validation_error
+from tokenmill.config import FaultSpec, SimSpec, format_validation_error
 from tokenmill.errors import ConfigError
 from tokenmill.sim import info
 from tokenmill.sim.engine import SimEngine, default_step_model
@@ -57,8 +57,8 @@ _OPEN_PREFIXES = ("/health", "/ready", "/metrics")
 class SimServer:
     """One simulated server bound to ``cfg.host:cfg.port`` (port 0: any free port; read ``url``)."""
 
-    def __init__(self, cfg: SimConfig | None = None, *, step_model: StepModel | None = None) -> None:
-        self.cfg = cfg if cfg is not None else SimConfig()
+    def __init__(self, cfg: SimSpec | None = None, *, step_model: StepModel | None = None) -> None:
+        self.cfg = cfg if cfg is not None else SimSpec()
         model = step_model if step_model is not None else default_step_model(self.cfg)
         self.twin = model if isinstance(model, TwinStepModel) else None
         if self.twin is not None:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:
-    from tokenmill.config import SimConfig
+    from tokenmill.config import SimSpec
 
 CHARS_PER_TOKEN = 4
 EOS_TOKEN_ID = 2
@@ -188,7 +188,7 @@ def _first_stop(text: str, stop: Sequence[str]) -> tuple[int, int, str] | None:
     return best
 
 
-def degeneration_rates(cfg: SimConfig, penalized: bool) -> list[tuple[Degeneration, float]]:
+def degeneration_rates(cfg: SimSpec, penalized: bool) -> list[tuple[Degeneration, float]]:
     """The simulator's share of each degenerate answer for one request (a penalty makes loops rarer)."""
     loop = cfg.loop_rate / cfg.penalty_loop_cut if penalized else cfg.loop_rate
     return [("loop", loop), ("empty", cfg.empty_rate), ("unclosed_think", cfg.unclosed_think_rate)]

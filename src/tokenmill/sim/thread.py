@@ -2,7 +2,7 @@
 
 ::
 
-    with run_sim_in_thread(SimConfig(instant=True)) as sim:
+    with run_sim_in_thread(SimSpec(instant=True)) as sim:
         requests.post(sim.url + "/generate", json={"text": "hi"})
 
 ``run_sim_in_thread`` returns once the server is listening; ``stop()`` (or leaving the ``with``) stops the
@@ -15,7 +15,7 @@ import asyncio
 import threading
 from types import TracebackType
 
-from tokenmill.config import SimConfig
+from tokenmill.config import SimSpec
 from tokenmill.sim.server import SimServer
 from tokenmill.sim.timing import StepModel
 
@@ -25,7 +25,7 @@ _START_TIMEOUT_S = 30.0
 class SimThread:
     """A :class:`SimServer` running on its own event loop in a daemon thread."""
 
-    def __init__(self, cfg: SimConfig | None = None, *, step_model: StepModel | None = None) -> None:
+    def __init__(self, cfg: SimSpec | None = None, *, step_model: StepModel | None = None) -> None:
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="tokenmill-sim", daemon=True)
         self._thread.start()
@@ -57,6 +57,6 @@ class SimThread:
         self.stop()
 
 
-def run_sim_in_thread(cfg: SimConfig | None = None, *, step_model: StepModel | None = None) -> SimThread:
+def run_sim_in_thread(cfg: SimSpec | None = None, *, step_model: StepModel | None = None) -> SimThread:
     """Start a simulated server on a background thread; returns once it listens (see ``.url``)."""
     return SimThread(cfg, step_model=step_model)

@@ -3,7 +3,7 @@
 :class:`StepModel` is the one replaceable part of the simulator. The scheduler asks it four questions and
 never looks inside; a more faithful model (memory pools sized from SGLang flags, roofline step times) can
 replace :class:`LinearStepModel` without touching the scheduler or the server. Times are unscaled: the
-scheduler multiplies them by ``SimConfig.time_scale``.
+scheduler multiplies them by ``SimSpec.time_scale``.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from tokenmill.config import SimConfig
+from tokenmill.config import SimSpec
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,7 +69,7 @@ class LinearStepModel:
     slots.
     """
 
-    def __init__(self, cfg: SimConfig) -> None:
+    def __init__(self, cfg: SimSpec) -> None:
         self._max_running = cfg.max_running_requests
         self._max_tokens = cfg.max_total_tokens
         self._base_s = cfg.step_base_ms / 1000.0

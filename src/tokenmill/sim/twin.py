@@ -34,7 +34,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from tokenmill.config import SimConfig
+from tokenmill.config import SimSpec
 from tokenmill.errors import ConfigError
 from tokenmill.planner import ServerCapacity, command_line, parse_flags, server_capacity
 from tokenmill.planner.admission import (
@@ -64,7 +64,7 @@ _SSM_DTYPE_NAMES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 _KV_DTYPE_NAMES = {"fp8": "fp8_e4m3", "bf16": "bfloat16"}
 _QUANTIZATION_NAMES = {"fp8": "fp8", "fp4": "modelopt_fp4"}
 
-# SimConfig fields that are SGLang flags too: given to the twin, they mean the flag
+# SimSpec fields that are SGLang flags too: given to the twin, they mean the flag
 _SHARED_FIELDS = (
     ("max_running_requests", "max_running_requests", "--max-running-requests"),
     ("max_total_tokens", "max_total_tokens", "--max-total-tokens"),
@@ -99,7 +99,7 @@ def held_slots_per_request(capacity: ServerCapacity) -> int:
     return 1  # no radix cache: the working slot
 
 
-def flag_slowdown(cfg: SimConfig) -> float:
+def flag_slowdown(cfg: SimSpec) -> float:
     """The decode slowdown ``cfg.flag_slowdown`` ('FLAG=FACTOR') injects: FACTOR when the twin runs with FLAG."""
     if not cfg.flag_slowdown:
         return 1.0
@@ -136,9 +136,9 @@ class TwinStepModel:
         )
 
     @classmethod
-    def from_config(cls, cfg: SimConfig) -> TwinStepModel:
+    def from_config(cls, cfg: SimSpec) -> TwinStepModel:
         """The twin ``cfg`` asks for (``cfg.gpu`` set): model ``model_spec`` (else ``model``), its engine flags
-        plus the SimConfig fields that are SGLang flags too, when given (``max_running_requests``,
+        plus the SimSpec fields that are SGLang flags too, when given (``max_running_requests``,
         ``max_total_tokens``, ``context_length``). Raises ConfigError with what to change."""
         if cfg.gpu is None:
             raise ConfigError("the twin needs a GPU: give --gpu (e.g. rtx-pro-6000; see `tokenmill plan --list-gpus`)")
@@ -255,7 +255,7 @@ class TwinStepModel:
         """SGLang caps each request's ``max_new_tokens`` so that it fits the context and the KV pool."""
         return max(0, min(requested, self.max_req_len - prompt_tokens - 1))
 
-    def resolve(self, cfg: SimConfig) -> SimConfig:
+    def resolve(self, cfg: SimSpec) -> SimSpec:
         """``cfg`` with the limits the twin sized (context length, max running, KV tokens) filled in."""
         return cfg.model_copy(
             update={

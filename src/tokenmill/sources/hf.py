@@ -12,12 +12,12 @@ from collections.abc import Iterator
 from itertools import count
 from typing import Any
 
-from tokenmill.config import HFInput
+from tokenmill.config import HFInputSpec
 from tokenmill.errors import InputError
 from tokenmill.sources.rows import RawRow
 
 
-def read_hf(hf: HFInput, offset: int, limit: int | None) -> Iterator[tuple[int, RawRow]]:
+def read_hf(hf: HFInputSpec, offset: int, limit: int | None) -> Iterator[tuple[int, RawRow]]:
     """(row index, row) for the rows ``offset`` to ``offset + limit`` of the split."""
     dataset = _load(hf)
     if offset:
@@ -39,7 +39,7 @@ def read_hf(hf: HFInput, offset: int, limit: int | None) -> Iterator[tuple[int, 
         yield index, RawRow(index - offset, f"{name}:{index}", row)
 
 
-def split_size(hf: HFInput) -> int | None:
+def split_size(hf: HFInputSpec) -> int | None:
     """Rows in the split according to the dataset's metadata, or None when it does not record them."""
     splits = _load(hf).info.splits
     if not splits or hf.split not in splits:
@@ -48,7 +48,7 @@ def split_size(hf: HFInput) -> int | None:
     return int(size) if size else None
 
 
-def _load(hf: HFInput) -> Any:
+def _load(hf: HFInputSpec) -> Any:
     try:
         import datasets
     except ImportError as exc:  # a core dependency, but a broken install should still read clearly

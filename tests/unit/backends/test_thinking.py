@@ -16,7 +16,7 @@ from tokenmill.backends.thinking import ThinkingProbe, judge, where_reasoning
 from tokenmill.cli.export import export_cmd
 from tokenmill.cli.inspect import inspect_cmd
 from tokenmill.cli.regenerate import regenerate
-from tokenmill.config import FleetProfile, JobSpec, SamplingSpec
+from tokenmill.config import FleetSpec, JobSpec, SamplingSpec
 from tokenmill.errors import ConfigError
 from tokenmill.export import DROP_REASONS
 from tokenmill.fleet.template import Slot, render
@@ -179,7 +179,7 @@ def test_the_simulated_server_reads_enable_thinking_and_an_empty_thinking_block(
 
 @pytest.mark.parametrize("engine", ["sglang", "vllm", "sim"])
 def test_a_profiles_reasoning_parser_is_the_engines_flag(engine: str) -> None:
-    profile = FleetProfile.model_validate(
+    profile = FleetSpec.model_validate(
         {"engine": engine, "model": "m", "reasoning_parser": "qwen3", "sglang_version": "0.5.23"}
     )
     argv = render(profile, Slot(0, (0,), "127.0.0.1", 30000), python="python")
@@ -189,7 +189,7 @@ def test_a_profiles_reasoning_parser_is_the_engines_flag(engine: str) -> None:
 
 def test_a_reasoning_parser_given_twice_is_refused() -> None:
     with pytest.raises(ValueError, match="give the reasoning parser once"):
-        FleetProfile.model_validate(
+        FleetSpec.model_validate(
             {"engine": "sglang", "model": "m", "reasoning_parser": "qwen3", "flags": {"reasoning-parser": "x"}}
         )
 

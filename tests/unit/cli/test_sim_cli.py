@@ -1,4 +1,4 @@
-"""`tokenmill sim` options: generated from SimConfig, layered over --config, no defaults of their own."""
+"""`tokenmill sim` options: generated from SimSpec, layered over --config, no defaults of their own."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 from tokenmill.cli.sim import build_config, sim
-from tokenmill.config import SimConfig
+from tokenmill.config import SimSpec
 from tokenmill.errors import ConfigError
 
 
@@ -33,7 +33,7 @@ def test_given_options_override_the_file_which_overrides_simconfig(tmp_path: Pat
     cfg = build_config(str(f), {"max_running_requests": 16, "faults__drop_rate": 0.1, "port": None})
     assert (cfg.time_scale, cfg.max_running_requests) == (0.5, 16)
     assert (cfg.faults.error_rate, cfg.faults.drop_rate, cfg.faults.seed) == (0.2, 0.1, 4)
-    assert cfg.output_len_mean == SimConfig().output_len_mean
+    assert cfg.output_len_mean == SimSpec().output_len_mean
 
 
 def test_bad_values_name_the_field(tmp_path: Path) -> None:

@@ -3,7 +3,7 @@ and workload, and the roofline's ceiling (every efficiency 1), on the status lin
 
 from __future__ import annotations
 
-from tokenmill.config import PlannerConfig
+from tokenmill.config import PlannerSpec
 from tokenmill.doctor.model import ClientObs, ServerObs
 from tokenmill.doctor.predict import IDEAL, PlannerPredictor
 from tokenmill.monitor.fleet import ServerView
@@ -68,8 +68,8 @@ def test_the_predictor_expects_the_planner_s_rate_and_the_ideal_roofline_above_i
     assert exp is not None and exp.gpu == "rtx-pro-6000"
     model, gpu = load_model("qwen3.6-27b"), GpuCatalog.load().get("rtx-pro-6000")
     workload = Workload(prompts=1_000_000, input_len=1000, output_len=2000)
-    planned = plan(model, gpu, parse_flags(""), workload, PlannerConfig())
-    ideal = plan(model, gpu, parse_flags(""), workload, PlannerConfig().model_copy(update=IDEAL))
+    planned = plan(model, gpu, parse_flags(""), workload, PlannerSpec())
+    ideal = plan(model, gpu, parse_flags(""), workload, PlannerSpec().model_copy(update=IDEAL))
     assert exp.tok_s == planned.output_tok_s and exp.ceiling_tok_s == ideal.output_tok_s
     assert exp.ceiling_tok_s > 1.5 * exp.tok_s  # eta 0.7 and r 0.5 at the default: far below the ceiling
     # the GPU given to the doctor (monitor.gpu / --gpu) wins over the twin's own word

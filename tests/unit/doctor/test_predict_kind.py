@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from tokenmill.cli.doctor import doctor
-from tokenmill.config import PlannerConfig
+from tokenmill.config import PlannerSpec
 from tokenmill.doctor.model import Candidate, ClientObs, Observation, ServerObs
 from tokenmill.doctor.oneshot import Settling
 from tokenmill.doctor.predict import STEADY_PROMPTS, PlannerPredictor
@@ -35,7 +35,7 @@ def client(ignore_eos: bool, max_tokens: int | None = 1500) -> ClientObs:
 def planned(ignore_eos: bool) -> float:
     model, gpu = load_model("llama-3.1-8b"), GpuCatalog.load().get("rtx-pro-6000")
     work = request_workload(STEADY_PROMPTS, 500, 1000, 1500, ignore_eos)
-    return plan(model, gpu, parse_flags(f"--max-total-tokens {KV}"), work, PlannerConfig()).output_tok_s
+    return plan(model, gpu, parse_flags(f"--max-total-tokens {KV}"), work, PlannerSpec()).output_tok_s
 
 
 def test_the_doctor_s_predictor_plans_the_client_s_request_kind() -> None:
@@ -56,7 +56,7 @@ RADIX_OFF = Candidate(
 def radix_off_n(ignore_eos: bool) -> int:
     model, gpu = load_model("qwen3.6-27b"), GpuCatalog.load().get("rtx-pro-6000")
     work = request_workload(STEADY_PROMPTS, 500, 1000, 4000, ignore_eos)
-    return best_radix_off_running(model, gpu, parse_flags("--disable-radix-cache"), work, 1, PlannerConfig())
+    return best_radix_off_running(model, gpu, parse_flags("--disable-radix-cache"), work, 1, PlannerSpec())
 
 
 def test_the_radix_off_cap_is_sized_for_the_client_s_request_kind() -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tokenmill.config import FleetProfile, load_profile
+from tokenmill.config import FleetSpec, load_profile
 from tokenmill.errors import ConfigError
 from tokenmill.fleet.supervisor import check_reflag
 from tokenmill.fleet.template import Slot, flag_args, redact, render
@@ -17,10 +17,10 @@ from tokenmill.run.endpoints import Endpoint
 
 
 def test_layout_splits_gpus_into_tp_groups() -> None:
-    profile = FleetProfile(engine="sglang", model="m", gpus=[4, 5, 6, 7], tp_size=2)
+    profile = FleetSpec(engine="sglang", model="m", gpus=[4, 5, 6, 7], tp_size=2)
     assert profile.servers() == 2
     assert profile.gpu_groups() == [(4, 5), (6, 7)]
-    assert FleetProfile(engine="sim", model="m", gpus=3).gpu_groups() == [(0,), (1,), (2,)]
+    assert FleetSpec(engine="sim", model="m", gpus=3).gpu_groups() == [(0,), (1,), (2,)]
 
 
 @pytest.mark.parametrize(
@@ -45,15 +45,15 @@ def test_bad_profiles_name_the_field(tmp_path: Path, fields: dict[str, object], 
 def test_default_templates_render_each_engine() -> None:
     flags = {"mem-fraction-static": 0.9, "enable-metrics": True, "skipped": None, "--disable-radix-cache": True}
     slot = Slot(index=1, gpus=(2, 3), host="0.0.0.0", port=30001)
-    sglang = render(FleetProfile(engine="sglang", model="Qwen/Qwen3-8B", flags=flags, tp_size=2, gpus=4), slot)
+    sglang = render(FleetSpec(engine="sglang", model="Qwen/Qwen3-8B", flags=flags, tp_size=2, gpus=4), slot)
     assert sglang[1:3] == ["-m", "sglang.launch_server"]
     assert sglang[sglang.index("--model-path") + 1] == "Qwen/Qwen3-8B"
     assert sglang[sglang.index("--port") + 1] == "30001" and sglang[sglang.index("--tp-size") + 1] == "2"
     assert sglang[-4:] == ["--mem-fraction-static", "0.9", "--enable-metrics", "--disable-radix-cache"]
     assert "--skipped" not in sglang
-    vllm = render(FleetProfile(engine="vllm", model="m", python="/opt/venv/bin/python"), slot)
+    vllm = render(FleetSpec(engine="vllm", model="m", python="/opt/venv/bin/python"), slot)
     assert vllm[:3] == ["/opt/venv/bin/python", "-m", "vllm.entrypoints.openai.api_server"]
-    sim = render(FleetProfile(engine="sim", model="tokenmill-sim", extra_args=["--seed", "7"]), slot)
+    sim = render(FleetSpec(engine="sim", model="tokenmill-sim", extra_args=["--seed", "7"]), slot)
     assert sim[0] == sys.executable and sim[1:4] == ["-m", "tokenmill", "sim"] and sim[-2:] == ["--seed", "7"]
 
 
@@ -69,7 +69,7 @@ def test_renamed_flags_are_written_the_way_the_release_accepts(
     engine: str, version: str | None, strategy: str, graph_bs: str
 ) -> None:
     for given in ("mamba-scheduler-strategy", "mamba-radix-cache-strategy"):
-        profile = FleetProfile.model_validate(
+        profile = FleetSpec.model_validate(
             {
                 "engine": engine,
                 "model": "m",
@@ -83,7 +83,7 @@ def test_renamed_flags_are_written_the_way_the_release_accepts(
 
 
 def test_custom_template_placeholders_and_errors() -> None:
-    profile = FleetProfile(engine="sim", model="my model", command="run --gpus {gpus} --name 'x {index}' {model}")
+    profile = FleetSpec(engine="sim", model="my model", command="run --gpus {gpus} --name 'x {index}' {model}")
     assert render(profile, Slot(3, (6, 7), "127.0.0.1", 9)) == ["run", "--gpus", "6,7", "--name", "x 3", "my model"]
     with pytest.raises(ConfigError, match=r"\{nope\}.*placeholders are"):
         render(profile.model_copy(update={"command": "run {nope}"}), Slot(0, (0,), "h", 1))
@@ -159,8 +159,8 @@ async def test_follow_rereads_the_file_when_it_changes(tmp_path: Path) -> None:
 
 
 def test_reflag_may_change_what_runs_but_not_where() -> None:
-    old = FleetProfile(engine="sim", model="m", gpus=2, flags={"a": 1})
+    old = FleetSpec(engine="sim", model="m", gpus=2, flags={"a": 1})
     assert check_reflag(old, old.model_copy(update={"flags": {"a": 2}, "env": {"X": "1"}})) == ["flags", "env"]
     assert check_reflag(old, old) == []
     with pytest.raises(ConfigError, match="gpus"):
-        check_reflag(old, FleetProfile(engine="sim", model="m", gpus=4))
+        check_reflag(old, FleetSpec(engine="sim", model="m", gpus=4))

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tokenmill.config import FleetProfile
+from tokenmill.config import FleetSpec
 from tokenmill.errors import ServerError
 from tokenmill.fleet.state import STATE, ServerStatus, read_json
 from tokenmill.fleet.supervisor import Fleet, ServerHandle
@@ -16,7 +16,7 @@ from tokenmill.fleet.supervisor import Fleet, ServerHandle
 class Handle:
     """A server that restarts at once; flags containing ``refuse`` make it fail its start."""
 
-    def __init__(self, index: int, profile: FleetProfile) -> None:
+    def __init__(self, index: int, profile: FleetSpec) -> None:
         self.index = index
         self.profile = profile
         self.restarts: list[dict[str, object]] = []
@@ -30,7 +30,7 @@ class Handle:
             self.index, f"http://127.0.0.1:9/{self.index}", "up", [self.index], flags=self.profile.flags
         )
 
-    def restart(self, profile: FleetProfile, timeout: float | None = None) -> str | None:
+    def restart(self, profile: FleetSpec, timeout: float | None = None) -> str | None:
         self.restarts.append(dict(profile.flags))
         if profile.flags.get("refuse"):
             return "exited with code 1"
@@ -42,11 +42,11 @@ class Handle:
 
 
 def fleet(tmp_path: Path) -> tuple[Fleet, list[Handle]]:
-    profile = FleetProfile(engine="sim", model="m", gpus=3, base_port=0, drain_notice_s=0, drain_timeout_s=0,
+    profile = FleetSpec(engine="sim", model="m", gpus=3, base_port=0, drain_notice_s=0, drain_timeout_s=0,
                            state_dir=str(tmp_path / "state"), flags={"a": 1})  # fmt: skip
     handles: list[Handle] = []
 
-    def launcher(p: FleetProfile, state_dir: Path) -> list[ServerHandle]:
+    def launcher(p: FleetSpec, state_dir: Path) -> list[ServerHandle]:
         handles.extend(Handle(i, p) for i in range(3))
         return list(handles)
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from tokenmill.config import FleetProfile
+from tokenmill.config import FleetSpec
 from tokenmill.errors import ServerError
 from tokenmill.fleet.state import (
     ApplyProgress,
@@ -57,7 +57,7 @@ def test_no_state_says_how_to_start_a_fleet(tmp_path: Path) -> None:
 
 
 def test_a_reflag_request_reaches_the_supervisor_as_asked(tmp_path: Path) -> None:
-    profile = FleetProfile.model_validate({"engine": "sim", "model": "m", "gpus": [0]})
+    profile = FleetSpec.model_validate({"engine": "sim", "model": "m", "gpus": [0]})
     write_state(tmp_path, _state(None, "stopped"))
     with pytest.raises(ServerError, match="not running"):
         request_apply(tmp_path, profile)
@@ -70,4 +70,4 @@ def test_a_reflag_request_reaches_the_supervisor_as_asked(tmp_path: Path) -> Non
         2,
         5.0,
     )
-    assert FleetProfile.model_validate(request.profile) == profile
+    assert FleetSpec.model_validate(request.profile) == profile

@@ -12,7 +12,7 @@ import yaml
 from click.testing import CliRunner
 
 from tokenmill.cli import cli
-from tokenmill.config import PlannerConfig
+from tokenmill.config import PlannerSpec
 from tokenmill.planner import GpuCatalog, load_model, parse_flags, plan
 from tokenmill.planner.plan import Workload
 
@@ -34,7 +34,7 @@ def fails(*args: str) -> str:
 
 def running(work: Workload, flags: str = "--max-total-tokens 20000") -> int:
     model, gpu = load_model("llama-3.1-8b"), GpuCatalog.load().get("rtx-pro-6000")
-    return plan(model, gpu, parse_flags(flags), work, PlannerConfig()).running
+    return plan(model, gpu, parse_flags(flags), work, PlannerSpec()).running
 
 
 def test_ignore_eos_plans_answers_that_run_to_max_tokens_and_reserve_all_of_it() -> None:

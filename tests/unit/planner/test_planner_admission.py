@@ -7,7 +7,7 @@ import logging
 
 import pytest
 
-from tokenmill.config import PlannerConfig
+from tokenmill.config import PlannerSpec
 from tokenmill.planner import GpuCatalog, load_model, parse_flags, server_capacity
 from tokenmill.planner.plan import PlanResult, Workload, plan
 from tokenmill.sim.scheduler import Scheduler, SimRequest
@@ -21,7 +21,7 @@ WARMUP_S = 60.0
 def planned(kv: int, prompt: int, limit: int, *, ignore_eos: bool) -> PlanResult:
     flags = parse_flags(f"--max-total-tokens {kv}")
     work = Workload(prompts=100_000, input_len=prompt, output_len=limit, ignore_eos=ignore_eos)
-    return plan(load_model(MODEL), GpuCatalog.load().get(GPU), flags, work, PlannerConfig())
+    return plan(load_model(MODEL), GpuCatalog.load().get(GPU), flags, work, PlannerSpec())
 
 
 def twin_running(kv: int, prompt: int, limit: int, *, ignore_eos: bool, arrivals: int = 400) -> list[int]:
@@ -71,8 +71,8 @@ def test_the_requests_limit_is_what_ordinary_admission_reserves_for() -> None:
     output alone would let in."""
     flags = parse_flags("--max-total-tokens 40000")
     model, gpu = load_model(MODEL), GpuCatalog.load().get(GPU)
-    short = plan(model, gpu, flags, Workload(100_000, 1_000, 1_000), PlannerConfig())
-    generous = plan(model, gpu, flags, Workload(100_000, 1_000, 1_000, max_tokens=8_192), PlannerConfig())
+    short = plan(model, gpu, flags, Workload(100_000, 1_000, 1_000), PlannerSpec())
+    generous = plan(model, gpu, flags, Workload(100_000, 1_000, 1_000, max_tokens=8_192), PlannerSpec())
     assert generous.running < short.running
 
 

@@ -99,3 +99,16 @@ def test_every_bundled_memory_is_a_driver_report_with_its_source() -> None:
 )
 def test_driver_reported_totals(key: str, mib: int) -> None:
     assert GpuCatalog.load().get(key).memory_mib == mib
+
+
+def test_a_gpu_spec_made_in_code_is_held_to_the_gpu_file_s_rules() -> None:
+    """One set of rules: GpuSpec itself validates (it was a plain dataclass beside a pydantic mirror, so a spec
+    made in code took a zero bandwidth or an unknown field the file refuses)."""
+    from pydantic import ValidationError
+
+    from tokenmill.planner.hardware import GpuSpec
+
+    with pytest.raises(ValidationError, match="bandwidth_gbs"):
+        GpuSpec(key="k", name="k", memory_mib=1024, bandwidth_gbs=0, bf16_tflops=1)
+    spec = GpuSpec(key="k", name="k", memory_mib=1024, bandwidth_gbs=1, bf16_tflops=1, aliases=["a"])  # type: ignore[arg-type]
+    assert spec.aliases == ("a",) and spec.fp8_tflops is None

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from tokenmill.config import PlannerConfig
+from tokenmill.config import PlannerSpec
 from tokenmill.errors import ConfigError
 from tokenmill.planner.catalog import load_model
 from tokenmill.planner.flags import parse_flags
 from tokenmill.planner.hardware import GpuCatalog
 from tokenmill.planner.plan import Workload, compare, plan, what_if
 
-CONFIG = PlannerConfig()
+CONFIG = PlannerSpec()
 QWEN27 = load_model("qwen3.6-27b")
 CATALOG = GpuCatalog.load()
 PRO6000 = CATALOG.get("rtx-pro-6000")

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tokenmill.config import PlannerConfig
+from tokenmill.config import PlannerSpec
 from tokenmill.planner import GpuCatalog, Workload, load_model, parse_flags, plan
 
 QWEN36 = (
@@ -139,9 +139,9 @@ ROWS: tuple[Published, ...] = (
 )
 
 
-def predicted(row: Published, config: PlannerConfig | None = None) -> float:
+def predicted(row: Published, config: PlannerSpec | None = None) -> float:
     """The planner's output tokens/s per GPU for ``row``'s setup."""
-    cfg = (config or PlannerConfig()).model_copy(update={"sglang_version": row.sglang_version})
+    cfg = (config or PlannerSpec()).model_copy(update={"sglang_version": row.sglang_version})
     workload = Workload(prompts=row.concurrency, input_len=row.input_len, output_len=row.output_len)
     result = plan(load_model(row.model), GpuCatalog.load().get(row.gpu), parse_flags(row.flags), workload, cfg)
     return result.tok_s_per_gpu
@@ -171,7 +171,7 @@ def test_most_rows_are_within_the_target() -> None:
 def test_the_per_request_efficiency_is_what_brings_the_large_batch_rows_in() -> None:
     # with per-request traffic at the weight stream's efficiency, the state- and KV-heavy high-throughput rows
     # are over-predicted: the model change is needed, not incidental
-    flat = PlannerConfig(eta_request_ratio=1.0)
+    flat = PlannerSpec(eta_request_ratio=1.0)
     row = next(r for r in ROWS if r.label == "Qwen3.6-27B bf16 b300 HT c1024")
     assert predicted(row, flat) / row.output_tok_s_per_gpu - 1 > TARGET
     assert abs(error(row)) <= TARGET

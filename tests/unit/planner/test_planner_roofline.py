@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from tokenmill.config import PlannerConfig
+from tokenmill.config import PlannerSpec
 from tokenmill.planner.capacity import server_capacity
 from tokenmill.planner.hardware import GpuSpec
 from tokenmill.planner.roofline import asymptotic_tok_s, diluted_output_rate, saturation_points
 
-CONFIG = PlannerConfig(
+CONFIG = PlannerSpec(
     eta_bw=0.6,
     eta_request_ratio=0.5,
     eta_compute=0.5,

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from tokenmill.config import AutotuneSpec, FleetProfile
+from tokenmill.config import AutotuneSpec, FleetSpec
 from tokenmill.doctor.model import PlanPoint, Prediction, Verdict
 from tokenmill.fleet.autotune import parse_change, profile_with, refusal
 from tokenmill.monitor.fleet import ServerView
@@ -214,7 +214,7 @@ def test_a_change_becomes_profile_flags_within_the_allow_list() -> None:
     assert "--quantization" in str(refusal("--quantization fp8", allow))
     assert "--mamba-ssm-dtype" in str(refusal("--mamba-ssm-dtype bfloat16", allow))
     assert "not a set of launch flags" in str(refusal("concurrency 80", allow))
-    profile = FleetProfile(engine="sglang", model="m", flags={"mamba-scheduler-strategy": "extra_buffer", "x": 1})
+    profile = FleetSpec(engine="sglang", model="m", flags={"mamba-scheduler-strategy": "extra_buffer", "x": 1})
     new = profile_with(profile, "--mamba-radix-cache-strategy auto --disable-radix-cache --max-running-requests 96")
     assert new.flags == {"x": 1, "mamba-radix-cache-strategy": "auto", "disable-radix-cache": True,
                          "max-running-requests": 96}  # fmt: skip

@@ -3,7 +3,7 @@ clock) added, eta fitted again against the planner's capacity of the server, and
 
 from __future__ import annotations
 
-from tokenmill.config import PlannerConfig
+from tokenmill.config import PlannerSpec
 from tokenmill.doctor.model import ClientObs, ServerObs
 from tokenmill.doctor.predict import PlannerPredictor
 from tokenmill.monitor.fleet import ServerView
@@ -33,7 +33,7 @@ def test_the_fit_recovers_the_eta_the_server_decodes_at_and_is_recorded_when_it_
             assert fit.estimates == {}  # too few samples to say anything
     est = fit.estimates["http://t"]
     assert abs(est.eta_bw - 0.45) < 0.01 and est.samples == 6
-    assert est.assumed == PlannerConfig().eta_bw  # what the expectations use, beside what the run shows
+    assert est.assumed == PlannerSpec().eta_bw  # what the expectations use, beside what the run shows
     assert [e.url for e in fit.changed()] == ["http://t"]  # recorded once ...
     fit.update((server(15, 0.45, scale=0.02),), CLIENT)
     assert fit.changed() == []  # ... and not again while it holds

@@ -4,7 +4,7 @@ admits them."""
 
 from __future__ import annotations
 
-from tokenmill.config import PlannerConfig
+from tokenmill.config import PlannerSpec
 from tokenmill.doctor.model import Candidate, ClientObs, ServerObs
 from tokenmill.doctor.predict import PlannerPredictor
 from tokenmill.monitor.fleet import ServerView
@@ -23,7 +23,7 @@ MORE_KV = Candidate("--max-total-tokens 40000", ("--max-total-tokens", "40000"))
 def planned(kv: int, ignore_eos: bool) -> float:
     model, gpu = load_model("llama-3.1-8b"), GpuCatalog.load().get("rtx-pro-6000")
     work = Workload(1_000_000, 500, 1500, max_tokens=1500, ignore_eos=ignore_eos)
-    return plan(model, gpu, parse_flags(f"--max-total-tokens {kv}"), work, PlannerConfig()).tok_s_per_gpu
+    return plan(model, gpu, parse_flags(f"--max-total-tokens {kv}"), work, PlannerSpec()).tok_s_per_gpu
 
 
 def test_an_ignore_eos_job_is_expected_to_run_slower_in_a_kv_bound_server() -> None:

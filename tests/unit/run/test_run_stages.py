@@ -10,7 +10,7 @@ from typing import Any
 import orjson
 import pytest
 
-from tokenmill.config import JobSpec, SimConfig
+from tokenmill.config import JobSpec, SimSpec
 from tokenmill.errors import ConfigError
 from tokenmill.run import run_job
 from tokenmill.sim import SimServer
@@ -48,7 +48,7 @@ async def test_a_start_up_error_leaves_the_output_usable_in_the_same_process(
 ) -> None:
     rows = write_rows(tmp_path / "in.jsonl", [{"id": f"r{i}", "prompt": f"hello {i}"} for i in range(6)])
     monkeypatch.delenv("TOKENMILL_TEST_KEY", raising=False)
-    async with SimServer(SimConfig(instant=True)) as sim:
+    async with SimServer(SimSpec(instant=True)) as sim:
         with pytest.raises(ConfigError, match="TOKENMILL_TEST_KEY"):
             await run_job(job(tmp_path, sim.url, rows, api_key_env="TOKENMILL_TEST_KEY"), live=False)
         first = await run_job(job(tmp_path, sim.url, rows), live=False, install_signals=False)
@@ -64,7 +64,7 @@ async def test_a_start_up_error_leaves_the_output_usable_in_the_same_process(
 
 async def test_ids_come_from_the_id_column_by_default_and_are_recorded(tmp_path: Path) -> None:
     rows = write_rows(tmp_path / "in.jsonl", [{"id": f"q{i}", "prompt": f"hi {i}"} for i in range(5)])
-    async with SimServer(SimConfig(instant=True)) as sim:
+    async with SimServer(SimSpec(instant=True)) as sim:
         result = await run_job(job(tmp_path, sim.url, rows), live=False, install_signals=False)
     assert result.finished
     assert record_ids(tmp_path / "out") == [f"q{i}" for i in range(5)]
@@ -74,7 +74,7 @@ async def test_ids_come_from_the_id_column_by_default_and_are_recorded(tmp_path:
 
 async def test_an_input_without_ids_uses_row_indices_and_a_resume_keeps_them(tmp_path: Path) -> None:
     rows = write_rows(tmp_path / "in.jsonl", [{"prompt": f"hi {i}"} for i in range(4)])
-    async with SimServer(SimConfig(instant=True)) as sim:
+    async with SimServer(SimSpec(instant=True)) as sim:
         assert (await run_job(job(tmp_path, sim.url, rows), live=False, install_signals=False)).finished
         assert record_ids(tmp_path / "out") == ["0", "1", "2", "3"]
         # the input gains an id column later: the output keeps the ids it was started with, nothing is redone

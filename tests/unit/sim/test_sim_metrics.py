@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from tokenmill.config import SimConfig
+from tokenmill.config import SimSpec
 from tokenmill.sim.engine import Timing
 from tokenmill.sim.metrics import Histogram, RequestMetrics, SimCollector, exposition, make_registry
 from tokenmill.sim.scheduler import SchedulerSnapshot
@@ -21,7 +21,7 @@ def test_histogram_buckets_are_inclusive_upper_bounds() -> None:
 
 
 def test_exposition_parses_and_carries_sglang_names() -> None:
-    model = LinearStepModel(SimConfig(max_running_requests=10, max_total_tokens=100))
+    model = LinearStepModel(SimSpec(max_running_requests=10, max_total_tokens=100))
     snap = SchedulerSnapshot(
         running=5,
         waiting=7,
@@ -68,7 +68,7 @@ def test_exposition_parses_and_carries_sglang_names() -> None:
 
 
 def test_each_registry_is_separate() -> None:
-    model = LinearStepModel(SimConfig())
+    model = LinearStepModel(SimSpec())
     snap = SchedulerSnapshot(0, 0, 0, model.usage(0, 0), 0.0, 0, 0, False)
     a, b = RequestMetrics(), RequestMetrics()
     a.observe_finished(1, 1, Timing(0, 0, 0))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tokenmill.config import SimConfig
+from tokenmill.config import SimSpec
 from tokenmill.sim.scheduler import QueueFullError, Scheduler, SimRequest, State
 from tokenmill.sim.timing import LinearStepModel
 
@@ -13,7 +13,7 @@ PREFILL_PER_TOKEN = 0.001  # prefill_ms_per_1k=1000
 
 
 def make(*, max_running: int = 8, max_queued: int | None = None, interval: int = 40, scale: float = 1.0) -> Scheduler:
-    cfg = SimConfig(
+    cfg = SimSpec(
         max_running_requests=max_running,
         step_base_ms=10,
         step_per_req_ms=0,

@@ -82,17 +82,17 @@ def test_chat_rendering_keeps_roles_and_text_parts() -> None:
 
 
 def test_degenerate_answers_come_in_the_configured_shares_and_are_what_they_say() -> None:
-    from tokenmill.config import SimConfig
+    from tokenmill.config import SimSpec
     from tokenmill.quality.signals import signals
     from tokenmill.sim.text import degeneration, degeneration_rates
 
-    cfg = SimConfig(loop_rate=0.05, empty_rate=0.02, unclosed_think_rate=0.03)
+    cfg = SimSpec(loop_rate=0.05, empty_rate=0.02, unclosed_think_rate=0.03)
     kinds = [degeneration(content_key(0, f"p{i}"), degeneration_rates(cfg, penalized=False)) for i in range(20000)]
     for kind, rate in (("loop", 0.05), ("empty", 0.02), ("unclosed_think", 0.03)):
         assert abs(kinds.count(kind) / len(kinds) - rate) < 0.006
     penalized = [degeneration(content_key(0, f"p{i}"), degeneration_rates(cfg, penalized=True)) for i in range(20000)]
     assert abs(penalized.count("loop") / len(penalized) - 0.005) < 0.002  # a penalty makes loops 10x rarer
-    assert degeneration(content_key(0, "p"), degeneration_rates(SimConfig(), penalized=False)) is None
+    assert degeneration(content_key(0, "p"), degeneration_rates(SimSpec(), penalized=False)) is None
 
     for kind, flags in (("loop", ["truncated", "repetition"]), ("empty", ["empty"])):
         d = plan_output(content_key(0, "q"), 600, ignore_eos=False, mean=200, sigma=0.6, degeneration=kind)

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from tokenmill.config import SimConfig
+from tokenmill.config import SimSpec
 from tokenmill.sim.timing import LinearStepModel, StepModel
 
 
 def model(**kw: object) -> LinearStepModel:
-    return LinearStepModel(SimConfig.model_validate({"max_running_requests": 4, "max_total_tokens": 1000, **kw}))
+    return LinearStepModel(SimSpec.model_validate({"max_running_requests": 4, "max_total_tokens": 1000, **kw}))
 
 
 def test_is_a_step_model() -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tokenmill.config import SimConfig
+from tokenmill.config import SimSpec
 from tokenmill.errors import ConfigError
 from tokenmill.planner import server_capacity
 from tokenmill.sim.scheduler import PoolModel
@@ -108,10 +108,10 @@ def test_a_dense_model_has_no_state_pool() -> None:
 
 
 def test_from_config_reads_model_gpu_flags_and_the_shared_sim_fields() -> None:
-    cfg = SimConfig(model="served-name", model_spec=MODEL, gpu=GPU, engine_flags="--disable-radix-cache")
+    cfg = SimSpec(model="served-name", model_spec=MODEL, gpu=GPU, engine_flags="--disable-radix-cache")
     t = TwinStepModel.from_config(cfg)
-    assert (t.max_running_requests, t.mamba_slots) == (78, 78)  # SimConfig's default 256 is not a flag
-    given = SimConfig(model=MODEL, gpu=GPU, engine_flags="--disable-radix-cache", max_running_requests=64)
+    assert (t.max_running_requests, t.mamba_slots) == (78, 78)  # SimSpec's default 256 is not a flag
+    given = SimSpec(model=MODEL, gpu=GPU, engine_flags="--disable-radix-cache", max_running_requests=64)
     t = TwinStepModel.from_config(given)
     assert (t.max_running_requests, t.mamba_slots) == (64, 64)
     resolved = t.resolve(given)
@@ -124,13 +124,13 @@ def test_from_config_reads_model_gpu_flags_and_the_shared_sim_fields() -> None:
 def test_from_config_errors_say_what_to_change() -> None:
     with pytest.raises(ConfigError, match="disagree"):
         TwinStepModel.from_config(
-            SimConfig.model_validate(
+            SimSpec.model_validate(
                 {"model": MODEL, "gpu": GPU, "engine_flags": "--max-running-requests 8", "max_running_requests": 64}
             )
         )
     with pytest.raises(ConfigError, match=r"--model-spec"):
-        TwinStepModel.from_config(SimConfig(gpu=GPU))  # the served name tokenmill-sim is no planner model
+        TwinStepModel.from_config(SimSpec(gpu=GPU))  # the served name tokenmill-sim is no planner model
     with pytest.raises(ConfigError, match=r"--gpu"):
-        TwinStepModel.from_config(SimConfig(model=MODEL))
+        TwinStepModel.from_config(SimSpec(model=MODEL))
     with pytest.raises(ConfigError, match="unknown GPU"):
-        TwinStepModel.from_config(SimConfig(model=MODEL, gpu="gtx-280"))
+        TwinStepModel.from_config(SimSpec(model=MODEL, gpu="gtx-280"))

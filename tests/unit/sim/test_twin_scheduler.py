@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 import pytest
 
-from tokenmill.config import SimConfig
+from tokenmill.config import SimSpec
 from tokenmill.sim.scheduler import KvPolicy, PoolModel, Scheduler, SimRequest, State
 from tokenmill.sim.timing import LinearStepModel, PoolUsage
 
@@ -97,7 +97,7 @@ def run_until_idle(s: Scheduler, limit: int = 100_000) -> list[SimRequest]:
 
 def test_the_pool_is_recognised_and_the_plain_model_is_not() -> None:
     assert isinstance(Pool(100, FIXED_RATIO), PoolModel)
-    assert not isinstance(LinearStepModel(SimConfig()), PoolModel)
+    assert not isinstance(LinearStepModel(SimSpec()), PoolModel)
 
 
 def test_admission_keeps_room_for_the_running_requests_future_tokens() -> None:
@@ -167,7 +167,7 @@ def test_the_ratio_is_not_reset_while_requests_wait_for_the_next_batch() -> None
 
 
 def test_without_a_finite_pool_the_same_requests_all_run() -> None:
-    cfg = SimConfig(max_running_requests=100, max_total_tokens=1000, step_base_ms=10, step_per_req_ms=0)
+    cfg = SimSpec(max_running_requests=100, max_total_tokens=1000, step_base_ms=10, step_per_req_ms=0)
     s = Scheduler(LinearStepModel(cfg), time_scale=1.0, max_queued=None, log_interval=1000)
     for _ in range(3):
         s.submit(req(100, 50, 400), 0.0)
@@ -229,7 +229,7 @@ def test_clipped_estimate_for_huge_limits() -> None:
 
 
 def test_a_waiting_request_starts_when_the_slot_freed_however_late_the_driver_wakes() -> None:
-    cfg = SimConfig(max_running_requests=1, step_base_ms=10, step_per_req_ms=0, prefill_ms_per_1k=1000)
+    cfg = SimSpec(max_running_requests=1, step_base_ms=10, step_per_req_ms=0, prefill_ms_per_1k=1000)
     s = Scheduler(LinearStepModel(cfg), time_scale=1.0, max_queued=None, log_interval=1000)
     a, b = req(10, 5), req(10, 5)
     s.submit(a, 0.0)
@@ -241,7 +241,7 @@ def test_a_waiting_request_starts_when_the_slot_freed_however_late_the_driver_wa
 
 
 def test_a_request_arriving_late_is_not_admitted_before_it_arrived() -> None:
-    cfg = SimConfig(max_running_requests=1, step_base_ms=10, step_per_req_ms=0, prefill_ms_per_1k=1000)
+    cfg = SimSpec(max_running_requests=1, step_base_ms=10, step_per_req_ms=0, prefill_ms_per_1k=1000)
     s = Scheduler(LinearStepModel(cfg), time_scale=1.0, max_queued=None, log_interval=1000)
     a = req(10, 5)
     s.submit(a, 0.0)
