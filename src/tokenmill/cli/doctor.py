@@ -8,9 +8,17 @@ from pathlib import Path
 
 import click
 
-from tokenmill.cli.options import json_option, output_option, planner_options, request_kind_options, server_options
+from tokenmill.cli.options import (
+    fleet_file_option,
+    json_option,
+    output_option,
+    planner_options,
+    request_kind_options,
+    server_options,
+)
 from tokenmill.config import DoctorSpec, normalize_url
 from tokenmill.config.servers import read_servers
+from tokenmill.errors import ConfigError
 
 _DEFAULTS = {name: field.default for name, field in DoctorSpec.model_fields.items()}  # shown in the help
 
@@ -25,6 +33,24 @@ def _urls(servers: tuple[str, ...], servers_file: str | None) -> list[str]:
     return urls
 
 
+def _from_fleet(
+    path: str, planner_model: str | None, gpu: str | None, have_servers: object
+) -> tuple[str | None, str | None, str | None]:
+    """The planner's model and GPU the options leave open, from the fleet profile; its endpoints file when no
+    servers are given."""
+    from tokenmill.config import load_profile
+    from tokenmill.fleet.planned import read_fleet
+    from tokenmill.fleet.state import load_state
+
+    fleet = read_fleet(path)
+    endpoints = None
+    if not have_servers:
+        endpoints = load_state(Path(load_profile(path).state_dir)).endpoints_file or None
+        if endpoints is None:
+            raise ConfigError(f"--fleet {path}: the fleet is not up (no endpoints file): give --servers, or fleet up")
+    return planner_model or fleet.model, gpu or fleet.gpu, endpoints
+
+
 @click.command()
 @server_options
 @planner_options(
@@ -34,6 +60,10 @@ def _urls(servers: tuple[str, ...], servers_file: str | None) -> list[str]:
 @click.option(
     "--compare-gpu",
     help="Also plan the servers' flags and workload on this GPU (e.g. b200) and show their share of it.",
+)
+@fleet_file_option(
+    "The fleet profile the servers were started from: the planner's model and a twin's GPU from it (--planner-model "
+    "and --gpu win), and its servers when none are given."
 )
 @click.option("--concurrency", type=click.IntRange(min=1), help="The client's in-flight limit per server, if known.")
 @request_kind_options(
@@ -69,6 +99,7 @@ def doctor(
     gpu: str | None,
     gpu_file: str | None,
     compare_gpu: str | None,
+    fleet_file: str | None,
     concurrency: int | None,
     max_tokens: int | None,
     ignore_eos: bool | None,
@@ -100,6 +131,8 @@ def doctor(
     if list_rules:
         click.echo(rules_text())
         return
+    if fleet_file:
+        planner_model, gpu, servers_file = _from_fleet(fleet_file, planner_model, gpu, servers or servers_file)
     urls = _urls(servers, servers_file)
     headers = auth_headers(read_api_key(api_key_env, "--api-key-env"))
     found = asyncio.run(
