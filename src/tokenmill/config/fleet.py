@@ -39,6 +39,11 @@ class AutotuneSpec(Model):
         "kv-cache-dtype, quantization) or that can run a server out of memory under load (mem-fraction-static) "
         "are applied only when the profile names them here",
     )
+    max_memory_risk: Literal["low", "moderate", "high"] = Field(
+        default="moderate",
+        description="Try a change that touches memory only when its out-of-memory risk (what it leaves outside "
+        "the static pools against SGLang's own reserve estimate; planner.oom_risk_high) is at most this",
+    )
     min_predicted_gain: float = Field(
         default=0.10,
         ge=0,

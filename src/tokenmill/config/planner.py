@@ -60,6 +60,13 @@ class PlannerSpec(Model):
         default_factory=lambda: [0.85, 0.9],
         description="--mem-fraction-static values tried by the what-if table (besides the base value)",
     )
+    oom_risk_high: float = Field(
+        default=0.5,
+        gt=0,
+        le=1,
+        description="A change that leaves outside the static pools less than this share of SGLang's own reserve "
+        "estimate (activations, CUDA graphs) is called a high out-of-memory risk; below the whole estimate, moderate",
+    )
     whatif_rows_shown: int = Field(default=12, ge=1, description="What-if rows printed on a terminal (all in --json)")
     workload_prompts: int = Field(default=10000, ge=1, description="Prompt count when none is given")
     workload_input_len: int = Field(default=1024, ge=1, description="Mean prompt tokens when none is given")

@@ -33,6 +33,15 @@ _VALUE_FLAGS = frozenset(
 )
 
 
+# flags whose change moves what SGLang keeps outside its static pools, or what runs there: a prediction of such a
+# change states its out-of-memory risk
+MEMORY_FLAGS = ("--mem-fraction-static", "--kv-cache-dtype", "--quantization", "--chunked-prefill-size")
+
+
+def touches_memory(change: str) -> bool:
+    return any(flag in change.split() for flag in MEMORY_FLAGS)
+
+
 def slots_per_request(info: ServerInfo | None) -> int | None:
     """The divisor of SGLang's state-slot cap (1 with the radix cache off); None when unknown (``auto``)."""
     if info is None:
@@ -213,7 +222,8 @@ def kv_fp8(obs: ServerObs) -> Candidate:
     return Candidate(
         change="--kv-cache-dtype fp8_e4m3",
         flags_after=tuple(set_flag(current_flags(obs), "--kv-cache-dtype", "fp8_e4m3")),
-        note="twice the KV tokens in the same memory",
+        note="twice the KV tokens in the same memory; fp8 rounding of the cached keys and values can change "
+        "answers slightly",
     )
 
 

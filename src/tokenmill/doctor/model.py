@@ -86,6 +86,36 @@ class Observation:
     client: ClientObs = field(default_factory=ClientObs)
 
 
+MemoryLevel = Literal["low", "moderate", "high"]
+MEMORY_LEVELS: tuple[MemoryLevel, ...] = ("low", "moderate", "high")
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryRisk:
+    """What a change that touches memory leaves outside SGLang's static pools, against SGLang's own estimate of
+    what activations and CUDA graphs need there (its automatic ``--mem-fraction-static`` keeps exactly that)."""
+
+    level: MemoryLevel
+    headroom_before_gib: float
+    headroom_after_gib: float
+    reserve_gib: float
+
+    def text(self) -> str:
+        after, before = self.headroom_after_gib, self.headroom_before_gib
+        kept = f"{after:.1f} GiB stays outside the pools"
+        kept += f" ({before:.1f} today)" if abs(after - before) >= 0.05 else " (as today)"
+        return f"out-of-memory risk {self.level}: {kept}, SGLang's own reserve estimate is {self.reserve_gib:.1f} GiB"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "level": self.level,
+            "headroom_before_gib": round(self.headroom_before_gib, 2),
+            "headroom_after_gib": round(self.headroom_after_gib, 2),
+            "reserve_gib": round(self.reserve_gib, 2),
+            "text": self.text(),
+        }
+
+
 @dataclass(frozen=True, slots=True)
 class Prediction:
     """What one recommended change is predicted to do, and where the numbers come from.
@@ -100,6 +130,7 @@ class Prediction:
     what: str = "max running"  # what before/after.max_running counts ("running" for a client-side limit)
     note: str | None = None
     scope: Literal["server", "fleet"] = "server"
+    memory: MemoryRisk | None = None  # for a change that touches memory: what it leaves outside the pools
 
     @property
     def gain(self) -> float | None:
@@ -116,7 +147,8 @@ class Prediction:
         if gain is not None and b.tok_s_per_gpu is not None and a.tok_s_per_gpu is not None:
             per = "per GPU" if self.scope == "server" else "per GPU of the fleet"
             parts.append(f"{b.tok_s_per_gpu:,.0f} -> {a.tok_s_per_gpu:,.0f} tok/s {per} ({gain * 100:+.0f}%)")
-        return ", ".join(parts) + f" [{self.source}]" + (f" ({self.note})" if self.note else "")
+        text = ", ".join(parts) + f" [{self.source}]" + (f" ({self.note})" if self.note else "")
+        return text + (f"; {self.memory.text()}" if self.memory is not None else "")
 
 
 @dataclass(frozen=True, slots=True)
@@ -221,6 +253,7 @@ class Verdict:
                     "gain": None if p.gain is None else round(p.gain, 4),
                     "before": {"max_running": p.before.max_running, "tok_s_per_gpu": p.before.tok_s_per_gpu},
                     "after": {"max_running": p.after.max_running, "tok_s_per_gpu": p.after.tok_s_per_gpu},
+                    "memory_risk": None if p.memory is None else p.memory.as_dict(),
                     "text": p.text(),
                 }
                 for p in self.predictions

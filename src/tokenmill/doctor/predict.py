@@ -23,7 +23,16 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from tokenmill.config import PlannerSpec
 from tokenmill.doctor import advice
-from tokenmill.doctor.model import Candidate, ClientObs, Observation, PlanPoint, Prediction, ServerObs
+from tokenmill.doctor.model import (
+    Candidate,
+    ClientObs,
+    MemoryLevel,
+    MemoryRisk,
+    Observation,
+    PlanPoint,
+    Prediction,
+    ServerObs,
+)
 from tokenmill.errors import ConfigError, DoesNotFitError
 
 if TYPE_CHECKING:
@@ -300,6 +309,7 @@ class PlannerPredictor:
         if planned is None:
             return None
         cand, b, a = planned
+        memory = self._memory_risk(setting, cand.change, b, a)
         if cand.running_before is not None:
             return Prediction(
                 cand.change,
@@ -307,6 +317,7 @@ class PlannerPredictor:
                 PlanPoint(a.running, a.tok_s_per_gpu, a.binding),
                 "planner",
                 what="running",
+                memory=memory,
             )
         return Prediction(
             cand.change,
@@ -314,7 +325,22 @@ class PlannerPredictor:
             PlanPoint(a.capacity.max_running, a.tok_s_per_gpu, a.binding),
             "planner",
             note=self._mismatch(observed_cap, b.capacity.max_running),
+            memory=memory,
         )
+
+    @staticmethod
+    def _memory_risk(s: _Setting, change: str, b: PlanResult, a: PlanResult) -> MemoryRisk | None:
+        """For a change that touches memory (or moves the line between the pools and the rest): what it leaves
+        outside the static pools against SGLang's own reserve estimate (``PlannerSpec.oom_risk_high``)."""
+        before, after = b.capacity.pools, a.capacity.pools
+        moved = (
+            abs(after.headroom_gib - before.headroom_gib) >= 0.05 or abs(after.reserve_gib - before.reserve_gib) >= 0.05
+        )
+        if not moved and not advice.touches_memory(change):
+            return None
+        share = after.headroom_gib / after.reserve_gib if after.reserve_gib > 0 else 1.0
+        level: MemoryLevel = "low" if share >= 1 else "moderate" if share >= s.config.oom_risk_high else "high"
+        return MemoryRisk(level, before.headroom_gib, after.headroom_gib, after.reserve_gib)
 
     def _before_after(
         self, setting: _Setting, before: list[str], cand: Candidate

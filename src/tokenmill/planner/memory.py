@@ -194,6 +194,7 @@ class PoolPlan:
     context_length: int
     headroom_gib: float  # outside the static pools: activations, CUDA graphs, request table
     request_table_gib: float
+    reserve_gib: float = 0.0  # SGLang's own estimate of what must stay outside the pools (reserved_mib)
     page_size: int = 1
     vlm_factor: float = 1.0  # SGLang's multimodal factor on the automatic fraction (1 when not applied)
     multimodal_reserve_gib: float = 0.0
@@ -289,7 +290,8 @@ def size_pools(
     context = flags.context_length or model.context_length
     max_running, source = _max_running(flags, tokens, context, slots, strategy.slots_per_request, model.is_hybrid)
     headroom = gpu.memory_gib * (1 - mfs.value)
-    notes += _headroom_notes(gpu, flags, model, mfs, headroom)
+    reserve = reserved_mib(gpu.memory_mib, flags, model) / 1024
+    notes += _headroom_notes(mfs, headroom, reserve)
     return PoolPlan(
         gpu_memory_gib=gpu.memory_gib,
         mem_fraction_static=mfs.value,
@@ -313,6 +315,7 @@ def size_pools(
         context_length=context,
         headroom_gib=headroom,
         request_table_gib=(max_running + 1) * (context + 4) * 4 / GIB,
+        reserve_gib=reserve,
         page_size=page,
         vlm_factor=mfs.vlm_factor,
         multimodal_reserve_gib=mm_reserve,
@@ -343,9 +346,8 @@ def _kv_tokens(flags: EngineFlags, kv_bytes: int, kv_cell: int, page: int) -> in
     return tokens // page * page
 
 
-def _headroom_notes(gpu: GpuSpec, flags: EngineFlags, model: ModelSpec, mfs: _Fraction, headroom: float) -> list[str]:
+def _headroom_notes(mfs: _Fraction, headroom: float, need: float) -> list[str]:
     """A hand-set fraction that leaves less outside the pools than SGLang's own reserve estimate risks prefill OOM."""
-    need = reserved_mib(gpu.memory_mib, flags, model) / 1024
     if mfs.auto or headroom >= need:
         return []
     return [

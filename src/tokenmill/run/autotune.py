@@ -32,7 +32,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from tokenmill.config import AutotuneSpec
-from tokenmill.doctor.model import Prediction, Verdict
+from tokenmill.doctor.model import MEMORY_LEVELS, Prediction, Verdict
 from tokenmill.fmt import duration
 from tokenmill.monitor.fleet import ServerView
 from tokenmill.run.measure import RateHistory, measure
@@ -129,6 +129,16 @@ class Autotuner:
                 refused = self.actuator.refuse(change)
                 if refused is not None:
                     self._note(change, "refused", f"not trying {change} (predicted {pred.gain:+.0%}): {refused}")
+                    continue
+                if pred.memory is not None and MEMORY_LEVELS.index(pred.memory.level) > MEMORY_LEVELS.index(
+                    self.spec.max_memory_risk
+                ):
+                    self._note(
+                        change,
+                        "memory",
+                        f"not trying {change} (predicted {pred.gain:+.0%}): {pred.memory.text()} "
+                        "(autotune.max_memory_risk)",
+                    )
                     continue
                 if len(live & set(v.servers)) < self.spec.min_verdict_share * len(live):
                     self._note(

@@ -84,7 +84,11 @@ def test_state_pool_bound_no_buffer_names_the_state_pool_and_recommends_radix_of
 def test_state_pool_bound_with_the_planner_predicts_throughput_before_and_after() -> None:
     v = verdicts(observe("state_bound_no_buffer"), model="qwen3.6-35b-a3b", gpu="h200")["state-pool-bound"]
     planned = [p for p in v.predictions if p.source == "planner"]
-    assert {p.change.split()[0] for p in planned} == {"--disable-radix-cache", "--mamba-ssm-dtype"}
+    assert {p.change.split()[0] for p in planned} == {
+        "--disable-radix-cache",
+        "--mamba-ssm-dtype",
+        "--mem-fraction-static",  # a ratio-sized state pool grows with the static share
+    }
     for p in planned:
         assert p.after.max_running > p.before.max_running
         assert p.before.tok_s_per_gpu and p.after.tok_s_per_gpu and p.after.tok_s_per_gpu > p.before.tok_s_per_gpu

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from tokenmill.config import AutotuneSpec, FleetSpec
-from tokenmill.doctor.model import PlanPoint, Prediction, Verdict
+from tokenmill.doctor.model import MemoryRisk, PlanPoint, Prediction, Verdict
 from tokenmill.fleet.autotune import parse_change, profile_with, refusal
 from tokenmill.monitor.fleet import ServerView
 from tokenmill.run.autotune import Autotuner, Phase
@@ -21,8 +21,16 @@ RADIX_OFF = "--disable-radix-cache --max-running-requests 96"
 SERVERS = ["http://s0", "http://s1", "http://s2"]
 
 
-def verdict(change: str = RADIX_OFF, gain: float = 1.5, servers: Sequence[str] = SERVERS, note: str | None = None):
-    pred = Prediction(change, PlanPoint(15, 300.0), PlanPoint(96, 300.0 * (1 + gain)), "planner", note=note)
+def verdict(
+    change: str = RADIX_OFF,
+    gain: float = 1.5,
+    servers: Sequence[str] = SERVERS,
+    note: str | None = None,
+    memory: MemoryRisk | None = None,
+) -> Verdict:
+    pred = Prediction(
+        change, PlanPoint(15, 300.0), PlanPoint(96, 300.0 * (1 + gain)), "planner", note=note, memory=memory
+    )
     share = len(servers) / len(SERVERS)
     return Verdict(
         "state-pool-bound", "state pool", "state-pool bound", "warning", tuple(servers), len(SERVERS), "s", (), "a",
@@ -170,6 +178,23 @@ def test_only_allowed_flags_and_dry_run_changes_nothing() -> None:
     assert fleet.calls == []
     assert steps(events) == ["would-apply"]  # once: a change is never proposed twice
     assert tuner.changes[0].outcome == "would apply"
+
+
+def test_a_change_above_the_memory_risk_it_may_take_is_not_tried() -> None:
+    mfs = "--mem-fraction-static 0.94"
+    high = MemoryRisk("high", 11.0, 5.5, 13.6)
+    fleet = ScriptedFleet(allow=("mem-fraction-static",))
+    tuner, events = tuned(fleet)
+    drive(fleet, tuner, 40, [verdict(mfs, memory=high)])
+    assert fleet.calls == [] and tuner.changes == []
+    (note,) = [str(e["text"]) for e in events if e["step"] == "note"]
+    assert "out-of-memory risk high: 5.5 GiB stays outside the pools (11.0 today)" in note
+    assert note.endswith("(autotune.max_memory_risk)")
+
+    fleet = ScriptedFleet(allow=("mem-fraction-static",))  # the profile takes the risk: the change is tried
+    tuner, events = tuned(fleet, max_memory_risk="high")
+    drive(fleet, tuner, 40, [verdict(mfs, memory=high)])
+    assert fleet.calls[0] == ("apply", mfs, ["http://s0"])
 
 
 def test_what_the_tuner_leaves_alone() -> None:

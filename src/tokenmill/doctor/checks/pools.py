@@ -38,6 +38,9 @@ def state_pool_bound(o: ServerObs, c: ClientObs, t: DoctorSpec) -> Finding | Non
         cands.append(advice.lazy_buffer(o))
     if info is None or info.mamba_ssm_dtype not in HALF_DTYPES:
         cands.append(advice.bf16_state(o))
+    more = advice.mem_fraction(o)  # a ratio-sized state pool grows with the static share
+    if more is not None:
+        cands.append(more)
     cap_text = f"{slots} slots // {per}" if slots and per else "state slots"
     mode = UNKNOWN
     if info is not None:
