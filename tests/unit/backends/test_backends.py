@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import aiohttp
@@ -15,28 +14,6 @@ from tokenmill.backends.base import classify_status, error_message
 from tokenmill.config import SamplingSpec
 from tokenmill.errors import ConfigError, MisconfiguredError, PermanentError, ServerFault, TransientError
 from tokenmill.records import Prompt
-
-Handler = Callable[[web.Request], Any]
-
-
-@pytest.fixture
-async def server() -> AsyncIterator[Callable[[Handler], Any]]:
-    runners: list[web.AppRunner] = []
-
-    async def start(handler: Handler) -> str:
-        app = web.Application()
-        app.router.add_route("POST", "/{tail:.*}", handler)
-        runner = web.AppRunner(app)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        runners.append(runner)
-        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-        return f"http://127.0.0.1:{port}"
-
-    yield start
-    for r in runners:
-        await r.cleanup()
 
 
 def options(**kw: Any) -> BackendOptions:
@@ -53,7 +30,7 @@ CHAT_OK = {
 }
 
 
-async def test_chat_body_and_parse(server: Any) -> None:
+async def test_chat_body_and_parse(http_server: Any) -> None:
     seen: dict[str, Any] = {}
 
     async def handler(request: web.Request) -> web.Response:
@@ -62,7 +39,7 @@ async def test_chat_body_and_parse(server: Any) -> None:
         seen["auth"] = request.headers.get("Authorization")
         return web.json_response(CHAT_OK)
 
-    url = await server(handler)
+    url = await http_server(handler)
     backend = make_backend(
         "openai-chat",
         options(api_key="k-1", sampling=SamplingSpec(max_tokens=7, extra_body={"chat_template_kwargs": {"x": 1}})),
@@ -76,7 +53,7 @@ async def test_chat_body_and_parse(server: Any) -> None:
     assert gen.reasoning_content == "why"
 
 
-async def test_generate_body_and_parse(server: Any) -> None:
+async def test_generate_body_and_parse(http_server: Any) -> None:
     seen: dict[str, Any] = {}
 
     async def handler(request: web.Request) -> web.Response:
@@ -84,7 +61,7 @@ async def test_generate_body_and_parse(server: Any) -> None:
         meta = {"finish_reason": {"type": "length", "length": 7}, "prompt_tokens": 3, "completion_tokens": 7}
         return web.json_response({"text": "abc", "output_ids": [5, 6], "meta_info": meta})
 
-    url = await server(handler)
+    url = await http_server(handler)
     backend = make_backend("sglang-generate", options(save_token_ids=True))
     async with aiohttp.ClientSession() as session:
         gen = await backend.generate(session, url, Prompt(id="1", text="t"))
@@ -118,7 +95,7 @@ def test_error_message_shapes() -> None:
     assert error_message(b"plain text") == "plain text"
 
 
-async def test_malformed_nested_and_oversized_bodies_are_transient(server: Any) -> None:
+async def test_malformed_nested_and_oversized_bodies_are_transient(http_server: Any) -> None:
     async def truncated(request: web.Request) -> web.Response:
         return web.Response(body=b'{"choices": [{"mess', content_type="application/json")
 
@@ -136,7 +113,7 @@ async def test_malformed_nested_and_oversized_bodies_are_transient(server: Any) 
     backend = make_backend("openai-chat", options(max_response_bytes=1 << 20))
     async with aiohttp.ClientSession() as session:
         for handler, needle in ((truncated, "malformed"), (nested, "malformed"), (huge, "limit")):
-            url = await server(handler)
+            url = await http_server(handler)
             with pytest.raises(TransientError, match=needle):
                 await backend.generate(session, url, Prompt(id="1", text="x"))
 
@@ -148,7 +125,7 @@ async def test_connection_refused_is_a_server_fault() -> None:
             await backend.generate(session, "http://127.0.0.1:9", Prompt(id="1", text="x"))
 
 
-async def test_token_ids_under_every_name_or_refused(server: Any) -> None:
+async def test_token_ids_under_every_name_or_refused(http_server: Any) -> None:
     """vLLM's and SGLang's names for the ids are read; an answer without them is a misconfigured server."""
     answers = {
         "vllm-chat": {**CHAT_OK, "prompt_token_ids": [1, 2], "choices": [{**CHAT_OK["choices"][0], "token_ids": [9]}]},
@@ -164,7 +141,7 @@ async def test_token_ids_under_every_name_or_refused(server: Any) -> None:
         current["body"] = await request.json()
         return web.json_response(current["answer"])
 
-    url = await server(handler)
+    url = await http_server(handler)
     backend = make_backend("openai-chat", options(save_token_ids=True))
     async with aiohttp.ClientSession() as session:
         for name in ("vllm-chat", "sglang-chat"):
@@ -183,11 +160,11 @@ async def test_token_ids_under_every_name_or_refused(server: Any) -> None:
         await probe_token_ids("openai-chat", options(save_token_ids=True), session, ["http://127.0.0.1:9", url])
 
 
-async def test_generate_without_text_names_skip_tokenizer_init(server: Any) -> None:
+async def test_generate_without_text_names_skip_tokenizer_init(http_server: Any) -> None:
     async def handler(request: web.Request) -> web.Response:
         return web.json_response({"output_ids": [5, 6], "meta_info": {"finish_reason": {"type": "length"}}})
 
-    url = await server(handler)
+    url = await http_server(handler)
     async with aiohttp.ClientSession() as session:
         with pytest.raises(MisconfiguredError, match="--skip-tokenizer-init"):
             await make_backend("sglang-generate", options()).generate(session, url, Prompt(id="1", text="hi"))

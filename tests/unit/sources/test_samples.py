@@ -4,7 +4,6 @@ records, verify's count per row, inspect's repeats within a prompt's samples, an
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -105,30 +104,7 @@ def test_samples_is_part_of_the_jobs_identity_but_one_leaves_older_outputs_as_th
         job(tmp_path, samples=0)
 
 
-Handler = Callable[[web.Request], Any]
-
-
-@pytest.fixture
-async def server() -> AsyncIterator[Callable[[Handler], Any]]:
-    runners: list[web.AppRunner] = []
-
-    async def start(handler: Handler) -> str:
-        app = web.Application()
-        app.router.add_route("POST", "/{tail:.*}", handler)
-        runner = web.AppRunner(app)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        runners.append(runner)
-        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-        return f"http://127.0.0.1:{port}"
-
-    yield start
-    for r in runners:
-        await r.cleanup()
-
-
-async def test_each_sample_is_sent_with_its_own_seed_on_every_api(server: Any) -> None:
+async def test_each_sample_is_sent_with_its_own_seed_on_every_api(http_server: Any) -> None:
     bodies: list[dict[str, Any]] = []
 
     async def handler(request: web.Request) -> web.Response:
@@ -137,7 +113,7 @@ async def test_each_sample_is_sent_with_its_own_seed_on_every_api(server: Any) -
             return web.json_response({"text": "x", "meta_info": {"finish_reason": "stop"}})
         return web.json_response({"choices": [{"message": {"content": "x"}, "text": "x", "finish_reason": "stop"}]})
 
-    url = await server(handler)
+    url = await http_server(handler)
     options = BackendOptions(model="m", sampling=SamplingSpec(max_tokens=5, seed=7))
     sample = Prompt(id="a_gen2", text="hi", primary_id="a", sample=2, seed=1234)
     async with aiohttp.ClientSession() as session:
