@@ -11,6 +11,7 @@ from typing import Any
 import click
 import orjson
 
+from tokenmill.cli.options import fleet_file_option
 from tokenmill.errors import ServerError
 
 STATE_DIR_HELP = "The fleet's state directory (default: the profile's state_dir)."
@@ -19,11 +20,8 @@ STATE_DIR_HELP = "The fleet's state directory (default: the profile's state_dir)
 def fleet_run_options(fn: Any) -> Any:
     """``run``'s options for a fleet of its own and for partitioned runs."""
     options = [
-        click.option(
-            "--fleet",
-            "fleet_file",
-            type=click.Path(dir_okay=False, exists=True),
-            help="Start the servers of this fleet profile first, follow them during the run, stop them after.",
+        fleet_file_option(
+            "Start the servers of this fleet profile first, follow them during the run, stop them after."
         ),
         click.option(
             "--ray-address",
@@ -153,35 +151,29 @@ def down(profile_file: str | None, state_dir: str | None, timeout: float) -> Non
 @click.option("--json", "as_json", is_flag=True, help="Print the state as JSON.")
 def status(profile_file: str | None, state_dir: str | None, as_json: bool) -> None:
     """Show each server of the fleet: URL, GPUs, state, restarts, pid, flags. Exits 1 unless all are up."""
-    from tokenmill.fleet.state import pid_alive, read_state
+    from tokenmill.fleet.state import load_state, pid_alive
 
     where = _state_dir(profile_file, state_dir)
-    state = read_state(where)
-    alive = pid_alive(state.get("supervisor_pid"))
-    servers = state.get("servers", [])
-    all_up = alive and bool(servers) and all(s.get("state") == "up" for s in servers)
+    state = load_state(where)
+    alive = pid_alive(state.supervisor_pid)
+    all_up = alive and bool(state.servers) and all(s.state == "up" for s in state.servers)
     if as_json:
-        click.echo(orjson.dumps({**state, "supervisor_alive": alive}, option=orjson.OPT_INDENT_2).decode())
+        doc = {**state.to_json(), "supervisor_alive": alive}
+        click.echo(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode())
         sys.exit(0 if all_up else 1)
-    profile = state.get("profile", {})
+    profile = state.profile
     who = "running" if alive else "not running"
-    click.echo(f"fleet {where}: {state.get('status')} (supervisor pid {state.get('supervisor_pid')}, {who})")
-    click.echo(
-        f"  engine {profile.get('engine')}, model {profile.get('model')}, endpoints {state.get('endpoints_file')}"
-    )
-    for s in servers:
-        gpus = ",".join(map(str, s.get("gpus", []))) or "-"
-        click.echo(
-            f"  [{s['index']}] {s['url']:<28} gpus {gpus:<8} {s['state']:<9} restarts {s.get('restarts', 0)}"
-            f"  pid {s.get('pid') or '-'}"
-        )
-        if s.get("error") and s.get("state") != "up":
-            click.echo("      " + s["error"].splitlines()[0])
+    click.echo(f"fleet {where}: {state.status} (supervisor pid {state.supervisor_pid}, {who})")
+    click.echo(f"  engine {profile.get('engine')}, model {profile.get('model')}, endpoints {state.endpoints_file}")
+    for s in state.servers:
+        gpus = ",".join(map(str, s.gpus)) or "-"
+        click.echo(f"  [{s.index}] {s.url:<28} gpus {gpus:<8} {s.state:<9} restarts {s.restarts}  pid {s.pid or '-'}")
+        if s.error and s.state != "up":
+            click.echo("      " + s.error.splitlines()[0])
     flags = profile.get("flags") or {}
     click.echo("  flags: " + (" ".join(f"{k}={v}" for k, v in flags.items()) or "(none)"))
-    last = state.get("apply")
-    if last:
-        click.echo(f"  last re-flag {last['id']}: {last['state']}")
+    if state.apply is not None:
+        click.echo(f"  last re-flag {state.apply.id}: {state.apply.state}")
     sys.exit(0 if all_up else 1)
 
 
@@ -196,17 +188,15 @@ def apply(profile_file: str, state_dir: str | None, wait: bool) -> None:
     new flags and taken back once healthy. Only what a server runs may change (engine, model, flags,
     extra_args, command, python, env); GPUs, ports and layout need `fleet down` and `fleet up`.
     """
-    from tokenmill.config import load_profile
+    from tokenmill.config import FleetSpec, load_profile
     from tokenmill.fleet.daemon import wait_apply
-    from tokenmill.fleet.state import read_state, request_apply
+    from tokenmill.fleet.state import load_state, request_apply
     from tokenmill.fleet.supervisor import check_reflag
 
     profile = load_profile(profile_file)
     where = _state_dir(None, state_dir) if state_dir else Path(profile.state_dir).absolute()
-    current = read_state(where)
-    from tokenmill.config import FleetSpec
-
-    changed = check_reflag(FleetSpec.model_validate(current["profile"]), profile)
+    current = load_state(where)
+    changed = check_reflag(FleetSpec.model_validate(current.profile), profile)
     if not changed:
         click.echo("nothing to apply: the fleet already runs this profile's command")
         return
@@ -292,8 +282,8 @@ def tune(
         click.echo("no change was tried")
     if any(c.outcome == "kept" for c in done):
         from tokenmill.fleet.session import write_kept
-        from tokenmill.fleet.state import read_state
+        from tokenmill.fleet.state import load_state
 
-        flags = (read_state(where).get("profile") or {}).get("flags")
+        flags = load_state(where).profile.get("flags")
         write_kept(profile_file, flags if isinstance(flags, dict) else profile.flags, done)
     click.echo(f"every step is in {where / AUTOTUNE_LOG}", err=True)

@@ -206,11 +206,6 @@ def load_state(state_dir: Path) -> FleetState:
     return FleetState.from_json(data)
 
 
-def read_state(state_dir: Path) -> dict[str, Any]:
-    """``state.json`` as JSON (:func:`load_state`'s record), for readers that show it as it is."""
-    return load_state(state_dir).to_json()
-
-
 def read_request(state_dir: Path) -> ApplyRequest | None:
     """The re-flag ``fleet apply`` asked for, or None when there is none."""
     data = read_json(state_dir / APPLY_REQUEST)
