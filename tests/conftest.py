@@ -1,7 +1,8 @@
 """Session-wide test plumbing: the pool of real and simulated servers, test order by server kind, and S3.
 
 Tests that need a real engine name it through a fixture (``engine_server`` for vLLM, ``sglang_dense``,
-``sglang_hybrid``), a ``server`` parameter (the conformance suite) or ``@pytest.mark.server_kind(NAME)``.
+``sglang_hybrid``), a fixture parametrized by kind name (the conformance suite's ``server``) or
+``@pytest.mark.server_kind(NAME)``.
 They run after all other tests, grouped by kind, so that each engine starts once while at most
 ``TOKENMILL_TEST_ENGINES`` (default 1) are up.
 
@@ -36,8 +37,8 @@ def item_kinds(item: pytest.Item) -> list[str]:
     """The server kinds a collected test uses."""
     kinds: list[str] = []
     callspec = getattr(item, "callspec", None)
-    if callspec is not None and isinstance(callspec.params.get("server"), str):
-        kinds.append(callspec.params["server"])
+    if callspec is not None:  # a fixture parametrized by kind name (``server``, or a module's own, e.g. ``kv_server``)
+        kinds += [v for v in callspec.params.values() if isinstance(v, str) and v in KINDS]
     kinds += [kind for fixture, kind in FIXTURE_KINDS.items() if fixture in getattr(item, "fixturenames", ())]
     kinds += [m.args[0] for m in item.iter_markers("server_kind")]
     return kinds

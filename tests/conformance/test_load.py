@@ -24,11 +24,11 @@ import pytest
 from tests.conformance.client import Family, families, gauge, post, until
 from tests.conftest import live_server
 from tests.engines import sglang
-from tests.engines.pool import LiveServer, ServerPool, sglang_kind, twin_of
+from tests.engines.pool import SGLANG_DENSE_FLAGGED, LiveServer, ServerPool, sglang_kind, twin_of
 
 KV_SMALL = sglang_kind("sglang-dense-kv2048", False, sglang.dense_flags(kv_tokens=2048))
 KV_KINDS = (KV_SMALL.name, twin_of(KV_SMALL).name)
-CAPPED = sglang_kind("sglang-dense-running2", False, sglang.dense_flags(extra=("--max-running-requests", "2")))
+CAPPED = SGLANG_DENSE_FLAGGED  # --max-running-requests 2 (and flags that do not touch these tests)
 CAP_KINDS = (CAPPED.name, twin_of(CAPPED).name)
 
 PRESSURE_REQUESTS = 6
@@ -218,8 +218,8 @@ async def test_a_scrape_sees_the_gauges_of_the_last_batch_boundary(
 
 STATE_CAPPED = sglang_kind("sglang-hybrid-slots12", True, sglang.hybrid_flags(slots=12))  # no_buffer: 12 // 3 = 4
 STATE_KINDS = (STATE_CAPPED.name, twin_of(STATE_CAPPED).name)
-CHUNKED = sglang_kind("sglang-dense-chunk256", False, sglang.dense_flags(extra=("--chunked-prefill-size", "256")))
-CHUNK_KINDS = (CHUNKED.name, twin_of(CHUNKED).name)
+CHUNKED = SGLANG_DENSE_FLAGGED  # --chunked-prefill-size 256
+CHUNK_KINDS = CAP_KINDS
 
 
 @pytest.fixture(params=STATE_KINDS)

@@ -1,5 +1,5 @@
 """A reasoning parser on the chat route: SGLang 0.5.23 started with ``--reasoning-parser qwen3`` on the tiny dense
-model, and its twin with the same flag.
+model (the suite's dense server with non-default flags, tests/engines/pool.py), and its twin with the same flags.
 
 The tiny model has random weights and its tokenizer no thinking tokens, so it never writes ``<think>`` itself; but
 its chat template has no thinking switch either, and for such a template 0.5.23's ``qwen3`` parser reads the whole
@@ -18,13 +18,12 @@ import aiohttp
 import pytest
 
 from tests.conformance.client import post
-from tests.engines import sglang
-from tests.engines.pool import LiveServer, sglang_kind, twin_of
+from tests.engines.pool import SGLANG_DENSE_FLAGGED, LiveServer, twin_of
 from tokenmill.config import JobSpec
 from tokenmill.output.records_reader import iter_records
 from tokenmill.run.runner import run_job
 
-REASONING = sglang_kind("sglang-dense-reasoning", False, sglang.dense_flags(extra=("--reasoning-parser", "qwen3")))
+REASONING = SGLANG_DENSE_FLAGGED  # --reasoning-parser qwen3 (and flags that do not touch these tests)
 TWIN = twin_of(REASONING)
 KINDS = (REASONING.name, TWIN.name)
 CHAT = "/v1/chat/completions"

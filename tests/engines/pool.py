@@ -98,7 +98,19 @@ TWIN_HYBRID = _twin("twin-hybrid", SGLANG_HYBRID)
 VLLM = ServerKind(
     "vllm", "vllm", True, False, vllm.MODEL_DIR, vllm.MAX_MODEL_LEN, (), lambda workdir: vllm.launch(workdir)
 )
-KINDS: dict[str, ServerKind] = {k.name: k for k in (SGLANG_DENSE, SGLANG_HYBRID, TWIN_DENSE, TWIN_HYBRID, VLLM)}
+# One dense server for the conformance tests of non-default flags that leave each other's tests alone (a real
+# engine starts in ~30 s, so each start saved counts): a running cap of 2 (6 short requests queue behind it), 256-token
+# prefill chunks (a 1,000-token prompt alone), the qwen3 reasoning parser (the chat route only).
+SGLANG_DENSE_FLAGGED = _sglang(
+    "sglang-dense-flagged",
+    False,
+    sglang.dense_flags(
+        extra=("--max-running-requests", "2", "--chunked-prefill-size", "256", "--reasoning-parser", "qwen3")
+    ),
+)
+KINDS: dict[str, ServerKind] = {
+    k.name: k for k in (SGLANG_DENSE, SGLANG_HYBRID, TWIN_DENSE, TWIN_HYBRID, VLLM, SGLANG_DENSE_FLAGGED)
+}
 
 
 def register(kind: ServerKind) -> ServerKind:
