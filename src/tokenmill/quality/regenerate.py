@@ -9,6 +9,7 @@ sampling changes asked for, and an output directory of its own under ``OUT/regen
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -60,11 +61,9 @@ def row(rec: dict[str, Any]) -> dict[str, Any]:
     return {"id": rec["id"], "messages": prompt}
 
 
-def choose(out: Path, selectors: tuple[str, ...]) -> tuple[list[dict[str, Any]], Counter[str]]:
-    """The rows of the live records that match ``selectors`` (the first copy of a duplicated answer is kept),
-    and how many matched each selector."""
-    rows: list[dict[str, Any]] = []
-    counts: Counter[str] = Counter()
+def _matching(out: Path, selectors: tuple[str, ...]) -> Iterator[tuple[dict[str, Any], str]]:
+    """Each live record that matches ``selectors``, with the first selector it matches (the first copy of a
+    duplicated answer is not a duplicate)."""
     duplicates = DuplicateFinder()
     for rec in open_corpus(out).iter_live():
         quality = record_quality(rec)
@@ -73,8 +72,17 @@ def choose(out: Path, selectors: tuple[str, ...]) -> tuple[list[dict[str, Any]],
         )
         chosen = selected(quality["flags"], repeat, selectors)
         if chosen is not None:
-            rows.append(row(rec))
-            counts[chosen] += 1
+            yield rec, chosen
+
+
+def choose(out: Path, selectors: tuple[str, ...]) -> tuple[list[dict[str, Any]], Counter[str]]:
+    """The rows of the live records that match ``selectors`` (the first copy of a duplicated answer is kept),
+    and how many matched each selector."""
+    rows: list[dict[str, Any]] = []
+    counts: Counter[str] = Counter()
+    for rec, chosen in _matching(out, selectors):
+        rows.append(row(rec))
+        counts[chosen] += 1
     return rows, counts
 
 
@@ -82,15 +90,7 @@ def match_counts(out: Path, selectors: tuple[str, ...]) -> Counter[str]:
     """How many live records match each of ``selectors``, counted as :func:`choose` counts them (a record under
     the first selector it matches): the numbers a round's closing line compares with the round's ``chosen``."""
     counts: Counter[str] = Counter({sel: 0 for sel in selectors})
-    duplicates = DuplicateFinder()
-    for rec in open_corpus(out).iter_live():
-        quality = record_quality(rec)
-        repeat = "duplicate" in selectors and (
-            duplicates.seen(str(rec.get("id")), quality["answer_hash"], answer_chars(rec)) is not None
-        )
-        chosen = selected(quality["flags"], repeat, selectors)
-        if chosen is not None:
-            counts[chosen] += 1
+    counts.update(chosen for _, chosen in _matching(out, selectors))
     return counts
 
 
