@@ -85,8 +85,10 @@ class Batcher:
         finite KV pool, the admission rule of :mod:`tokenmill.planner.admission`), started at ``now``; with the
         prompt tokens the prefix cache serves each."""
         running_before = self.running
-        # what the running requests leave, before this batch (each request it admits is charged in full)
-        budget = self._kv_budget(now) if self._kv is not None else 0.0
+        # what the running requests leave, before this batch (each request it admits is charged in full); summed
+        # over the running requests only once a request passes the step model's caps (a server at its running cap
+        # is asked at every arrival)
+        budget: float | None = None
         batch: list[SimRequest] = []
         hits: list[int] = []
         queue = self._queue
@@ -105,6 +107,8 @@ class Batcher:
             else:
                 hit = r.cached_tokens if first else 0  # what the caller says the cache served
             if self._kv is not None:
+                if budget is None:
+                    budget = self._kv_budget(now)
                 clip = self._kv.clip_max_new_tokens
                 need = admission_need(
                     r.prompt_tokens, r.max_new_tokens, cached_tokens=hit, generated=r.resumed, clip=clip
