@@ -9,7 +9,7 @@ from html import escape
 from typing import Any
 
 from tokenmill.fmt import UNKNOWN, duration, pct
-from tokenmill.monitor.snapshot import cut_text, upload_text, waste_text
+from tokenmill.monitor.snapshot import cut_text, expected_text, upload_text, waste_text
 from tokenmill.report.data import RunData, VerdictSpan
 from tokenmill.sources.mapping import conversation_policy
 
@@ -77,6 +77,7 @@ def summary_rows(data: RunData) -> list[tuple[str, str]]:
             ("elapsed (last run)", duration(s.get("elapsed_s"))),
             ("retries (last run)", _fmt(s.get("retries"))),
             ("binding resource", str(s.get("binding") or "-")),
+            ("decode rate vs the hardware", escape(str(s.get("expected") or "-"))),
         ]
     else:
         rows += [
@@ -89,6 +90,7 @@ def summary_rows(data: RunData) -> list[tuple[str, str]]:
             ("completions/s (client, now)", _fmt(now("comp_s"), 2)),
             ("output tok/s (client-effective, now)", _fmt(now("client_tok_s"))),
             ("ETA", duration(now("eta_s"))),
+            ("decode rate vs the hardware (now)", escape((expected_text(last) if last else "") or "-")),
         ]
     if last is not None:
         rows.append(("answers cut at max_tokens (last run)", cut_text(last.truncated, last.answers, last.max_tokens)))
@@ -197,6 +199,7 @@ def _servers(data: RunData) -> str:
                 _fmt(s.completed),
                 _fmt(s.errors),
                 _fmt(s.decode_tok_s),
+                pct(s.expected_share),
                 f"{_fmt(s.running)}/{_fmt(s.max_running)}",
                 _fmt(s.queued),
                 pct(s.kv_usage),
@@ -208,9 +211,21 @@ def _servers(data: RunData) -> str:
     if not rows:
         return ""
     return _table(
-        ["server", "completed", "errors", "decode tok/s", "running", "queue", "KV", "state", "client", "health"],
+        [
+            "server",
+            "completed",
+            "errors",
+            "decode tok/s",
+            "of expected",
+            "running",
+            "queue",
+            "KV",
+            "state",
+            "client",
+            "health",
+        ],
         rows,
-        numeric=(1, 2, 3, 4, 5, 6, 7, 8),
+        numeric=(1, 2, 3, 4, 5, 6, 7, 8, 9),
     )
 
 

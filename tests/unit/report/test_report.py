@@ -245,3 +245,32 @@ def test_a_summary_json_of_the_previous_version_reads_with_todays_names(tmp_path
     assert summary["servers"][0] == {"url": URLS[0], "client_tokens": 9, "client_tok_s": 6500.0, "decode_tok_s": 7000.0}
     rows = dict(summary_rows(load(out)))
     assert rows["decode tok/s (servers, aggregate)"] == "7,000" and rows["output tok/s (client-effective)"] == "6,500"
+
+
+def _with_expected_rates(out: Path, expected: float, ceiling: float) -> None:
+    """Give every server of the log's ticks the planner's expected rate and the roofline's ceiling."""
+    path = out / EVENTS_FILE
+    lines = []
+    for line in path.read_bytes().splitlines():
+        rec = orjson.loads(line)
+        if rec.get("kind") == "tick":
+            for row in rec["servers"]:
+                row.update(expected_tok_s=expected, ceiling_tok_s=ceiling, gpu="h100")
+        lines.append(orjson.dumps(rec))
+    path.write_bytes(b"\n".join(lines) + b"\n")
+
+
+def test_the_report_shows_the_decode_rate_as_a_share_of_what_the_hardware_should_give(tmp_path: Path) -> None:
+    out = write_events(tmp_path / "out", ticks=5, runs=1)
+    _with_expected_rates(out, expected=1000.0, ceiling=2000.0)
+    # the last tick: two servers at 28 running and one at 40, 20 tok/s each: 1,920 of 3,000 expected
+    rows = dict(summary_rows(load(out)))
+    assert rows["decode rate vs the hardware (now)"] == "64% of expected (h100), 32% of the roofline"
+    html = build_report(out).read_text()
+    cells = ('<td class="num">56%</td>', '<td class="num">80%</td>')  # each server's share: 560 and 800 of 1,000
+    assert "<th>of expected</th>" in html and all(c in html for c in cells)
+    # a finished run: the summary's own figure, as its summary.md shows it
+    (out / "summary.json").write_bytes(
+        orjson.dumps({"finished": True, "expected": "61% of expected (h100), 30% of the roofline"})
+    )
+    assert dict(summary_rows(load(out)))["decode rate vs the hardware"] == "61% of expected (h100), 30% of the roofline"
