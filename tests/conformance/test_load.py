@@ -28,8 +28,8 @@ from tests.engines.pool import SGLANG_DENSE_FLAGGED, LiveServer, ServerPool, sgl
 
 KV_SMALL = sglang_kind("sglang-dense-kv2048", False, sglang.dense_flags(kv_tokens=2048))
 KV_KINDS = (KV_SMALL.name, twin_of(KV_SMALL).name)
-CAPPED = SGLANG_DENSE_FLAGGED  # --max-running-requests 2 (and flags that do not touch these tests)
-CAP_KINDS = (CAPPED.name, twin_of(CAPPED).name)
+# the suite's dense server with --max-running-requests 2 and --chunked-prefill-size 256 (tests/engines/pool.py)
+FLAGGED_KINDS = (SGLANG_DENSE_FLAGGED.name, twin_of(SGLANG_DENSE_FLAGGED).name)
 
 PRESSURE_REQUESTS = 6
 PRESSURE_PROMPT = 60
@@ -97,8 +97,8 @@ def kv_server(request: pytest.FixtureRequest, server_pool: ServerPool) -> LiveSe
     return live_server(server_pool, request.param)
 
 
-@pytest.fixture(params=CAP_KINDS)
-def cap_server(request: pytest.FixtureRequest, server_pool: ServerPool) -> LiveServer:
+@pytest.fixture(params=FLAGGED_KINDS)
+def flagged_server(request: pytest.FixtureRequest, server_pool: ServerPool) -> LiveServer:
     return live_server(server_pool, request.param)
 
 
@@ -137,11 +137,13 @@ async def test_kv_pressure_without_ignore_eos_admits_on_the_ratio_and_retracts(
     assert counter(seen.metrics, RETRACTED) == before + 1
 
 
-async def test_a_queue_forms_behind_max_running_requests(http: aiohttp.ClientSession, cap_server: LiveServer) -> None:
+async def test_a_queue_forms_behind_max_running_requests(
+    http: aiohttp.ClientSession, flagged_server: LiveServer
+) -> None:
     """With room in the KV pool, --max-running-requests alone caps the batch: 2 run, the other 4 wait."""
     params = {"max_new_tokens": 64, "ignore_eos": True}
     bodies = [{"input_ids": prompt_ids(40 + i, 30), "sampling_params": params} for i in range(6)]
-    seen = await run_load(http, cap_server, bodies)
+    seen = await run_load(http, flagged_server, bodies)
     assert (seen.max_running, seen.max_queued, seen.retractions) == (2, 4, 0)
 
 
@@ -218,17 +220,10 @@ async def test_a_scrape_sees_the_gauges_of_the_last_batch_boundary(
 
 STATE_CAPPED = sglang_kind("sglang-hybrid-slots12", True, sglang.hybrid_flags(slots=12))  # no_buffer: 12 // 3 = 4
 STATE_KINDS = (STATE_CAPPED.name, twin_of(STATE_CAPPED).name)
-CHUNKED = SGLANG_DENSE_FLAGGED  # --chunked-prefill-size 256
-CHUNK_KINDS = CAP_KINDS
 
 
 @pytest.fixture(params=STATE_KINDS)
 def state_server(request: pytest.FixtureRequest, server_pool: ServerPool) -> LiveServer:
-    return live_server(server_pool, request.param)
-
-
-@pytest.fixture(params=CHUNK_KINDS)
-def chunk_server(request: pytest.FixtureRequest, server_pool: ServerPool) -> LiveServer:
     return live_server(server_pool, request.param)
 
 
@@ -247,20 +242,20 @@ LONG_PROMPT = 1000
 CHUNK = 256
 
 
-async def test_chunked_prefill_of_a_long_prompt(http: aiohttp.ClientSession, chunk_server: LiveServer) -> None:
+async def test_chunked_prefill_of_a_long_prompt(http: aiohttp.ClientSession, flagged_server: LiveServer) -> None:
     """A known difference: SGLang prefills a 1,000-token prompt in chunks of --chunked-prefill-size (256: four
     prefill batches, 256 + 256 + 256 + 232); the twin prices a prefill batch whole and writes one. Both count the
     same prompt tokens and answer the same."""
-    before = chunk_server.log_text().count("Prefill batch")
+    before = flagged_server.log_text().count("Prefill batch")
     body = {"input_ids": prompt_ids(5, LONG_PROMPT), "sampling_params": {"max_new_tokens": 4, "ignore_eos": True}}
-    status, answer = await post(http, chunk_server, "/generate", **body)
+    status, answer = await post(http, flagged_server, "/generate", **body)
     assert status == 200, answer
     assert answer["meta_info"]["prompt_tokens"] == LONG_PROMPT
 
     def prefill_lines() -> int:
-        return chunk_server.log_text().count("Prefill batch") - before
+        return flagged_server.log_text().count("Prefill batch") - before
 
-    expected = -(-LONG_PROMPT // CHUNK) if chunk_server.real else 1  # the twin: chunked prefill is not modeled
+    expected = -(-LONG_PROMPT // CHUNK) if flagged_server.real else 1  # the twin: chunked prefill is not modeled
     lines = await until(_async(prefill_lines), lambda n: n >= expected, "the prefill log lines")
     assert lines == expected
 
