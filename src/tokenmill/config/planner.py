@@ -17,6 +17,14 @@ class PlannerSpec(Model):
         description="Achieved fraction of peak memory bandwidth for the weight stream in decode (GB300 "
         "Qwen3.8-27B TPOTs and the published-figures table of docs/planner.md). Fit it with `tokenmill calibrate`",
     )
+    eta_bw_gddr_ratio: float = Field(
+        default=1.2,
+        gt=0,
+        description="Bandwidth efficiency of a GDDR card (GDDR6/6X/7) as a multiple of eta_bw, which is fitted on HBM "
+        "cards: on one vLLM harness at one release the GDDR7 RTX 5090 decodes at 0.88 of its peak where the HBM2e "
+        "A100 reaches 0.73, and GDDR6/6X cards beat HBM ones by 1.15-1.27x at another (docs/planner.md, "
+        "'Memory technology'); capped at 1",
+    )
     eta_request_ratio: float = Field(
         default=0.5,
         gt=0,

@@ -274,7 +274,7 @@ class PlannerPredictor:
         if pair is None:
             return None
         result, ceiling = pair
-        return Expected(s.gpu.key, result.output_tok_s, ceiling.output_tok_s, s.config.eta_bw)
+        return Expected(s.gpu.key, result.output_tok_s, ceiling.output_tok_s, result.capacity.roofline.eta_bw)
 
     def _config(self, version: str | None) -> PlannerSpec:
         """The planner's assumptions for a server of ``version`` (what ``auto`` resolves to, which spellings)."""

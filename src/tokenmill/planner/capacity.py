@@ -107,9 +107,17 @@ class ServerCapacity:
         return self.step(running, round(running * avg_context)).tokens_per_s
 
 
-def roofline_params(config: PlannerSpec, eta: float | None = None) -> RooflineParams:
+def default_eta(config: PlannerSpec, gpu: GpuSpec | None = None) -> float:
+    """The bandwidth efficiency the planner assumes for ``gpu``: ``eta_bw`` (fitted on HBM cards), times
+    ``eta_bw_gddr_ratio`` on a GDDR card, at most 1."""
+    ratio = config.eta_bw_gddr_ratio if gpu is not None and gpu.is_gddr else 1.0
+    return min(1.0, config.eta_bw * ratio)
+
+
+def roofline_params(config: PlannerSpec, eta: float | None = None, gpu: GpuSpec | None = None) -> RooflineParams:
+    """The roofline's efficiencies; an explicit ``eta`` (a calibration of the card itself) is used as given."""
     return RooflineParams(
-        eta_bw=eta if eta is not None else config.eta_bw,
+        eta_bw=eta if eta is not None else default_eta(config, gpu),
         eta_compute=config.eta_compute,
         t_fixed_s=config.t_fixed_ms / 1000,
         t_fixed_no_overlap_s=config.t_fixed_no_overlap_ms / 1000,
@@ -132,7 +140,7 @@ def build_capacity(
         tp=flags.tp_size,
         track_interval=flags.mamba_track_interval,
     )
-    return ServerCapacity(model, gpu, flags, pools, cost, roofline_params(config, eta))
+    return ServerCapacity(model, gpu, flags, pools, cost, roofline_params(config, eta, gpu))
 
 
 def server_capacity(

@@ -11,7 +11,7 @@ import re
 from collections.abc import Iterator
 from importlib import resources
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -26,6 +26,8 @@ GIB = 1 << 30
 
 _POSITIVE = Field(gt=0)
 
+MemoryKind = Literal["hbm2e", "hbm3", "hbm3e", "gddr6", "gddr6x", "gddr7"]
+
 
 @dataclass(frozen=True, slots=True, config=ConfigDict(extra="forbid"))
 class GpuSpec:
@@ -37,6 +39,10 @@ class GpuSpec:
     memory_mib: Annotated[int, Field(gt=0, description="Memory the driver reports, MiB (nvidia-smi memory.total)")]
     bandwidth_gbs: Annotated[float, Field(gt=0, description="Peak memory bandwidth, GB/s (decimal)")]
     bf16_tflops: Annotated[float, Field(gt=0, description="Dense BF16 tensor TFLOP/s")]
+    memory: Annotated[
+        MemoryKind | None,
+        Field(description="Memory technology; unset is planned as HBM, the technology the default eta is fitted on"),
+    ] = None
     fp8_tflops: Annotated[float | None, _POSITIVE] = None
     fp4_tflops: Annotated[float | None, _POSITIVE] = None
     power_w: Annotated[float | None, _POSITIVE] = None
@@ -48,6 +54,11 @@ class GpuSpec:
     @property
     def memory_gib(self) -> float:
         return self.memory_mib / 1024
+
+    @property
+    def is_gddr(self) -> bool:
+        """Point-to-point graphics memory (GDDR6/6X/7) rather than stacked HBM."""
+        return self.memory is not None and self.memory.startswith("gddr")
 
     @property
     def bandwidth_bytes_s(self) -> float:

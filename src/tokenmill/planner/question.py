@@ -11,7 +11,7 @@ from tokenmill.config import InputSpec, PlannerSpec
 from tokenmill.errors import ConfigError, DoesNotFitError
 from tokenmill.planner.catalog import load_model
 from tokenmill.planner.flags import parse_flags
-from tokenmill.planner.hardware import GpuCatalog
+from tokenmill.planner.hardware import GpuCatalog, GpuSpec
 from tokenmill.planner.plan import TrainCut, WhatIfRow, Workload, compare, train_cut, what_if
 from tokenmill.planner.plan import plan as make_plan
 from tokenmill.planner.render import PlanReport
@@ -134,7 +134,13 @@ def answer(q: PlanQuestion) -> PlanAnswer:
     comparisons = tuple(
         compare(result, catalog.get(name), config, gpu_count=q.gpu_count, eta=q.eta) for name in q.compare_gpus
     )
-    eta_source = "--eta" if q.eta is not None else "default, uncalibrated"
+    eta_source = "--eta" if q.eta is not None else _default_source(card, config)
     sigma = q.output_sigma or config.workload_output_sigma
     cut = train_cut(workload, q.train_max_length, sigma) if q.train_max_length is not None else None
     return PlanAnswer(config, rows, PlanReport(result, comparisons, rows, config, eta_source), cut=cut)
+
+
+def _default_source(card: GpuSpec, config: PlannerSpec) -> str:
+    if card.is_gddr:
+        return f"default for {card.memory}: {config.eta_bw:g} x {config.eta_bw_gddr_ratio:g} (GDDR), uncalibrated"
+    return "default, uncalibrated"

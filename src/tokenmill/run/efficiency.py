@@ -31,7 +31,7 @@ class EtaEstimate:
     eta_bw: float
     samples: int
     rms_log_error: float
-    assumed: float  # the eta the planner's expectations use (PlannerSpec.eta_bw)
+    assumed: float  # the eta the planner's expectations use (planner.capacity.default_eta for the GPU)
 
     def as_dict(self) -> dict[str, object]:
         return {

@@ -23,7 +23,8 @@ def test_done_when_command_prints_the_strategy_table() -> None:
     assert "Strategies at your dtypes" in text
     assert "bound by state slots" in text  # the default (extra_buffer) is state-bound
     assert "--disable-radix-cache --max-running-requests" in text
-    assert "What if" in text and "note: eta_bw 0.7 (default, uncalibrated; state/KV traffic at 0.5 x eta_bw)" in text
+    note = "note: eta_bw 0.84 (default for gddr7: 0.7 x 1.2 (GDDR), uncalibrated; state/KV traffic at 0.5 x eta_bw)"
+    assert "What if" in text and note in text
     assert "SGLang 0.5.23 rules" in text
     # rows are spelled for the default SGLang release (0.5.23): new strategy name, no_buffer with overlap off
     assert "--mamba-radix-cache-strategy no_buffer --disable-overlap-schedule" in text

@@ -11,7 +11,6 @@ from click.testing import CliRunner
 
 from tests import recorded
 from tokenmill.cli import cli
-from tokenmill.config import PlannerSpec
 from tokenmill.errors import InputError, ServerError
 from tokenmill.monitor.samples import scrape_samples
 from tokenmill.planner.calibrate import (
@@ -29,7 +28,7 @@ FLAGS = "--mamba-scheduler-strategy no_buffer --disable-radix-cache --max-runnin
 
 def synthetic(eta: float, points: list[tuple[int, int]]) -> list[ThroughputSample]:
     """What a server whose real efficiency is ``eta`` would report at (running, context tokens)."""
-    cap = server_capacity("qwen3.6-27b", "rtx-pro-6000", FLAGS, config=PlannerSpec(eta_bw=eta))
+    cap = server_capacity("qwen3.6-27b", "rtx-pro-6000", FLAGS, eta=eta)
     return [ThroughputSample(b, b / cap.step_time_s(b, k), k) for b, k in points]
 
 

@@ -1,7 +1,9 @@
-"""The planner against SGLang's own published throughput figures for the bundled models.
+"""The planner against published throughput figures for the bundled models and GPUs.
 
-Every row is a measurement SGLang published (cookbook benchmark tables in sgl-project/sglang), with its
-source, the server's launch flags and SGLang release, and the benchmark's workload. The planner is run on
+Most rows are measurements SGLang published (cookbook benchmark tables in sgl-project/sglang), with their
+source, the server's launch flags and SGLang release, and the benchmark's workload. The GDDR rows come from
+one vLLM harness (AccelMark) that ran the same model and workloads on a GDDR7 RTX 5090 and an HBM2e A100,
+so the two cards' errors can be compared like for like. The planner is run on
 the same setup and its output tokens/s per GPU compared with the published one. The target is 10 %; rows
 the model does not reach carry the band their error stays in and the reason (docs/planner.md, "Published
 figures"), so a change that moves them fails here too. The table in docs/planner.md is checked against
@@ -30,6 +32,7 @@ QWEN38 = (
     "sgl-project/sglang docs/src/snippets/configs/Qwen/qwen3.8-27b-benchmarks.jsx "
     "@ 3440ccb5698719307dd02100ae7d8849cd2b6289 (cookbook Qwen3.8-27B)"
 )
+ACCELMARK = "FreedomIntelligence/AccelMark @ 5797fc42745be2494e6213938d9e5afa0c6c5bef results/verified/"
 TARGET = 0.10
 
 
@@ -48,6 +51,8 @@ class Published:
     concurrency: int  # bench_serving --max-concurrency
     value: float  # as published
     total_tokens: bool  # the value counts input + output tokens per GPU (the Qwen3.6 table), else output only
+    engine: str = "SGLang"  # the engine that measured it; the planner plans with sglang_version's rules
+    max_tokens: int | None = None  # the requests' limit when it is not the mean output
     band: tuple[float, float] | None = None  # for a row outside the target: the error range it is known to sit in
     why: str = ""
 
@@ -87,7 +92,7 @@ H100_PER_REQUEST = (
     "Blackwell-derived efficiency (28.9 ms at 58): Hopper moves state and KV faster; calibrate eta on Hopper"
 )
 
-ROWS: tuple[Published, ...] = (
+SGLANG_ROWS: tuple[Published, ...] = (
     # high-throughput cells: no speculative decoding; random 8192 in / 1024 out; concurrency 1024, 2048 prompts
     _qwen36_ht("h200", "35b-a3b", "bf16", 21029, "0.5.16", "--mem-fraction-static 0.92"),
     _qwen36_ht("h200", "35b-a3b", "fp8", 30201, "0.5.16", "--mem-fraction-static 0.8"),
@@ -139,10 +144,136 @@ ROWS: tuple[Published, ...] = (
 )
 
 
+# AccelMark's vLLM runner: max_num_seqs 512, gpu_memory_utilization 0.9, greedy, max_tokens 512 (suite A) or
+# 256 (suite D); TP 1, BF16. Suite A: the first 100 ShareGPT prompts of sharegpt_standard_v1, 245 tokens on
+# average plus ~10 of the Llama-3 chat template; the answers' mean (343) is what the measured input/output
+# throughput ratio (0.743, the same on both cards) gives. Suite D: ~28.6K-token prompts, 256-token answers.
+VLLM_FLAGS = "--max-running-requests 512 --mem-fraction-static 0.9"
+SUITE_A = {"model": "llama-3.1-8b", "input_len": 255, "output_len": 343, "max_tokens": 512}
+SUITE_D = {"model": "llama-3.1-8b", "input_len": 28639, "output_len": 256, "max_tokens": 256}
+LONG_PROMPTS = (
+    "99 % of the work is the 28.6K-token prefills (50 at once, ~3 resident on the 5090, ~15 on the A100): a "
+    "prefill figure, not a decode one. Both cards are under-predicted; the planner adds each request's prefill "
+    "and decode in series where vLLM's chunked prefill runs decode tokens inside the prefill steps, which costs "
+    "most where few requests fit. The 5090's further gap is its compute: the catalog's 209.5 TFLOP/s is the "
+    "FP32-accumulate rate"
+)
+SMALL_BATCH_HBM = (
+    "a closed loop of 8 runs far from the batch sizes eta is fitted at; vLLM 0.20 streams the A100's weights at "
+    "0.73 of peak at one request (10.77 ms TPOT) against the default 0.70"
+)
+
+
+def _accelmark(
+    label: str,
+    run: str,
+    gpu: str,
+    workload: dict[str, object],
+    concurrency: int,
+    value: float,
+    engine: str,
+    **kw: object,
+) -> Published:
+    return Published(
+        label=label,
+        source=ACCELMARK + run,
+        gpu=gpu,
+        flags=VLLM_FLAGS,
+        sglang_version="0.5.23",
+        concurrency=concurrency,
+        value=value,
+        total_tokens=False,
+        engine=engine,
+        **workload,  # type: ignore[arg-type]
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+RTX5090_A = "nvidia_geforce_rtx_5090x1_suite_A_nvidia_vllm_47f5d58e_b8f8ed0f"
+RTX5090_D = "nvidia_geforce_rtx_5090x1_suite_D_nvidia_vllm_47f5d58e_e87e6c36"
+A100_A = "nvidia_a100_sxm4_80gbx1_suite_A_nvidia_vllm020_0f6c56e4_8f83bfab"
+A100_D = "nvidia_a100_sxm4_80gbx1_suite_D_nvidia_vllm020_0f6c56e4_43e96189"
+V5090, VA100 = "vLLM 0.19.1", "vLLM 0.20.1"
+
+GDDR_ROWS: tuple[Published, ...] = (
+    # offline: all 100 prompts submitted at once (LLM.generate); output tok/s
+    _accelmark(
+        "Llama-3-8B bf16 rtx-5090 vLLM 100 at once", RTX5090_A + "/offline", "rtx-5090", SUITE_A, 100, 3485.86, V5090
+    ),
+    _accelmark(
+        "Llama-3-8B bf16 a100-80gb vLLM 100 at once", A100_A + "/offline", "a100-80gb", SUITE_A, 100, 3871.19, VA100
+    ),
+    # sustained: a closed loop holding 8 requests in flight for 30 minutes; mean output tok/s
+    _accelmark(
+        "Llama-3-8B bf16 rtx-5090 vLLM closed loop c8", RTX5090_A + "/sustained", "rtx-5090", SUITE_A, 8, 707.5, V5090
+    ),
+    _accelmark(
+        "Llama-3-8B bf16 a100-80gb vLLM closed loop c8",
+        A100_A + "/sustained",
+        "a100-80gb",
+        SUITE_A,
+        8,
+        712.3,
+        VA100,
+        band=(-0.15, -0.10),
+        why=SMALL_BATCH_HBM,
+    ),
+    # interactive: one request at a time; an answer's tokens over its TTFT + (answer - 1) x TPOT (p50s)
+    _accelmark(
+        "Llama-3-8B bf16 rtx-5090 vLLM one at a time",
+        RTX5090_A + "/interactive",
+        "rtx-5090",
+        SUITE_A,
+        1,
+        round(343 / (0.0303 + 342 * 0.01022), 1),
+        V5090,
+    ),
+    _accelmark(
+        "Llama-3-8B bf16 a100-80gb vLLM one at a time",
+        A100_A + "/interactive",
+        "a100-80gb",
+        SUITE_A,
+        1,
+        round(343 / (0.02778 + 342 * 0.01077), 1),
+        VA100,
+    ),
+    # long prompts, 50 at once
+    _accelmark(
+        "Llama-3.1-8B bf16 rtx-5090 vLLM 28.6K prompts",
+        RTX5090_D + "/offline",
+        "rtx-5090",
+        SUITE_D,
+        50,
+        54.26,
+        V5090,
+        band=(-0.35, -0.20),
+        why=LONG_PROMPTS,
+    ),
+    _accelmark(
+        "Llama-3.1-8B bf16 a100-80gb vLLM 28.6K prompts",
+        A100_D + "/offline",
+        "a100-80gb",
+        SUITE_D,
+        50,
+        65.15,
+        VA100,
+        band=(-0.18, -0.08),
+        why=LONG_PROMPTS,
+    ),
+)
+ROWS = SGLANG_ROWS + GDDR_ROWS
+
+
 def predicted(row: Published, config: PlannerSpec | None = None) -> float:
     """The planner's output tokens/s per GPU for ``row``'s setup."""
     cfg = (config or PlannerSpec()).model_copy(update={"sglang_version": row.sglang_version})
-    workload = Workload(prompts=row.concurrency, input_len=row.input_len, output_len=row.output_len)
+    workload = Workload(
+        prompts=row.concurrency,
+        input_len=row.input_len,
+        output_len=row.output_len,
+        max_tokens=row.max_tokens,
+        ignore_eos=row.max_tokens == row.output_len,
+    )
     result = plan(load_model(row.model), GpuCatalog.load().get(row.gpu), parse_flags(row.flags), workload, cfg)
     return result.tok_s_per_gpu
 
@@ -165,7 +296,25 @@ def test_rows_outside_the_target_stay_in_their_explained_band(row: Published) ->
 
 def test_most_rows_are_within_the_target() -> None:
     within = [r for r in ROWS if abs(error(r)) <= TARGET]
-    assert len(within) >= 13 and len(ROWS) == 17
+    assert len(within) >= 18 and len(ROWS) == 25
+
+
+def test_every_gddr7_decode_row_is_within_the_target() -> None:
+    decode = [r for r in GDDR_ROWS if GpuCatalog.load().get(r.gpu).memory == "gddr7" and r.band is None]
+    assert len(decode) == 3
+    assert all(abs(error(r)) <= TARGET for r in decode)
+
+
+def test_the_memory_technology_is_what_brings_the_gddr7_rows_in() -> None:
+    # planned at the HBM-fitted efficiency, the GDDR7 card's closed-loop and one-at-a-time rows are 20 % low,
+    # while the HBM2e card measured on the same harness is unchanged: the term is needed, not incidental
+    hbm_only = PlannerSpec(eta_bw_gddr_ratio=1.0)
+    for label in ("Llama-3-8B bf16 rtx-5090 vLLM closed loop c8", "Llama-3-8B bf16 rtx-5090 vLLM one at a time"):
+        row = next(r for r in ROWS if r.label == label)
+        assert predicted(row, hbm_only) / row.output_tok_s_per_gpu - 1 < -TARGET
+        assert abs(error(row)) <= TARGET
+    a100 = next(r for r in ROWS if r.label == "Llama-3-8B bf16 a100-80gb vLLM one at a time")
+    assert predicted(a100, hbm_only) == pytest.approx(predicted(a100))
 
 
 def test_the_per_request_efficiency_is_what_brings_the_large_batch_rows_in() -> None:

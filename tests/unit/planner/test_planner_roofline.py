@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from tokenmill.config import PlannerSpec
@@ -11,6 +13,7 @@ from tokenmill.planner.roofline import asymptotic_tok_s, diluted_output_rate, sa
 
 CONFIG = PlannerSpec(
     eta_bw=0.6,
+    eta_bw_gddr_ratio=1.0,  # the hand computations below take eta as given on the (GDDR7) RTX PRO 6000
     eta_request_ratio=0.5,
     eta_compute=0.5,
     t_fixed_ms=2.0,
@@ -131,3 +134,21 @@ def test_throughput_rises_with_running_toward_the_ceiling() -> None:
     # docs/reference/hardware.md §4.1: ceiling = eta x r x BW / (2 x slot + c x kv (+ logits));
     # no track copies without radix
     assert ceiling == pytest.approx(0.6 * 0.5 * 1.792e12 / (2 * 153_944_064 + 1536 * 65_536 + 1_986_560))
+
+
+def test_a_gddr_card_defaults_to_a_higher_bandwidth_efficiency_than_an_hbm_one() -> None:
+    config = PlannerSpec(eta_bw=0.7, eta_bw_gddr_ratio=1.2)
+    gddr = server_capacity("llama-3.1-8b", "rtx-5090", config=config)
+    hbm = server_capacity("llama-3.1-8b", "a100-80gb", config=config)
+    assert (gddr.gpu.memory, hbm.gpu.memory) == ("gddr7", "hbm2e")
+    assert gddr.roofline.eta_bw == pytest.approx(0.84) and hbm.roofline.eta_bw == pytest.approx(0.7)
+    # a calibrated eta is the card's own: used as given
+    assert server_capacity("llama-3.1-8b", "rtx-5090", config=config, eta=0.61).roofline.eta_bw == 0.61
+    # never above the peak: the roofline's ideal (eta 1) stays 1 on a GDDR card
+    assert (
+        server_capacity("llama-3.1-8b", "rtx-5090", config=config.model_copy(update={"eta_bw": 1.0})).roofline.eta_bw
+        == 1.0
+    )
+    # a card without a memory technology is planned as HBM
+    plain = replace(gddr.gpu, key="mine", memory=None)
+    assert server_capacity("llama-3.1-8b", plain, config=config).roofline.eta_bw == pytest.approx(0.7)

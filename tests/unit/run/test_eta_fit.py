@@ -9,7 +9,8 @@ from tokenmill.doctor.predict import PlannerPredictor
 from tokenmill.monitor.fleet import ServerView
 from tokenmill.monitor.info import ServerInfo
 from tokenmill.monitor.scrape import ServerSnapshot
-from tokenmill.planner import server_capacity
+from tokenmill.planner import GpuCatalog, server_capacity
+from tokenmill.planner.capacity import default_eta
 from tokenmill.run.efficiency import MIN_SAMPLES, EtaFit
 
 MODEL, GPU, CTX = "qwen3.6-27b", "rtx-pro-6000", 2000
@@ -33,7 +34,8 @@ def test_the_fit_recovers_the_eta_the_server_decodes_at_and_is_recorded_when_it_
             assert fit.estimates == {}  # too few samples to say anything
     est = fit.estimates["http://t"]
     assert abs(est.eta_bw - 0.45) < 0.01 and est.samples == 6
-    assert est.assumed == PlannerSpec().eta_bw  # what the expectations use, beside what the run shows
+    # what the expectations use (the GDDR7 card's default), beside what the run shows
+    assert est.assumed == default_eta(PlannerSpec(), GpuCatalog.load().get(GPU)) == 0.84
     assert [e.url for e in fit.changed()] == ["http://t"]  # recorded once ...
     fit.update((server(15, 0.45, scale=0.02),), CLIENT)
     assert fit.changed() == []  # ... and not again while it holds
