@@ -347,3 +347,35 @@ def test_round_trip_needs_a_tokenizer(tmp_path: Path, tok: ChatTemplater) -> Non
     out = make_out(tmp_path, completion("a", prompt=USER, **server_ids(tok, USER, "x")))
     result = CliRunner().invoke(cli, ["inspect", str(out), "--tokens"])
     assert isinstance(result.exception, ConfigError) and "--tokenizer" in str(result.exception)
+
+
+def _overlaps(offsets: list[tuple[int, int]], spans: list[tuple[int, int]]) -> list[int]:
+    return [1 if any(s < end and e > start for start, end in spans) else 0 for s, e in offsets]
+
+
+def test_the_span_mask_marks_exactly_the_tokens_that_overlap_a_span() -> None:
+    import random
+
+    from tokenmill.tokens import span_mask
+
+    rng = random.Random(7)
+    for _ in range(300):
+        offsets, at = [], 0
+        for _ in range(rng.randint(0, 60)):
+            width = rng.choice((0, 1, 1, 2, 5))  # zero-width tokens and byte pieces of one character included
+            at += rng.choice((0, 0, 1))
+            offsets.append((at, at + width))
+            at += width
+        spans = sorted((a, a + rng.randint(0, 12)) for a in rng.sample(range(at + 2), min(3, at + 2)))
+        assert span_mask(offsets, spans) == _overlaps(offsets, spans)
+    # offsets that go back (not a fast tokenizer's) take the test per token and span
+    back = [(0, 3), (3, 6), (1, 2), (6, 9)]
+    assert span_mask(back, [(2, 4)]) == _overlaps(back, [(2, 4)]) == [1, 1, 0, 0]
+
+
+def test_the_template_s_offsets_come_from_the_fast_tokenizer_itself() -> None:
+    templater = ChatTemplater(TINY)
+    text = templater.render_full([{"role": "user", "content": "hi there"}, {"role": "assistant", "content": "yes"}])
+    ids, offsets = templater.encode_offsets(text)
+    assert ids == templater.encode(text) and len(offsets) == len(ids)
+    assert "".join(text[s:e] for s, e in offsets) == text  # the spans tile the text

@@ -64,14 +64,14 @@ class ChatTemplater:
 
     def encode_offsets(self, text: str) -> tuple[list[int], list[tuple[int, int]]]:
         """Token ids of ``text`` with each token's character span (a fast tokenizer's offset mapping)."""
-        try:
-            enc = self._tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
-        except NotImplementedError as exc:  # slow (Python) tokenizers have no offsets
+        backend = getattr(self._tokenizer, "backend_tokenizer", None)
+        if backend is None:  # slow (Python) tokenizers have no offsets
             raise ConfigError(
                 f"the tokenizer in {self.path} gives no character offsets (a slow tokenizer); save the model's "
                 "fast tokenizer (tokenizer.json) there"
-            ) from exc
-        return list(enc["input_ids"]), [(int(s), int(e)) for s, e in enc["offset_mapping"]]
+            )
+        enc = backend.encode(text, add_special_tokens=False)  # the Rust tokenizer itself: ids and offsets, no copy
+        return list(enc.ids), list(enc.offsets)
 
     def decode(self, ids: list[int]) -> str:
         """The text of ``ids``, special tokens shown."""
