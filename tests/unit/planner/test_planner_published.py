@@ -164,19 +164,30 @@ SMALL_BATCH_HBM = (
 )
 
 
+RTX5090 = (
+    "rtx-5090",
+    "vLLM 0.19.1",
+    "nvidia_geforce_rtx_5090x1_suite_{}_nvidia_vllm_47f5d58e_{}",
+    {"A": "b8f8ed0f", "D": "e87e6c36"},
+)
+A100 = (
+    "a100-80gb",
+    "vLLM 0.20.1",
+    "nvidia_a100_sxm4_80gbx1_suite_{}_nvidia_vllm020_0f6c56e4_{}",
+    {"A": "8f83bfab", "D": "43e96189"},
+)
+Card = tuple[str, str, str, dict[str, str]]
+
+
 def _accelmark(
-    label: str,
-    run: str,
-    gpu: str,
-    workload: dict[str, object],
-    concurrency: int,
-    value: float,
-    engine: str,
-    **kw: object,
+    card: Card, what: str, scenario: str, suite: str, concurrency: int, value: float, **kw: object
 ) -> Published:
+    """One AccelMark run: ``card``'s result of ``scenario`` in ``suite`` (A: ShareGPT, D: long prompts)."""
+    gpu, engine, run, ids = card
+    model = "Llama-3-8B" if suite == "A" else "Llama-3.1-8B"
     return Published(
-        label=label,
-        source=ACCELMARK + run,
+        label=f"{model} bf16 {gpu} vLLM {what}",
+        source=ACCELMARK + run.format(suite, ids[suite]) + f"/{scenario}",
         gpu=gpu,
         flags=VLLM_FLAGS,
         sglang_version="0.5.23",
@@ -184,83 +195,48 @@ def _accelmark(
         value=value,
         total_tokens=False,
         engine=engine,
-        **workload,  # type: ignore[arg-type]
+        **(SUITE_A if suite == "A" else SUITE_D),  # type: ignore[arg-type]
         **kw,  # type: ignore[arg-type]
     )
 
 
-RTX5090_A = "nvidia_geforce_rtx_5090x1_suite_A_nvidia_vllm_47f5d58e_b8f8ed0f"
-RTX5090_D = "nvidia_geforce_rtx_5090x1_suite_D_nvidia_vllm_47f5d58e_e87e6c36"
-A100_A = "nvidia_a100_sxm4_80gbx1_suite_A_nvidia_vllm020_0f6c56e4_8f83bfab"
-A100_D = "nvidia_a100_sxm4_80gbx1_suite_D_nvidia_vllm020_0f6c56e4_43e96189"
-V5090, VA100 = "vLLM 0.19.1", "vLLM 0.20.1"
-
-GDDR_ROWS: tuple[Published, ...] = (
-    # offline: all 100 prompts submitted at once (LLM.generate); output tok/s
-    _accelmark(
-        "Llama-3-8B bf16 rtx-5090 vLLM 100 at once", RTX5090_A + "/offline", "rtx-5090", SUITE_A, 100, 3485.86, V5090
-    ),
-    _accelmark(
-        "Llama-3-8B bf16 a100-80gb vLLM 100 at once", A100_A + "/offline", "a100-80gb", SUITE_A, 100, 3871.19, VA100
-    ),
-    # sustained: a closed loop holding 8 requests in flight for 30 minutes; mean output tok/s
-    _accelmark(
-        "Llama-3-8B bf16 rtx-5090 vLLM closed loop c8", RTX5090_A + "/sustained", "rtx-5090", SUITE_A, 8, 707.5, V5090
-    ),
-    _accelmark(
-        "Llama-3-8B bf16 a100-80gb vLLM closed loop c8",
-        A100_A + "/sustained",
-        "a100-80gb",
-        SUITE_A,
-        8,
-        712.3,
-        VA100,
-        band=(-0.15, -0.10),
-        why=SMALL_BATCH_HBM,
-    ),
-    # interactive: one request at a time; an answer's tokens over its TTFT + (answer - 1) x TPOT (p50s)
-    _accelmark(
-        "Llama-3-8B bf16 rtx-5090 vLLM one at a time",
-        RTX5090_A + "/interactive",
-        "rtx-5090",
-        SUITE_A,
+# each scenario on both cards: (what, scenario, suite, concurrency, RTX 5090's output tok/s, A100's, bands by card)
+# offline: all prompts submitted at once (LLM.generate); sustained: a 30-minute closed loop holding 8 in flight (its
+# mean); interactive: one request at a time, an answer's tokens over its TTFT + (answer - 1) x TPOT (the p50s)
+SCENARIOS: tuple[tuple[str, str, str, int, float, float, dict[str, tuple[tuple[float, float], str]]], ...] = (
+    ("100 at once", "offline", "A", 100, 3485.86, 3871.19, {}),
+    ("closed loop c8", "sustained", "A", 8, 707.5, 712.3, {"a100-80gb": ((-0.15, -0.10), SMALL_BATCH_HBM)}),
+    (
+        "one at a time",
+        "interactive",
+        "A",
         1,
         round(343 / (0.0303 + 342 * 0.01022), 1),
-        V5090,
-    ),
-    _accelmark(
-        "Llama-3-8B bf16 a100-80gb vLLM one at a time",
-        A100_A + "/interactive",
-        "a100-80gb",
-        SUITE_A,
-        1,
         round(343 / (0.02778 + 342 * 0.01077), 1),
-        VA100,
+        {},
     ),
-    # long prompts, 50 at once
-    _accelmark(
-        "Llama-3.1-8B bf16 rtx-5090 vLLM 28.6K prompts",
-        RTX5090_D + "/offline",
-        "rtx-5090",
-        SUITE_D,
+    (
+        "28.6K prompts",
+        "offline",
+        "D",
         50,
         54.26,
-        V5090,
-        band=(-0.35, -0.20),
-        why=LONG_PROMPTS,
-    ),
-    _accelmark(
-        "Llama-3.1-8B bf16 a100-80gb vLLM 28.6K prompts",
-        A100_D + "/offline",
-        "a100-80gb",
-        SUITE_D,
-        50,
         65.15,
-        VA100,
-        band=(-0.18, -0.08),
-        why=LONG_PROMPTS,
+        {"rtx-5090": ((-0.35, -0.20), LONG_PROMPTS), "a100-80gb": ((-0.18, -0.08), LONG_PROMPTS)},
     ),
 )
+
+
+def _gddr_rows() -> tuple[Published, ...]:
+    rows = []
+    for what, scenario, suite, conc, v5090, va100, bands in SCENARIOS:
+        for card, value in ((RTX5090, v5090), (A100, va100)):
+            band, why = bands.get(card[0], (None, ""))
+            rows.append(_accelmark(card, what, scenario, suite, conc, value, band=band, why=why))
+    return tuple(rows)
+
+
+GDDR_ROWS = _gddr_rows()
 ROWS = SGLANG_ROWS + GDDR_ROWS
 
 
