@@ -1,4 +1,4 @@
-"""One SGLang server replica (a TP group) as the planner sees it: pools, limits and step times.
+"""One SGLang server replica (a TP group) as the planner sees it: pools, limits, step times and the default η.
 
 :func:`server_capacity` is the entry point for every user of the planner (``plan``, the doctor, the
 simulated server)::

@@ -1,4 +1,4 @@
-"""GPU catalog: memory, bandwidth and dense tensor peaks, each with its source and an unverified mark.
+"""GPU catalog: memory (size, technology), bandwidth and dense tensor peaks, each with its source and unverified marks.
 
 The bundled table is ``gpus.yaml`` (its numbers and their sources: docs/reference/hardware.md); users add their own GPUs
 in a YAML file of the same shape (``--gpu-file``). Names match case- and punctuation-insensitively, so
