@@ -67,11 +67,12 @@ async def test_a_full_kv_pool_is_kv_bound_and_its_changes_say_what_they_do_to_th
             flags = ("--servers", server.base_url, "--max-tokens", "900", "--ignore-eos")
             code, text = await doctor(*flags)
             code_json, body = await doctor(*flags, "--json")
+            code_train, trained = await doctor(*flags, "--train-max-length", "600", "--json")
         finally:
             for t in load:
                 t.cancel()
             await asyncio.gather(*load, return_exceptions=True)
-    assert code == 0 and code_json == 0, text + body
+    assert code == 0 and code_json == 0 and code_train == 0, text + body + trained
     assert "no problem found" not in text
     assert f"KV bound on {server.base_url} (binds: KV cache" in text, text
     assert "held back by                            one more request at full length does not fit" in text
@@ -80,3 +81,10 @@ async def test_a_full_kv_pool_is_kv_bound_and_its_changes_say_what_they_do_to_th
     verdict = next(v for v in json.loads(body)["verdicts"] if v["rule"] == "kv-bound")
     marks = dict(zip(verdict["changes"], verdict["changes_outputs"], strict=True))
     assert marks == {"--max-total-tokens 4096": False} and verdict["output_warning"] is None
+    # a drafter trained on 600-token sequences: a max_tokens of 600 fixes it too (the prompt length is unknown
+    # without a run), planned as SGLang admits it, a client setting
+    verdict = next(v for v in json.loads(trained)["verdicts"] if v["rule"] == "kv-bound")
+    kinds = dict(zip(verdict["changes"], verdict["kinds"], strict=True))
+    assert kinds == {"--max-total-tokens 4096": "server", "--max-tokens 600": "client"}, kinds
+    pred = next(p for p in verdict["predictions"] if p["change"] == "--max-tokens 600")
+    assert pred["source"] == "planner" and pred["gain"] > 0

@@ -231,10 +231,14 @@ def kv_fp8(obs: ServerObs) -> Candidate:
 
 
 def trained_max_tokens(client: ClientObs, target: float) -> int | None:
-    """A lower max_tokens that would cut about ``target`` of the answers, from a log-normal fitted to the median
-    and p90 of the answers that were not cut; None without both, or when it would not be lower than today's.
-    Rounded up to a multiple of ``MAX_TOKENS_STEP``."""
+    """A lower max_tokens near what will be trained: the trainer's maximum sequence length less the mean prompt
+    when it is given (what is longer is cut at training anyway), else the length that would cut about ``target``
+    of the answers, from a log-normal fitted to the median and p90 of the answers that were not cut (rounded up to
+    a multiple of ``MAX_TOKENS_STEP``); None without either, or when it would not be lower than today's."""
     limit, p50, p90 = client.max_tokens, client.completed_p50, client.completed_p90
+    if limit and client.train_max_length:
+        fits = client.train_max_length - round(client.avg_prompt_tokens or 0.0)
+        return fits if 0 < fits < limit else None
     if not limit or not p50 or not p90 or not 0 < p50 < p90:
         return None
     z = NormalDist().inv_cdf
@@ -250,8 +254,12 @@ def max_tokens(obs: ServerObs, client: ClientObs, n: int) -> Candidate:
         flags_after=tuple(current_flags(obs)),
         kind="client",
         max_tokens=n,
-        note=f"answers longer than {n:,} tokens are cut: set it to the longest answer the drafter will be "
-        f"trained on (today {client.max_tokens:,})",
+        note=f"answers longer than {n:,} tokens are cut (today's limit {client.max_tokens:,}): "
+        + (
+            f"what the trainer's {client.train_max_length:,} tokens hold after the prompt"
+            if client.train_max_length
+            else "set it to the longest answer the drafter will be trained on (--train-max-length says)"
+        ),
     )
 
 

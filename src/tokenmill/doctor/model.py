@@ -65,6 +65,7 @@ class ClientObs:
     completions_s: float | None = None
     max_tokens: int | None = None  # the job's output limit per request (what SGLang reserves KV for)
     ignore_eos: bool = False  # the job asks for ignore_eos: SGLang reserves each request's whole output
+    train_max_length: int | None = None  # the drafter trainer's maximum sequence length (prompt + answer), if given
     answers: int = 0  # answers received (every turn of a conversation counts)
     truncated: int = 0  # of them, cut at max_tokens (finish reason "length")
     completed_p50: float | None = None  # median output tokens of the answers that were not cut

@@ -107,3 +107,12 @@ def test_kv_admission_proposes_a_max_tokens_near_the_answers_first() -> None:
     assert v.kinds == ("client", "server", "server")
     assert evidence(v)["answers not cut: median / p90 (client)"] == "200 / 400"
     assert "here 1,024" in v.advice
+
+
+def test_with_the_trainers_length_known_the_max_tokens_fix_is_what_it_holds() -> None:
+    """The drafter is trained on sequences of up to 1,024 tokens: a 60-token prompt leaves 964 for the answer."""
+    process = {"max_tokens": 1984, "avg_prompt_tokens": 60, "ignore_eos": True, "train_max_length": 1024}
+    v = verdicts(observe("kv_bound", process=process))["kv-bound"]
+    assert v.changes[0] == "--max-tokens 964" and v.kinds[0] == "client"
+    assert "what the trainer's 1,024 tokens hold after the prompt" in v.caveats[0]
+
