@@ -227,6 +227,22 @@ def test_client_bound() -> None:
     assert "client-underfeeding" not in found
 
 
+RECORDED = ("kv_bound", "retractions", "idle", "underfeeding", "compute_bound")
+
+
+def test_each_fixture_says_where_it_comes_from() -> None:
+    """Recorded from a real server (SGLang by scripts/record_doctor_fixtures.py, or the vLLM recording), or written
+    from SGLang's metric definitions where no small real server shows the situation; kv_bound and retractions are
+    recorded."""
+    for path in sorted(FIXTURES.glob("*.yaml")):
+        about = fixture(path.stem)["about"]
+        assert about.startswith(("Recorded from a real SGLang 0.5.23 CPU server", "Written from SGLang's metric")) or (
+            about.startswith("The recorded vLLM")
+        ), (path.stem, about)
+    for name in RECORDED:
+        assert fixture(name)["about"].startswith("Recorded from a real SGLang 0.5.23 CPU server"), name
+
+
 FIRES = {
     "state_bound_no_buffer": "state-pool-bound",
     "state_bound_extra_buffer": "state-pool-bound",

@@ -18,8 +18,10 @@ SERVER_INFO = {
 }
 
 
-def seen(running: float, peak: float, queued: float, kv: float, side: ClientSide | None = None) -> Observation:
-    """One server as the monitor's window saw it: mean running, its peak, mean queue, KV usage."""
+def seen(
+    running: float, peak: float, queued: float, kv: float, side: ClientSide | None = None, least: float | None = None
+) -> Observation:
+    """One server as the monitor's window saw it: mean running, its peak, mean queue (its least), KV usage."""
     view = ServerView(
         URL,
         None,
@@ -29,7 +31,7 @@ def seen(running: float, peak: float, queued: float, kv: float, side: ClientSide
         running=running,
         running_peak=peak,
         queued=queued,
-        queued_min=queued,
+        queued_min=queued if least is None else least,
         kv_usage=kv,
         state_usage=None,
         max_running=85,
@@ -116,3 +118,8 @@ def test_with_the_trainers_length_known_the_max_tokens_fix_is_what_it_holds() ->
     assert v.changes[0] == "--max-tokens 964" and v.kinds[0] == "client"
     assert "what the trainer's 1,024 tokens hold after the prompt" in v.caveats[0]
 
+
+def test_a_queue_that_never_emptied_shows_its_least_beside_its_mean() -> None:
+    """Conservative admission is decided on the queue never emptying: its least is shown with the mean."""
+    v = {x.rule: x for x in diagnose(seen(40, 40, 50, 0.25, least=30), DoctorSpec())}["scheduler-conservative"]
+    assert evidence(v)["queue"] == "50 (mean; least 30)"

@@ -10,6 +10,7 @@ from tokenmill.doctor.checks.signs import (
     hybrid,
     kv_admission,
     kv_reserve_full,
+    queue_text,
     running_text,
     state_capped,
     state_full,
@@ -187,7 +188,7 @@ def scheduler_conservative(o: ServerObs, c: ClientObs, t: DoctorSpec) -> Finding
     return Finding(
         summary=f"{num(v.queued)} queued while running {running_text(v)} and KV {pct(v.kv_usage)}",
         evidence=(
-            ("queue", num(v.queued)),
+            ("queue", queue_text(v)),
             ("running / max running", running_text(v)),
             ("KV pool usage", pct(v.kv_usage)),
             ("state pool usage", pct(v.state_usage)),

@@ -135,6 +135,15 @@ def running_text(v: ServerView) -> str:
     return text
 
 
+def queue_text(v: ServerView) -> str:
+    """The window's mean queue, with its least when that differs (a rule that asks whether the queue ever
+    emptied decides on the least)."""
+    text = num(v.queued)
+    if v.queued_min is not None and v.queued is not None and round(v.queued_min) != round(v.queued):
+        text += f" (mean; least {num(v.queued_min)})"
+    return text
+
+
 def kv_admission(o: ServerObs, c: ClientObs, t: DoctorSpec) -> str | None:
     """Why the KV pool holds admission back while requests wait, or None: the pool is full, one more request at
     full length would not fit beside what the running ones hold and reserve, or the pool is high (``pool_roomy``)
