@@ -9,6 +9,7 @@ from tokenmill.config import DoctorSpec
 from tokenmill.doctor import ClientObs, ClientSide, Observation, ServerObs, diagnose, format_verdicts
 from tokenmill.monitor.fleet import ServerView
 from tokenmill.monitor.info import parse_server_info
+from tokenmill.monitor.scrape import ServerSnapshot
 
 SERVER_INFO = {
     "model_path": "qwen3.6-27b",
@@ -24,7 +25,7 @@ def seen(
     """One server as the monitor's window saw it: mean running, its peak, mean queue (its least), KV usage."""
     view = ServerView(
         URL,
-        None,
+        ServerSnapshot("sglang", 0.0, True),
         parse_server_info(SERVER_INFO),
         True,
         None,
