@@ -98,7 +98,7 @@ def test_no_concurrency_is_proposed_when_the_clients_side_is_unknown() -> None:
     assert evidence(v)["client in flight / limit"] == "unknown"
     assert v.changes == () and v.predictions == () and v.impact is None
     assert " -> " not in v.line()
-    assert "--concurrency" not in v.advice and "Whether the client holds back is unknown" in v.advice
+    assert "concurrency to about" not in v.advice and "Whether the client holds back is unknown" in v.advice
 
 
 def test_kv_admission_proposes_a_max_tokens_near_the_answers_first() -> None:
