@@ -36,7 +36,7 @@ async def test_an_idle_server_is_called_idle(server_pool: ServerPool) -> None:
     code, text = await doctor("--servers", server.base_url)
     assert code == 0, text
     assert "no problem found" not in text
-    assert f"i  idle on {server.base_url} (binds: work sent)" in text, text
+    assert f"i  idle on {server.base_url} (binds: none)" in text, text
     assert "nothing running, 0 queued, 0 decode tok/s: no work is sent" in text
 
 

@@ -21,7 +21,7 @@ def format_verdict(v: Verdict) -> str:
     """A verdict with its evidence, advice, exact flags and predictions."""
     impact = "" if v.impact is None else f"; best change: {v.impact * 100:+.0f}% fleet throughput (predicted)"
     lines = [
-        f"{_MARK[v.severity]} {v.title} on {v.where()} (binds: {v.binds}{impact})",
+        f"{_MARK[v.severity]} {v.title} on {v.where()} (binds: {v.binds or 'none'}{impact})",
         f"   {v.summary}",
         "   evidence:",
     ]

@@ -83,10 +83,10 @@ RULES: tuple[Rule, ...] = (
     Rule("compute-bound", "compute bound", "compute",
          "requests queued or running at the cap, and the planner's roofline puts the decode step on the compute "
          "side", check=compute_bound),
-    Rule("under-fed", "under-fed", "work sent",
+    Rule("under-fed", "under-fed", "",  # the load, not a resource: a run's tail ends so, and says nothing of its run
          "no queue, running below at_cap x what the pools hold, the client's in-flight known and below "
          "client_at_limit of its limit (it has no more to send)", check=under_fed),
-    Rule("idle", "idle", "work sent",
+    Rule("idle", "idle", "",  # no load at all: nothing binds
          "nothing running (the window's peak), nothing queued, no decode: no work is sent", check=idle),
     Rule("prefill-heavy", "prefill heavy", "prefill",
          "prompt tok/s at least prefill_ratio x decode tok/s, or prefill at least prefill_dominates of the GPU's "

@@ -76,10 +76,11 @@ def test_an_idle_server_is_called_idle_not_no_problem() -> None:
     found = diagnose(observe("idle"), DoctorSpec())
     assert [v.rule for v in found] == ["idle"]
     v = found[0]
-    assert (v.title, v.binds, v.severity, v.changes) == ("idle", "work sent", "info", ())
+    assert (v.title, v.binds, v.severity, v.changes) == ("idle", "", "info", ())  # no load: nothing binds
     assert v.summary == "nothing running, 0 queued, 0 decode tok/s: no work is sent"
     text = format_verdicts(found, 1)
-    assert "no problem found" not in text and text.startswith("binding resource: work sent (idle)")
+    assert "no problem found" not in text and text.startswith("binding resource: none (no verdict names a resource)")
+    assert "i  idle on http://10.0.0.7:30000 (binds: none)" in text
     assert "the planner's predictions need" not in text  # no change to predict: no hint about predictions
 
 
@@ -89,7 +90,7 @@ def test_a_server_the_client_feeds_below_its_limit_is_under_fed() -> None:
     v = found["under-fed"]
     assert evidence(v)["client in flight / limit"] == "8/64 (below its limit)"
     assert evidence(v)["requests the pools hold"] == "64: the running cap (64)"
-    assert v.changes == ()
+    assert v.changes == () and v.binds == ""  # a run's tail: it says nothing of what bound the run
 
 
 def test_no_concurrency_is_proposed_when_the_clients_side_is_unknown() -> None:

@@ -1,7 +1,8 @@
 """The work a server is sent: idle (nothing running, nothing queued), or under-fed by a client below its limit.
 
-Neither is a problem of the server; each is said so that "no problem found" is only ever said of servers that
-run what their pools hold. A client at its in-flight limit is the client rules' case (``client-underfeeding``)."""
+Neither is a problem of the server, and neither names a binding resource (a run's tail is under-fed whatever bound
+the run); each is said so that "no problem found" is only ever said of servers that run what their pools hold. A
+client at its in-flight limit is the client rules' case (``client-underfeeding``)."""
 
 from __future__ import annotations
 
