@@ -58,7 +58,6 @@ FLAG_EFFECTS: tuple[FlagEffect, ...] = (
 EFFECTS = {e.name: e for e in FLAG_EFFECTS}
 WARNING = "changes the model's outputs: the corpus would no longer be the target model's own answers"
 HEADER = "these change the model's outputs (the corpus would no longer be the target model's own answers)"
-ACTION_WORDS = ("bring",)  # an operator's action ("bring the server back"), not a flag
 
 
 def flags_of(change: str) -> list[str]:
@@ -72,9 +71,8 @@ def output_flags(change: str) -> list[str]:
 
 
 def changes_outputs(change: str) -> bool:
-    """Whether ``change`` (launch flags or a client setting, as typed) changes the model's outputs."""
-    if change.split()[:1] and change.split()[0] in ACTION_WORDS:
-        return False
+    """Whether ``change`` (launch flags or a client setting, as typed; an operator's action has no flags) changes the
+    model's outputs."""
     return bool(output_flags(change))
 
 
