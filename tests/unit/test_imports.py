@@ -9,7 +9,7 @@ own tier):
     watching      sim, monitor, quality, tokens
     diagnosis     doctor
     the run       run
-    around it     report, fleet, export
+    around it     report, fleet, export, observe
     commands      cli, __main__
 """
 
@@ -30,7 +30,7 @@ TIERS: tuple[tuple[str, ...], ...] = (
     ("sim", "monitor", "quality", "tokens"),
     ("doctor",),
     ("run",),
-    ("report", "fleet", "export"),
+    ("report", "fleet", "export", "observe"),
     ("cli", "__main__"),
 )
 RANK = {unit: (tier, pos) for tier, units in enumerate(TIERS) for pos, unit in enumerate(units)}

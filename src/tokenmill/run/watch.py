@@ -32,6 +32,7 @@ from tokenmill.planner.run_files import sends_ignore_eos
 from tokenmill.run.control import queue_for
 from tokenmill.run.efficiency import EtaFit
 from tokenmill.run.exporter import Exporter
+from tokenmill.run.metrics import RunInfo
 
 if TYPE_CHECKING:
     from tokenmill.doctor.model import Verdict
@@ -109,6 +110,7 @@ class RunMonitor:
         self.compare = self._predictor(spec.compare_gpu) if spec.compare_gpu else None
         self.compared: dict[str, Expected] = {}
         self.events = EventLog(out / events_file(partition), run_id, wall)
+        self.info = RunInfo(run_id, job.model, partition, out, *job.output.upload.backlog_limit())
         self.exporter = Exporter(self, spec.metrics_host, spec.metrics_port) if spec.metrics_port is not None else None
         self.metrics_url: str | None = None
         self.cpu = CpuMeter(clock)
