@@ -107,6 +107,8 @@ def _upload(attr: str) -> Callable[[Watched], Iterable[Sample]]:
         if snap is None or snap.upload_pending is None:
             return ()
         value = getattr(snap, attr)
+        if attr == "upload_oldest_s" and value is None and not snap.upload_pending:
+            value = 0.0  # nothing waits: the oldest has waited no time
         return _one(float(bool(value)) if attr == "upload_error" else value)
 
     return read
@@ -121,12 +123,15 @@ def _server(attr: str) -> Callable[[Watched], Iterable[Sample]]:
     return lambda m: (((s.url,), float(getattr(s, attr))) for s in m.dispatcher.servers)
 
 
-def _scraped(attr: str) -> Callable[[Watched], Iterable[Sample]]:
-    """A reader of each scraped server's view (label ``server``; nothing before its first scrape)."""
+def _scraped(attr: str, sglang_absent: float | None = None) -> Callable[[Watched], Iterable[Sample]]:
+    """A reader of each scraped server's view (label ``server``; nothing before its first scrape). SGLang writes
+    some counters only from their first event on: for a healthy SGLang server without one, ``sglang_absent``."""
 
     def read(m: Watched) -> Iterable[Sample]:
         for v in m.fleet.views:
             value = (1.0 if v.healthy else 0.0) if attr == "healthy" else getattr(v, attr)
+            if value is None and v.healthy and v.engine == "sglang":
+                value = sglang_absent
             if v.scrapes and value is not None:
                 yield (v.url,), float(value)
 
@@ -253,7 +258,7 @@ _SERVERS: tuple[Metric, ...] = (
            "the monitor's scrapes"),
     Metric("tokenmill_server_retractions_per_minute", "gauge",
            "Retracted (SGLang) or preempted (vLLM) requests per minute, over the window.", S,
-           _scraped("preemptions_per_min"), "the monitor's scrapes"),
+           _scraped("preemptions_per_min", 0.0), "the monitor's scrapes (SGLang: none until its first)"),
     Metric("tokenmill_server_expected_decode_tokens_per_second", "gauge",
            "What the planner expects of the server (its flags, GPU, the workload so far), on its own clock.",
            ("server", "gpu"), _expected("tok_s"), "the planner, each doctor round"),
