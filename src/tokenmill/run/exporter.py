@@ -11,13 +11,16 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator
 
+import orjson
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 
 from tokenmill.errors import ConfigError
+from tokenmill.monitor.page import Timeline, page_html, page_state
 from tokenmill.run.metrics import METRICS, Watched
 from tokenmill.run.metrics import Metric as MetricRow
+from tokenmill.run.viewer import LiveSamples
 
 log = logging.getLogger(__name__)
 
@@ -56,23 +59,41 @@ def _le(bound: float) -> str:
 
 
 class Exporter:
-    """Serves ``/metrics`` on ``host:port`` (port 0: any free port) until :meth:`stop`."""
+    """Serves ``/metrics`` on ``host:port`` (port 0: any free port) until :meth:`stop`, and the live page: ``/``
+    and the ``/state.json`` it polls (:mod:`tokenmill.monitor.page`)."""
 
     def __init__(self, monitor: Watched, host: str, port: int) -> None:
+        self.m = monitor
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(ClientCollector(monitor))
         self.host = host
         self.port = port
+        self.timeline = Timeline()  # fed by the run's ticks (RunMonitor.tick)
+        self.samples = LiveSamples(monitor.info.out)
         self._runner: web.AppRunner | None = None
 
     async def _metrics(self, request: web.Request) -> web.Response:
         body = generate_latest(self.registry)
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
+    async def _page(self, request: web.Request) -> web.Response:
+        return web.Response(text=page_html(), content_type="text/html")
+
+    async def _state(self, request: web.Request) -> web.Response:
+        info = self.m.info
+        part = "" if info.partition is None else f" (partition {info.partition})"
+        state = page_state(
+            self.m.last, self.timeline, title=f"{info.model} -> {info.out}{part}", state="running",
+            verdicts=self.m.doctor.shown, samples=await self.samples.get(), errors=dict(self.m.client.errors),
+        )  # fmt: skip
+        return web.Response(body=orjson.dumps(state), content_type="application/json")
+
     async def start(self) -> str:
-        """Bind and serve; returns the URL of ``/metrics``."""
+        """Bind and serve; returns the URL of ``/metrics`` (the live page is at ``/``)."""
         app = web.Application()
         app.router.add_get("/metrics", self._metrics)
+        app.router.add_get("/", self._page)
+        app.router.add_get("/state.json", self._state)
         runner = web.AppRunner(app, access_log=None)
         await runner.setup()
         site = web.TCPSite(runner, self.host, self.port)

@@ -153,6 +153,7 @@ class RunMonitor:
                 self.exporter = None
             else:
                 log.info("metrics for Prometheus at %s", self.metrics_url)
+                log.info("the run's live page at %s", self.metrics_url.removesuffix("metrics"))
         if self.spec.enabled:
             self._task = asyncio.create_task(self.fleet.run(self._round), name="tokenmill-monitor")
 
@@ -323,6 +324,8 @@ class RunMonitor:
     def tick(self, snap: Snapshot) -> None:
         """Called with every display snapshot; writes a ``tick`` record every ``event_interval_s``."""
         self.last = snap
+        if self.exporter is not None:
+            self.exporter.timeline.add(self.events.wall(), snap)  # the live page's plots
         now = self.clock()
         if now >= self._next_event:
             self._next_event = now + self.spec.event_interval_s

@@ -1,0 +1,97 @@
+"""The live page in a real browser: a run's metrics port serves ``/``, headless Chromium renders it, it shows the
+servers and the ETA and updates itself; ``tokenmill serve`` shows the same page for the finished run and for a
+whole split job at its prefix. The live page's screenshot is written to build/screenshots/live-page.png.
+
+Chromium is a Debian package that `make system-deps` installs; skipped where it is missing.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import urllib.request
+from pathlib import Path
+
+import orjson
+import pytest
+from PIL import Image
+
+from tests.e2e.conftest import TOKENMILL, write_job
+from tests.e2e.test_observe import FAST_MONITOR, start_run, stop_run
+from tests.integration.test_report_chromium import colored_share
+from tests.waiting import wait_for
+from tokenmill.fleet.simprocs import SimProcess
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+ROOT = Path(__file__).resolve().parents[2]
+SHOT = ROOT / "build" / "screenshots" / "live-page.png"
+WIDTH, HEIGHT = 1280, 1500
+pytestmark = pytest.mark.skipif(
+    not Path(CHROMIUM).exists(), reason="needs Debian's chromium (`make system-deps` installs it)"
+)
+
+
+def chromium(url: str, profile: Path, *args: str, budget_ms: int = 8000) -> subprocess.CompletedProcess[str]:
+    """Headless Chromium on ``url`` with ``budget_ms`` of virtual time (its timers run without waiting)."""
+    return subprocess.run(
+        [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+         "--disable-component-update", "--no-first-run", "--disable-sync", f"--user-data-dir={profile}",
+         "--hide-scrollbars", f"--window-size={WIDTH},{HEIGHT}", f"--virtual-time-budget={budget_ms}", *args, url],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+
+
+def state(url: str) -> dict[str, object]:
+    with urllib.request.urlopen(url + "state.json", timeout=10) as resp:
+        return dict(json.loads(resp.read()))
+
+
+def long_job(tmp_path: Path, servers: list[str]) -> tuple[Path, Path]:
+    data = tmp_path / "in.jsonl"
+    with data.open("wb") as f:
+        for i in range(20_000):
+            f.write(orjson.dumps({"id": f"p{i}", "prompt": f"Write a line about the number {i}."}) + b"\n")
+    out = tmp_path / "out"
+    job = write_job(tmp_path / "job.yaml", servers, data, out, concurrency=8, monitor=FAST_MONITOR,
+                    output={"dir": str(out), "shard_size": 200})  # fmt: skip
+    return job, out
+
+
+@pytest.mark.parametrize("fleet", [(2, ["--output-len-mean", "64"])], indirect=True)
+def test_the_live_page_renders_shows_the_servers_and_the_eta_and_updates(
+    fleet: list[SimProcess], tmp_path: Path
+) -> None:
+    job, out = long_job(tmp_path, [s.url for s in fleet])
+    run = start_run(job, "--metrics-port", "0")
+    try:
+        log = out / "tokenmill.log"
+        page = wait_for("the live page's URL in the log", lambda: log.exists() and re.search(
+            r"the run's live page at (\S+)", log.read_text()), 90, alive=run).group(1)  # fmt: skip
+        html = urllib.request.urlopen(page, timeout=10).read().decode()
+        assert "<script>" in html and not re.search(r"""(src|href)=["']?(https?:)?//""", html)  # nothing external
+        first = wait_for("an ETA and answers in the page's state", lambda: state(page), 60, 0.2,
+                         done=lambda s: s["progress"] and s["progress"]["eta_s"] and s["samples"]["recent"],
+                         alive=run)  # fmt: skip
+        dom = chromium(page + "?every=1", tmp_path / "profile", "--dump-dom", budget_ms=10_000)
+        assert dom.returncode == 0, dom.stderr[-2000:]
+        for s in fleet:
+            assert f'<tr data-url="{s.url}">' in dom.stdout, dom.stdout[-3000:]
+        updates = int(re.search(r'data-updates="(\d+)"', dom.stdout).group(1))
+        assert updates >= 2, "the page did not poll its state again"
+        eta = re.search(r'id="eta">([^<]+)<', dom.stdout).group(1)
+        assert re.fullmatch(r"(\d+d)?(\d+h)?\d+m\d*s?", eta), eta
+        assert 'class="series"' in dom.stdout  # the throughput and ETA plots have lines
+        assert 'id="recent"' in dom.stdout  # the sample viewer shows answers
+        later = wait_for("the run to move on", lambda: state(page), 60, 0.2, alive=run,
+                         done=lambda s: s["progress"]["done"] > first["progress"]["done"])  # fmt: skip
+        assert len(later["history"]["t"]) >= len(first["history"]["t"])
+        SHOT.parent.mkdir(parents=True, exist_ok=True)
+        shot = chromium(page, tmp_path / "profile2", f"--screenshot={SHOT}")
+        assert shot.returncode == 0, shot.stderr[-2000:]
+    finally:
+        stop_run(run)
+    img = Image.open(SHOT)
+    assert img.size == (WIDTH, HEIGHT)
+    assert colored_share(img, (0, 0, WIDTH, 700)) > 0.005  # plots, bars and the progress bar drew
