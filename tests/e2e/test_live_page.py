@@ -95,3 +95,68 @@ def test_the_live_page_renders_shows_the_servers_and_the_eta_and_updates(
     img = Image.open(SHOT)
     assert img.size == (WIDTH, HEIGHT)
     assert colored_share(img, (0, 0, WIDTH, 700)) > 0.005  # plots, bars and the progress bar drew
+
+
+def serve(target: str, *args: str) -> tuple[subprocess.Popen[str], str]:
+    proc = subprocess.Popen([*TOKENMILL, "serve", target, "--port", "0", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)  # fmt: skip
+    assert proc.stdout is not None
+    line = proc.stdout.readline()  # its first line names the URL (or it has failed: the assertion shows stderr)
+    found = re.search(r"at (http://\S+/) \(Ctrl-C", line)
+    if found is None:
+        proc.kill()
+        raise AssertionError(f"tokenmill serve did not start: {line!r} {proc.communicate()[1][-2000:]}")
+    return proc, found.group(1)
+
+
+def stop_serve(proc: subprocess.Popen[str]) -> None:
+    proc.terminate()
+    try:
+        proc.wait(30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+@pytest.mark.parametrize("fleet", [(2, ["--output-len-mean", "32"])], indirect=True)
+def test_serve_shows_a_finished_split_job_from_its_prefix(fleet: list[SimProcess], tmp_path: Path) -> None:
+    data = tmp_path / "in.jsonl"
+    with data.open("wb") as f:
+        for i in range(300):
+            f.write(orjson.dumps({"id": f"p{i}", "prompt": f"Write a line about the number {i}."}) + b"\n")
+    out, remote = tmp_path / "out", (tmp_path / "remote").as_uri()
+    job = write_job(tmp_path / "job.yaml", [s.url for s in fleet], data, out, concurrency=8, monitor=FAST_MONITOR,
+                    output={"dir": str(out), "shard_size": 50, "remote": remote})  # fmt: skip
+    for part in ("0/2", "1/2"):
+        done = subprocess.run([*TOKENMILL, "run", str(job), "--no-live", "--partition", part], capture_output=True,
+                              text=True, timeout=300)  # fmt: skip
+        assert done.returncode == 0, done.stderr[-2000:]
+    proc, url = serve(remote)
+    try:
+        st = state(url)
+        assert st["state"] == "finished" and st["progress"]["done"] == 300
+        assert [p["name"] for p in st["partitions"]] == ["p000", "p001"]
+        assert {p["state"] for p in st["partitions"]} == {"finished"}
+        assert {s["url"] for s in st["servers"]} == {s.url for s in fleet}
+        st = wait_for("the sample viewer's pass over the corpus", lambda: state(url), 60, 0.2,
+                      done=lambda s: s["samples"]["recent"], alive=proc)  # fmt: skip
+        assert len(st["samples"]["recent"]) == 8 and all("flags" in e for e in st["samples"]["recent"])
+        dom = chromium(url, tmp_path / "profile", "--dump-dom")
+        assert dom.returncode == 0, dom.stderr[-2000:]
+        assert '<span id="state" class="badge finished">finished</span>' in dom.stdout
+        assert dom.stdout.count('<tr data-url="http://') == 2 and "<td>p001</td>" in dom.stdout
+        assert re.search(r'id="done">300 / 300<', dom.stdout), dom.stdout[-3000:]
+    finally:
+        stop_serve(proc)
+    proc, url = serve(str(out), "--no-samples")
+    try:
+        local = state(url)
+        assert local["progress"]["done"] == 300 and len(local["partitions"]) == 2 and local["samples"]["recent"] == []
+    finally:
+        stop_serve(proc)
+
+
+def test_serve_refuses_a_directory_without_an_event_log(tmp_path: Path) -> None:
+    res = subprocess.run([*TOKENMILL, "serve", str(tmp_path), "--port", "0"], capture_output=True, text=True,
+                         timeout=60)  # fmt: skip
+    assert res.returncode == 2 and "holds no event log (events.jsonl)" in res.stderr, res.stderr

@@ -27,6 +27,7 @@ _COMMANDS = {
     "inspect": "inspect:inspect_cmd",
     "regenerate": "regenerate",
     "scrape-config": "scrape:scrape_config",
+    "serve": "serve",
 }
 
 
