@@ -4,7 +4,8 @@ servers and the API key are read once (``access``), the remote prefix is taken a
 turn at a time for whole conversations) to the servers it picks (``dispatch``, ``servers``), concurrency follows
 the servers' metrics (``control``), uploads too far behind pause generation (``backlog``), the servers file is
 followed and the display ticked (``endpoints``, ``housekeeping``), the run is watched (``watch``, ``progress``,
-``exporter``, ``collector``, ``efficiency``, ``eta``), the doctor's advice is tried on the live
+``exporter`` serving the table of its numbers, ``metrics``, and its live page's samples, ``viewer``; ``collector``,
+``efficiency``, ``eta``), the doctor's advice is tried on the live
 fleet and measured (``autotune``, ``tuning``, ``measure``), and the run is summed up (``summary``).
 ``runner.run_job`` puts it together on the run's state (``runstate``).
 """
