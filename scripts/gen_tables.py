@@ -70,11 +70,12 @@ def quality_selectors() -> list[str]:
 
 
 def metrics() -> list[str]:
-    rows = ["| name | type | labels | what it is | from |", "|---|---|---|---|---|"]
+    rows = ["| name | type | labels | what it is | from | event log |", "|---|---|---|---|---|---|"]
     for m in METRICS:
         labels = ", ".join(f"`{n}`" for n in m.labels) or "-"
-        rows.append(f"| `{m.series()[0] if m.kind == 'counter' else m.name}` | {m.kind} | {labels} | {m.help} | "
-                    f"{m.source} |")  # fmt: skip
+        name = m.series()[0] if m.kind == "counter" else m.name
+        tick = f"`{m.tick}`" if m.tick else "-"
+        rows.append(f"| `{name}` | {m.kind} | {labels} | {m.help} | {m.source} | {tick} |")
     return rows
 
 

@@ -7,6 +7,7 @@ import json
 import shutil
 import subprocess
 import sys
+from dataclasses import fields
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -222,3 +223,58 @@ def test_promtool_accepts_a_written_scrape_configuration(tmp_path: Path) -> None
     check = subprocess.run([PROMTOOL, "check", "config", "prometheus.yml"], cwd=tmp_path, capture_output=True,
                            text=True)  # fmt: skip
     assert check.returncode == 0, check.stdout + check.stderr
+
+
+def test_every_rows_event_log_name_is_a_field_of_the_tick() -> None:
+    client = {f.name for f in fields(Snapshot)}
+    server = {f.name for f in fields(ServerRow)}
+    for m in METRICS:
+        if m.tick is None:
+            continue
+        key = m.tick.removeprefix("servers[].")
+        assert key in (server if m.tick.startswith("servers[].") else client), f"{m.name}: no tick field {m.tick}"
+        assert ("server" in m.labels) == m.tick.startswith("servers[]."), m.name
+
+
+async def test_the_exporter_and_the_event_log_give_one_number_one_value(tmp_path: Path) -> None:
+    """For every row that names its event-log field, the scrape and the tick of the same snapshot agree."""
+    import aiohttp
+
+    from tests.unit.run.test_dispatch import prompts
+    from tests.unit.run.test_watch import dispatcher, job
+    from tokenmill.monitor.events import EVENTS_FILE, read_events
+    from tokenmill.run.progress import Tracker
+    from tokenmill.run.watch import RunMonitor
+
+    spec = job(tmp_path, metrics_port=0, event_interval_s=0.001)
+    (tmp_path / "out").mkdir()
+    d = dispatcher(spec, fail_every=4)
+    mon = RunMonitor(spec, d, tmp_path / "out", "run1")
+    tracker = Tracker(d, monitor=mon)
+    await mon.start(total=30, done_before=0)
+    try:
+        assert await d.run(prompts(30))
+        tracker.total = 30
+        mon.tick(tracker.snapshot())
+        assert mon.metrics_url is not None
+        async with aiohttp.ClientSession() as session, session.get(mon.metrics_url) as resp:
+            body = await resp.text()
+    finally:
+        await mon.stop(tracker.snapshot(), finished=True)
+    scraped = {s.name: s for f in text_string_to_metric_families(body) for s in f.samples}
+    tick = next(r for r in read_events(tmp_path / "out" / EVENTS_FILE) if r["kind"] == "tick")
+    compared = []
+    for m in METRICS:
+        sample = scraped.get(m.series()[0])
+        if m.tick is None or sample is None:
+            continue
+        if m.tick.startswith("servers[]."):
+            row = next(r for r in tick["servers"] if r["url"] == sample.labels["server"])
+            logged = row[m.tick.removeprefix("servers[].")]
+        else:
+            logged = tick["client"][m.tick]
+        if logged is None:
+            continue
+        assert float(logged) == pytest.approx(sample.value, rel=1e-3, abs=0.05), m.name
+        compared.append(m.name)
+    assert len(compared) >= 12 and "tokenmill_retries" in compared and "tokenmill_completions" in compared, compared
