@@ -98,7 +98,7 @@ PANELS: tuple[Panel, ...] = (
     )),
     Panel("Progress per partition", "percentunit", (
         _t("max by (partition) (tokenmill_prompts_done * on (instance, job) group_left (partition) "
-           "tokenmill_run_info) / max by (partition) (tokenmill_prompts_total * on (instance, job) group_left "
+           "tokenmill_run_info) / max by (partition) (tokenmill_input_rows * on (instance, job) group_left "
            "(partition) tokenmill_run_info)", "partition {{partition}}"),
     )),
     Panel("Request latency p50 / p90 per server", "s", (

@@ -26,7 +26,7 @@ RECORDED: dict[str, str] = {
     "tokenmill:completions:rate1m": "sum(rate(tokenmill_completions_total[1m]))",
     "tokenmill:expected_share": f"sum({_DECODE} and on (server) {_EXPECTED}) / (sum({_EXPECTED}) > 0)",
     "tokenmill:roofline_share": f"sum({_DECODE} and on (server) {_ROOFLINE}) / (sum({_ROOFLINE}) > 0)",
-    "tokenmill:progress": "sum(tokenmill_prompts_done) / (sum(tokenmill_prompts_total) > 0)",
+    "tokenmill:progress": "sum(tokenmill_prompts_done) / (sum(tokenmill_input_rows) > 0)",
     "tokenmill:truncated:ratio10m": 'sum(rate(tokenmill_finish_reasons_total{reason="length"}[10m])) / '
     "(sum(rate(tokenmill_finish_reasons_total[10m])) > 0)",
     "tokenmill:failures:ratio10m": f"sum(rate(tokenmill_failures_total[10m])) / (({_FINISHED}) > 0)",
@@ -53,7 +53,7 @@ def alerts(spec: AlertSpec) -> tuple[Alert, ...]:
               "it (`tokenmill fleet status`) or drain it from the servers file."),
         Alert("TokenmillNoProgress",
               f"delta(tokenmill_prompts_done[{spec.no_progress_window}]) <= 0 unless on (instance, job) "
-              "(tokenmill_prompts_done >= tokenmill_prompts_total)",
+              "(tokenmill_prompts_done >= tokenmill_input_rows)",
               spec.no_progress_for, "critical", "No prompt finished in {{ $labels.instance }} for "
               f"{spec.no_progress_window}", "The run is stalled: see the doctor's verdict on its live page (/) "
               "and `tokenmill status`."),

@@ -175,7 +175,7 @@ S = ("server",)
 _RUN: tuple[Metric, ...] = (
     Metric("tokenmill_run_info", "gauge", "1, labelled with the run's id, model and partition (empty: none).",
            ("run", "model", "partition"), _run_info, "the job file and the run's id"),
-    Metric("tokenmill_prompts_total", "gauge", "Input rows (absent until counted).", (), _snap("total"),
+    Metric("tokenmill_input_rows", "gauge", "Input rows (absent until counted).", (), _snap("total"),
            "the feed's count of the input", tick="total"),
     Metric("tokenmill_prompts_done", "gauge", "Prompts completed or failed, all runs.", (), _snap("done"),
            "the done set plus this run's completions and failures", tick="done"),
@@ -200,7 +200,7 @@ _RUN: tuple[Metric, ...] = (
            "the client's request observer"),
     Metric("tokenmill_max_tokens", "gauge", "The job's sampling.max_tokens.", (),
            lambda m: _one(m.max_tokens), "the job file", tick="max_tokens"),
-    Metric("tokenmill_inflight_total", "gauge", "Requests in flight over all servers.", (),
+    Metric("tokenmill_inflight_requests", "gauge", "Requests in flight over all servers.", (),
            lambda m: _one(m.dispatcher.inflight), "the dispatcher", tick="inflight"),
     Metric("tokenmill_client_cpu_ratio", "gauge", "Client process CPU, share of one core.", (),
            lambda m: _one(m.cpu_share), "the process's CPU time", tick="cpu"),

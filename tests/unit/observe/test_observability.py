@@ -64,7 +64,7 @@ def test_every_panel_reads_the_table_and_every_recording_rule_is_used() -> None:
                       "tokenmill_server_errors", "tokenmill_server_overload_timeouts",
                       "tokenmill_abandoned_output_tokens", "tokenmill_server_usable", "tokenmill_max_tokens",
                       "tokenmill_upload_pending_bytes", "tokenmill_upload_failing",
-                      "tokenmill_upload_max_backlog_bytes", "tokenmill_inflight_total"}, unused  # fmt: skip
+                      "tokenmill_upload_max_backlog_bytes", "tokenmill_inflight_requests"}, unused  # fmt: skip
     assert set(RECORDED) <= read
 
 
@@ -133,7 +133,7 @@ def test_an_unknown_number_is_no_sample() -> None:
     run.fleet.views = [ServerView(URL, None, None, False, "refused")]
     collector = ClientCollector(run)
     empty = {m.name for m in METRICS if not list(collector.family(m).samples)}
-    assert {"tokenmill_eta_seconds", "tokenmill_prompts_total", "tokenmill_upload_pending_shards",
+    assert {"tokenmill_eta_seconds", "tokenmill_input_rows", "tokenmill_upload_pending_shards",
             "tokenmill_server_up", "tokenmill_binding", "tokenmill_client_cpu_ratio",
             "tokenmill_server_expected_decode_tokens_per_second"} <= empty  # fmt: skip
 
@@ -278,3 +278,12 @@ async def test_the_exporter_and_the_event_log_give_one_number_one_value(tmp_path
         assert float(logged) == pytest.approx(sample.value, rel=1e-3, abs=0.05), m.name
         compared.append(m.name)
     assert len(compared) >= 12 and "tokenmill_retries" in compared and "tokenmill_completions" in compared, compared
+
+
+@needs_promtool
+def test_promtool_finds_nothing_to_lint_in_the_exposition() -> None:
+    assert PROMTOOL is not None
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(ClientCollector(watched()))
+    res = subprocess.run([PROMTOOL, "check", "metrics"], input=generate_latest(registry), capture_output=True)
+    assert res.returncode == 0, (res.stdout + res.stderr).decode()
