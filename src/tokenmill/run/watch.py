@@ -4,7 +4,7 @@
 the dispatcher only calls :meth:`ClientMetrics.observe` (a few additions per finished request), and the
 display tick hands it each :class:`~tokenmill.monitor.snapshot.Snapshot` for the event log. Doctor rounds run
 in a worker thread so a planner prediction never holds up the event loop. With ``--autotune`` the tuner
-(:mod:`tokenmill.run.autotune`) sees every round's views and confirmed verdicts and writes ``autotune`` records.
+(:mod:`tokenmill.autotune.loop`) sees every round's views and confirmed verdicts and writes ``autotune`` records.
 """
 
 from __future__ import annotations
@@ -35,9 +35,9 @@ from tokenmill.run.exporter import Exporter
 from tokenmill.run.metrics import RunInfo
 
 if TYPE_CHECKING:
+    from tokenmill.autotune.loop import Autotuner
     from tokenmill.doctor.model import Verdict
     from tokenmill.monitor.snapshot import Snapshot
-    from tokenmill.run.autotune import Autotuner
     from tokenmill.run.dispatch import Dispatcher
 
 log = logging.getLogger(__name__)
