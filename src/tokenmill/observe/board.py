@@ -22,7 +22,7 @@ DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
 class Target:
     expr: str
     legend: str = ""
-    always: bool = True  # a live run against twins returns data for it (the real-Prometheus test checks)
+    always: bool = True  # the real-Prometheus test's run (twins, output.remote, max_backlog set) returns data for it
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,7 +87,7 @@ PANELS: tuple[Panel, ...] = (
     )),
     Panel("Upload backlog", "short", (
         _t("sum(tokenmill_upload_pending_shards)", "shards waiting"),
-        _t("max(tokenmill_upload_max_backlog_shards)", "output.upload.max_backlog", always=False),
+        _t("max(tokenmill_upload_max_backlog_shards)", "output.upload.max_backlog"),
     ), width=6),
     Panel("Oldest shard waiting for upload", "s", (
         _t("max(tokenmill_upload_oldest_pending_seconds)", "oldest"),
@@ -127,7 +127,7 @@ PANELS: tuple[Panel, ...] = (
     Panel("SGLang: prefix reuse and retractions", "short", (
         _t('sum by (instance) (rate(sglang:realtime_tokens_total{mode="prefill_cache"}[5m])) / sum by (instance) '
            '(rate(sglang:realtime_tokens_total{mode=~"prefill_cache|prefill_compute"}[5m]) > 0)',
-           "prefix reuse {{instance}}", always=False),
+           "prefix reuse {{instance}}"),
         _t("sum by (instance) (rate(sglang:num_retracted_requests_total[5m])) * 60", "retracted/min {{instance}}",
            always=False),
     ), description="SGLang writes its retraction counters from the first retraction on"),
