@@ -69,7 +69,7 @@ class Exporter:
         self.host = host
         self.port = port
         self.timeline = Timeline()  # fed by the run's ticks (RunMonitor.tick)
-        self.samples = LiveSamples(monitor.info.out)
+        self.samples = LiveSamples(monitor.info.out, monitor.info.partition)
         self._runner: web.AppRunner | None = None
 
     async def _metrics(self, request: web.Request) -> web.Response:

@@ -17,7 +17,7 @@ from typing import Any
 import orjson
 
 from tokenmill.errors import OutputError
-from tokenmill.output.records_reader import shard_paths
+from tokenmill.output.layout import list_dir
 from tokenmill.quality.corpus import Tally, excerpt
 
 RECENT = 8  # recent answers shown
@@ -78,20 +78,30 @@ def _tail(path: Path, size: int) -> Iterator[dict[str, Any]]:
             yield rec
 
 
-def recent_records(out: Path, shards: int = TAIL_SHARDS, size: int = TAIL_BYTES) -> list[dict[str, Any]]:
-    """The records at the end of the newest ``shards`` shard files of ``out``, oldest first."""
+def recent_records(
+    out: Path, shards: int = TAIL_SHARDS, size: int = TAIL_BYTES, partition: int | None = None
+) -> list[dict[str, Any]]:
+    """The records at the end of the newest ``shards`` shard files of ``out``'s writer ``partition`` (the default
+    writer's for None), oldest first."""
     try:
-        paths = shard_paths(out)[-shards:]
+        one = list_dir(out, partition)
     except OutputError:  # the directory cannot be listed now: no sample this time
         return []
+    names = {i: name for i, (name, _) in one.sealed.items()}
+    names.update(one.open)
+    paths = [out / names[i] for i in sorted(names)][-shards:]
     return [rec for path in paths for rec in _tail(path, size)]
 
 
 class LiveSamples:
     """The viewer of a live run: recomputed from the newest shards when asked, at most every ``refresh_s``."""
 
-    def __init__(self, out: Path, refresh_s: float = 15.0, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, out: Path, partition: int | None = None, refresh_s: float = 15.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:  # fmt: skip
         self.out = out
+        self.partition = partition
         self.refresh_s = refresh_s
         self.clock = clock
         self._view: dict[str, Any] = {"recent": [], "worst": {}}
@@ -101,5 +111,7 @@ class LiveSamples:
         now = self.clock()
         if self._at is None or now - self._at >= self.refresh_s:
             self._at = now
-            self._view = await asyncio.to_thread(lambda: sample_view(recent_records(self.out)))
+            self._view = await asyncio.to_thread(
+                lambda: sample_view(recent_records(self.out, partition=self.partition))
+            )
         return self._view

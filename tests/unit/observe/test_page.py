@@ -55,6 +55,9 @@ def test_the_viewer_reads_whole_records_at_the_end_of_the_newest_shards(tmp_path
     recs = recent_records(tmp_path, shards=2, size=1200)  # the sealed shard's tail only: its first line is cut
     ids = [r["id"] for r in recs]
     assert ids[-1] == "p60" and "p61" not in ids and "p0" not in ids and ids == sorted(ids, key=lambda s: int(s[1:]))
+    (tmp_path / "completions_p001_000000.jsonl.open").write_bytes(record(900, "another writer's."))
+    assert [r["id"] for r in recent_records(tmp_path, partition=1)] == ["p900"]
+    assert "p900" not in {r["id"] for r in recent_records(tmp_path)}
     view = sample_view(recs, recent=3)
     assert [e["id"] for e in view["recent"]] == ["p60", "p59", "p58"]
     assert "repetition" in view["recent"][0]["flags"] and view["worst"]["repetition"][0]["id"] == "p60"
@@ -64,7 +67,7 @@ async def test_live_samples_are_read_again_only_after_refresh_s(tmp_path: Path) 
     shard = tmp_path / "completions_000000.jsonl.open"
     shard.write_bytes(record(0, "first."))
     now = [0.0]
-    live = LiveSamples(tmp_path, refresh_s=10.0, clock=lambda: now[0])
+    live = LiveSamples(tmp_path, None, refresh_s=10.0, clock=lambda: now[0])
     assert [e["id"] for e in (await live.get())["recent"]] == ["p0"]
     shard.write_bytes(record(0, "first.") + record(1, "second."))
     now[0] = 5.0
