@@ -1,9 +1,11 @@
-"""``--metrics-port``: the client's own Prometheus metrics (``tokenmill_*``) for a Grafana board.
+"""``--metrics-port``: the client's own Prometheus metrics (``tokenmill_*``) and the run's live page.
 
-Nothing is counted twice: the collector reads the dispatcher's counters, the request histograms of
-:class:`~tokenmill.monitor.client.ClientMetrics`, the monitor's server views and the doctor's verdicts
-when Prometheus scrapes. It is served by a small aiohttp app on the run's event loop (127.0.0.1 unless
-configured otherwise), so no thread ever reads half-updated counters.
+Nothing is counted twice: at scrape time the collector serves every row of the metric table
+(:mod:`tokenmill.run.metrics`), whose readers take the dispatcher's counters, the request histograms of
+:class:`~tokenmill.monitor.client.ClientMetrics`, the monitor's server views and the doctor's verdicts. ``/``
+is the live page (:mod:`tokenmill.monitor.page`) and ``/state.json`` what it polls. It is served by a small
+aiohttp app on the run's event loop (127.0.0.1 unless configured otherwise), so no thread ever reads
+half-updated counters.
 """
 
 from __future__ import annotations
