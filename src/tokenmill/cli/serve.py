@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import tempfile
-from pathlib import Path
-
 import click
 
 
@@ -29,25 +26,20 @@ def serve(target: str, port: int, host: str, no_samples: bool, refresh_s: float)
         tokenmill serve s3://bucket/corpora/run-1/
     """
     from tokenmill.observe.serve import PageSource, make_server
+    from tokenmill.storage.place import open_place, records_dir, refetch
 
+    place = open_place(target)
     corpus = None if no_samples else target
-    with tempfile.TemporaryDirectory(prefix="tokenmill-serve-") as tmp:
-        if "://" in target:
-            from tokenmill.storage.store import Store
-            from tokenmill.storage.view import fetch_view
+    with records_dir(place) as records:
+        if place.store is not None:
+            store = place.store
 
-            store = Store(target)
-            root = Path(tmp)
-            view = fetch_view(store, root)
+            def again() -> tuple[int, int]:
+                return refetch(store, records.root)
 
-            def refetch() -> tuple[int, int]:
-                return fetch_view(store, root).recorded
-
-            source = PageSource(root, view.shown, corpus, refetch, view.recorded, refresh_s)
+            source = PageSource(records.root, place.shown, corpus, again, records.recorded, refresh_s)
         else:
-            if not Path(target).is_dir():
-                raise click.BadParameter(f"{target} is not a directory (give OUT, or a remote prefix URL)")
-            source = PageSource(Path(target), str(Path(target).absolute()), corpus)
+            source = PageSource(records.root, str(records.root.absolute()), corpus)
         try:
             server = make_server(source, host, port)
         except OSError as exc:

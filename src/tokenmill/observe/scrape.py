@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
+from tokenmill.config import normalize_url
 from tokenmill.errors import ConfigError
 from tokenmill.observe.rules import SERVERS_JOB
 
@@ -21,14 +22,14 @@ RULES_FILE = "tokenmill.rules.yml"
 
 def host_port(url: str) -> str:
     """``http://10.0.0.1:30000/`` -> ``10.0.0.1:30000`` (a ConfigError names a URL without a port)."""
-    parts = urlsplit(url if "://" in url else f"http://{url}")
+    parts = urlsplit(normalize_url(url))
     if not parts.hostname or parts.port is None:
         raise ConfigError(f"{url!r} has no host:port to scrape; give it as http://HOST:PORT")
     return f"{parts.hostname}:{parts.port}"
 
 
 def _scheme(url: str) -> str:
-    return urlsplit(url).scheme if "://" in url else "http"
+    return urlsplit(normalize_url(url)).scheme
 
 
 def scrape_config(
