@@ -10,7 +10,7 @@ own tier):
     diagnosis     doctor, and the servers the run drives: fleet
     tuning        autotune
     the run       run
-    around it     report, export
+    around it     report, export, observe
     commands      cli, __main__
 """
 
@@ -32,7 +32,7 @@ TIERS: tuple[tuple[str, ...], ...] = (
     ("doctor", "fleet"),
     ("autotune",),
     ("run",),
-    ("report", "export"),
+    ("report", "export", "observe"),
     ("cli", "__main__"),
 )
 RANK = {unit: (tier, pos) for tier, units in enumerate(TIERS) for pos, unit in enumerate(units)}

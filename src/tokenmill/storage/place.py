@@ -92,3 +92,11 @@ def _fetch(store: Store, dest: Path) -> RecordsDir:
             (dest / base).write_bytes(got.data)
     counts = totals(store)
     return RecordsDir(dest, (counts["completions"], counts["failed"]), store.shown)
+
+
+def refetch(store: Store, dest: Path) -> tuple[int, int]:
+    """The prefix's copies fetched into ``dest`` again (``tokenmill serve``'s refresh); the job's (completed,
+    failed) at the prefix now."""
+    fetched = _fetch(store, dest)
+    assert fetched.recorded is not None
+    return fetched.recorded
