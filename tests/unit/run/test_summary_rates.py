@@ -1,6 +1,6 @@
 """The summary's "decode rate vs the hardware" is the run's share (the last window's was beside an average that
 worked out to another), and a time-scaled twin's rates are labelled so in the summary, `tokenmill status`, the
-report and the live displays."""
+report, the status line, the dashboard and the live page."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from pathlib import Path
 from rich.console import Console
 
 from tokenmill.monitor.dashboard import render
+from tokenmill.monitor.page import Timeline, page_html, page_state
 from tokenmill.monitor.snapshot import ServerRow, Snapshot, status_line, time_scale_text
 from tokenmill.report.data import RunData
 from tokenmill.report.html import _servers, summary_rows
@@ -58,6 +59,8 @@ def test_time_scaled_rates_are_labelled_in_the_summary_status_report_and_dashboa
     assert report["decode tok/s per GPU"] == escape(f"470 ({SCALED})")  # the page is HTML
     assert "(x50, time-scaled)" in _servers(RunData(tmp_path, last_tick=s.to_event()))
     assert SCALED in render_text(s)
+    assert page_state(s, Timeline(), title="m -> out", state="running")["progress"]["time_scale"] == SCALED
+    assert "esc(p.time_scale)" in page_html()  # the live page shows it beside the rates
     assert time_scale_text(snap(row("a", 500.0, 470.0))) == ""  # a real server's rates are the GPU's own
     assert "time-scaled" not in summary(snap(row("a", 500.0, 470.0))).markdown()
 
