@@ -110,7 +110,7 @@ def test_hybrid_capped_by_its_state_pool_is_state_bound_with_the_advice_that_app
     evidence = dict(verdict["evidence"])
     assert evidence["cap from the state pool"] == "12 slots // 3"
     assert evidence["state mode"] == "no_buffer + radix cache"
-    assert evidence["running / max running"].endswith("/4")
+    assert evidence["running / max running"].split()[0].endswith("/4")  # the mean, then the peak when it differs
     changes = verdict["changes"]
     assert any(c.startswith("--disable-radix-cache --max-running-requests") for c in changes), changes
     assert "--mamba-ssm-dtype bfloat16" in changes

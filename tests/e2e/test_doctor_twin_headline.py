@@ -32,7 +32,7 @@ def test_the_twin_of_a_hybrid_capped_by_its_state_pool_is_state_bound(server_poo
     verdict = run_until(job, out, "a state-pool verdict", lambda: named(out, "state-pool-bound"))
     evidence = dict(verdict["evidence"])
     assert evidence["cap from the state pool"] == "12 slots // 3"
-    assert evidence["running / max running"].endswith("/4")
+    assert evidence["running / max running"].split()[0].endswith("/4")  # the mean, then the peak when it differs
     assert "scheduler-conservative" not in {v["rule"] for v in verdicts(out)}
 
 

@@ -12,6 +12,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from tokenmill.config import AutotuneSpec, FlagValue, FleetSpec
+from tokenmill.doctor.outputs import WARNING as OUTPUT_WARNING
+from tokenmill.doctor.outputs import output_flags
 from tokenmill.errors import ConfigError, ServerError
 from tokenmill.fleet.daemon import wait_apply
 from tokenmill.fleet.state import FleetState, load_state, pid_alive, request_apply
@@ -62,13 +64,22 @@ def parse_change(change: str) -> dict[str, FlagValue]:
     return flags
 
 
-def refusal(change: str, allow: Sequence[str]) -> str | None:
-    """None when every flag of ``change`` is in ``allow`` (aliases count as one flag), else why not."""
+def refusal(change: str, allow: Sequence[str], allow_outputs: Sequence[str] = ()) -> str | None:
+    """None when every flag of ``change`` is allowed (aliases count as one flag), else why not: a flag that
+    changes the model's outputs (:mod:`tokenmill.doctor.outputs`) only when ``allow_outputs`` names it (the
+    profile's ``autotune.allow_output_changes``), any other when ``allow`` (or ``allow_outputs``) does."""
     try:
         flags = parse_change(change)
     except ConfigError as exc:
         return str(exc)
-    allowed = {canonical(a) for a in allow}
+    outputs = {canonical(a) for a in allow_outputs}
+    changing = [name for name in output_flags(change) if canonical(name) not in outputs]
+    if changing:
+        return (
+            f"{', '.join('--' + n for n in changing)} {OUTPUT_WARNING}; the tuner tries it only when the profile's "
+            "autotune.allow_output_changes names it"
+        )
+    allowed = {canonical(a) for a in allow} | outputs
     outside = [name for name in flags if canonical(name) not in allowed]
     if outside:
         return (
@@ -108,7 +119,7 @@ class FleetActuator:
         return self.fleet.urls()
 
     def refuse(self, change: str) -> str | None:
-        return refusal(change, self.spec.allow)
+        return refusal(change, self.spec.allow, self.spec.allow_output_changes)
 
     def apply(self, change: str, urls: Sequence[str], say: Say) -> None:
         new = profile_with(self.fleet.profile, change)
@@ -141,7 +152,7 @@ class RemoteActuator:
         return [s.url for s in self._state().servers]
 
     def refuse(self, change: str) -> str | None:
-        return refusal(change, self.spec.allow)
+        return refusal(change, self.spec.allow, self.spec.allow_output_changes)
 
     def apply(self, change: str, urls: Sequence[str], say: Say) -> None:
         self._request(profile_with(self.profile(), change), urls, say)

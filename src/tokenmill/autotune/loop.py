@@ -35,6 +35,8 @@ from tokenmill.autotune.measure import RateHistory, measure
 from tokenmill.autotune.tuning import Actuator, Background, Change, Phase
 from tokenmill.config import AutotuneSpec
 from tokenmill.doctor.model import MEMORY_LEVELS, Prediction, Verdict
+from tokenmill.doctor.outputs import WARNING as OUTPUT_WARNING
+from tokenmill.doctor.outputs import output_flags
 from tokenmill.fmt import duration
 from tokenmill.monitor.fleet import ServerView
 
@@ -125,6 +127,15 @@ class Autotuner:
                     continue
                 if pred.note is not None:
                     self._note(change, "mismatch", f"not trying {change}: {pred.note}")
+                    continue
+                changing = [f for f in output_flags(change) if f not in self.spec.allow_output_changes]
+                if changing:
+                    self._note(
+                        change,
+                        "outputs",
+                        f"not trying {change} (predicted {pred.gain:+.0%}): it {OUTPUT_WARNING} "
+                        f"(autotune.allow_output_changes does not name {', '.join(changing)})",
+                    )
                     continue
                 refused = self.actuator.refuse(change)
                 if refused is not None:

@@ -71,6 +71,12 @@ def _from_fleet(
     "The requests are sent with ignore_eos (sampling.extra_body.ignore_eos: true): the predictions plan them as "
     "SGLang admits them, every answer running to --max-tokens",
 )
+@click.option(
+    "--train-max-length",
+    type=click.IntRange(min=1),
+    help="The drafter trainer's maximum sequence length (prompt + answer): a KV-bound server is told the max_tokens "
+    "that fits it (what is longer is cut at training anyway)",
+)
 @output_option(
     "Output directory of a run in progress: read the client's side (in flight, limits, CPU) from it.", exists=True
 )
@@ -103,6 +109,7 @@ def doctor(
     concurrency: int | None,
     max_tokens: int | None,
     ignore_eos: bool | None,
+    train_max_length: int | None,
     out: str | None,
     samples: int | None,
     interval: float | None,
@@ -139,7 +146,7 @@ def doctor(
         checkup(
             urls,
             oneshot_spec(samples, interval, max_seconds),
-            Planning(planner_model, gpu, compare_gpu, gpu_file, max_tokens, ignore_eos),
+            Planning(planner_model, gpu, compare_gpu, gpu_file, max_tokens, ignore_eos, train_max_length),
             headers=headers,
             concurrency=concurrency,
             out=Path(out) if out else None,

@@ -39,6 +39,13 @@ class AutotuneSpec(Model):
         "kv-cache-dtype, quantization) or that can run a server out of memory under load (mem-fraction-static) "
         "are applied only when the profile names them here",
     )
+    allow_output_changes: list[str] = Field(
+        default_factory=list,
+        description="Launch flags that change the model's outputs (quantization, kv-cache-dtype, mamba-ssm-dtype, "
+        "dtype, lossy speculative thresholds: tokenmill.doctor.outputs) the tuner may try; names without the "
+        "leading dashes. Empty by default: a drafter corpus is worth the target model's own answers, so such a "
+        "change is never tried unless named here (naming it in allow alone is not enough)",
+    )
     max_memory_risk: Literal["low", "moderate", "high"] = Field(
         default="moderate",
         description="Try a change that touches memory only when its out-of-memory risk (what it leaves outside "

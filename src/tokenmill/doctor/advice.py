@@ -29,9 +29,12 @@ _VALUE_FLAGS = frozenset(
         "--quantization",
         "--page-size",
         "--context-length",
+        "--max-total-tokens",
     }
 )
 
+
+MAX_TOKENS_STEP = 1024  # a suggested max_tokens is rounded up to a multiple of this
 
 # flags whose change moves what SGLang keeps outside its static pools, or what runs there: a prediction of such a
 # change states its out-of-memory risk
@@ -227,15 +230,65 @@ def kv_fp8(obs: ServerObs) -> Candidate:
     )
 
 
+def trained_max_tokens(client: ClientObs, target: float) -> int | None:
+    """A lower max_tokens near what will be trained: the trainer's maximum sequence length less the mean prompt
+    when it is given (what is longer is cut at training anyway), else the length that would cut about ``target``
+    of the answers, from a log-normal fitted to the median and p90 of the answers that were not cut (rounded up to
+    a multiple of ``MAX_TOKENS_STEP``); None without either, or when it would not be lower than today's."""
+    limit, p50, p90 = client.max_tokens, client.completed_p50, client.completed_p90
+    if limit and client.train_max_length:
+        fits = client.train_max_length - round(client.avg_prompt_tokens or 0.0)
+        return fits if 0 < fits < limit else None
+    if not limit or not p50 or not p90 or not 0 < p50 < p90:
+        return None
+    z = NormalDist().inv_cdf
+    sigma = (math.log(p90) - math.log(p50)) / z(0.9)
+    want = math.ceil(math.exp(math.log(p50) + sigma * z(1 - target)) / MAX_TOKENS_STEP) * MAX_TOKENS_STEP
+    return want if want < limit else None
+
+
+def max_tokens(obs: ServerObs, client: ClientObs, n: int) -> Candidate:
+    """``--max-tokens N`` (sampling.max_tokens): each request reserves KV room for less output."""
+    return Candidate(
+        change=f"--max-tokens {n}",
+        flags_after=tuple(current_flags(obs)),
+        kind="client",
+        max_tokens=n,
+        note=f"answers longer than {n:,} tokens are cut (today's limit {client.max_tokens:,}): "
+        + (
+            f"what the trainer's {client.train_max_length:,} tokens hold after the prompt"
+            if client.train_max_length
+            else "set it to the longest answer the drafter will be trained on (--train-max-length says)"
+        ),
+    )
+
+
 def mem_fraction(obs: ServerObs, step: float = 0.03, ceiling: float = 0.93) -> Candidate | None:
+    """A larger static share; None when unknown, at the ceiling, or when --max-total-tokens sizes the KV pool (a
+    larger share would not grow it: :func:`kv_tokens_flag` is the change then)."""
     info = obs.view.info
     if info is None or info.mem_fraction_static is None or info.mem_fraction_static + step > ceiling:
+        return None
+    if info.max_total_tokens_flag is not None:
         return None
     value = f"{info.mem_fraction_static + step:.2f}"
     return Candidate(
         change=f"--mem-fraction-static {value}",
         flags_after=tuple(set_flag(current_flags(obs), "--mem-fraction-static", value)),
         note="more memory for the pools; watch for out-of-memory errors in the server log",
+    )
+
+
+def kv_tokens_flag(obs: ServerObs) -> Candidate | None:
+    """``--max-total-tokens 2N`` for a server whose KV pool is sized by ``--max-total-tokens N``."""
+    info = obs.view.info
+    if info is None or info.max_total_tokens_flag is None:
+        return None
+    value = str(2 * info.max_total_tokens_flag)
+    return Candidate(
+        change=f"--max-total-tokens {value}",
+        flags_after=tuple(set_flag(current_flags(obs), "--max-total-tokens", value)),
+        note="the KV pool is sized by --max-total-tokens: a larger one needs the memory for it",
     )
 
 
@@ -260,9 +313,6 @@ def conservativeness(obs: ServerObs, value: float) -> Candidate:
         change=f"--schedule-conservativeness {value:g}",
         flags_after=tuple(set_flag(current_flags(obs), "--schedule-conservativeness", f"{value:g}")),
     )
-
-
-MAX_TOKENS_STEP = 1024  # a suggested max_tokens is rounded up to a multiple of this
 
 
 def suggested_max_tokens(client: ClientObs, target: float) -> int | None:

@@ -27,6 +27,7 @@ class Planning:
     gpu_file: str | None = None
     max_tokens: int | None = None
     ignore_eos: bool | None = None
+    train_max_length: int | None = None  # the drafter trainer's maximum sequence length (prompt + answer)
 
     def requests(self, obs: Observation) -> Observation:
         """``obs`` with the client's requests of the kind given here."""
@@ -35,6 +36,8 @@ class Planning:
             client = replace(client, max_tokens=self.max_tokens)
         if self.ignore_eos is not None:
             client = replace(client, ignore_eos=self.ignore_eos)
+        if self.train_max_length is not None:
+            client = replace(client, train_max_length=self.train_max_length)
         return replace(obs, client=client)
 
     def check(self) -> None:

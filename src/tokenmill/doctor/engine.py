@@ -5,7 +5,9 @@ Each verdict's changes are predicted (the planner on the server's real flags, el
 change predicted to gain less than ``min_gain`` is dropped (it cannot help), and so is a recurrent-state flag
 on a server without a state pool. A verdict's impact is its best change's predicted gain of the fleet's
 throughput: a server's gain times the share of the fleet the verdict names. Verdicts are ranked by impact;
-the ones without (no change predicted to help, or nothing to predict with) come after, in table order.
+the ones without (no change predicted to help, or nothing to predict with) come after, in table order. A
+verdict's changes that keep the model's outputs come first; those that change them
+(:mod:`tokenmill.doctor.outputs`) come after, and count toward its impact only when it has no other.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from tokenmill.doctor.model import (
     ServerObs,
     Verdict,
 )
+from tokenmill.doctor.outputs import changes_outputs
 from tokenmill.doctor.predict import Predictor, observed_prediction, restore_prediction
 from tokenmill.doctor.rules import RULES, Rule, hybrid
 from tokenmill.monitor.snapshot import binding_verdict
@@ -59,6 +62,8 @@ def _predictions(
     for cand in cands:
         if server is not None and touches_state(cand.change) and not hybrid(server.view):
             continue  # a dense model has no state pool: its flags cannot help
+        if server is not None and cand.running_before is not None and server.client.limit is None:
+            continue  # a client in-flight change rests on the client's limit: unknown, there is no number to give
         pred = None
         if server is not None:
             pred = predictor(server, client, cand) if predictor is not None else None
@@ -71,6 +76,7 @@ def _predictions(
         return p.gain if p is not None and p.gain is not None else -1.0
 
     pairs.sort(key=gain, reverse=True)  # stable: without gains the rule's order stays
+    pairs.sort(key=lambda pair: changes_outputs(pair[0].change))  # the model's own outputs first, then apart
     return pairs
 
 
@@ -92,6 +98,8 @@ def _verdict(
     # a prediction may refine its change (the planner picks the radix-off cap that fills memory exactly)
     changes = tuple(p.change if p else c.change for c, p in pairs)
     preds = tuple(p for _, p in pairs if p is not None)
+    # a verdict's impact is what it gains keeping the model's outputs; only without such a change, the others'
+    same = [p for p in preds if not changes_outputs(p.change)]
     evidence = finding.evidence
     if len(servers) > 1:
         evidence = (("servers", f"{len(servers)}/{total}: " + ", ".join(servers[:8])), *evidence)
@@ -109,7 +117,7 @@ def _verdict(
         predictions=preds,
         caveats=tuple(c.note or "" for c, _ in pairs),
         kinds=tuple(c.kind for c, _ in pairs),
-        impact=_impact(preds, len(servers), total),
+        impact=_impact(same, len(servers), total) if same else _impact(preds, len(servers), total),
     )
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from tokenmill.doctor.outputs import WARNING as OUTPUT_WARNING
+from tokenmill.doctor.outputs import changes_outputs
 from tokenmill.monitor.fleet import ServerView
 
 Severity = Literal["critical", "warning", "info"]
@@ -63,6 +65,7 @@ class ClientObs:
     completions_s: float | None = None
     max_tokens: int | None = None  # the job's output limit per request (what SGLang reserves KV for)
     ignore_eos: bool = False  # the job asks for ignore_eos: SGLang reserves each request's whole output
+    train_max_length: int | None = None  # the drafter trainer's maximum sequence length (prompt + answer), if given
     answers: int = 0  # answers received (every turn of a conversation counts)
     truncated: int = 0  # of them, cut at max_tokens (finish reason "length")
     completed_p50: float | None = None  # median output tokens of the answers that were not cut
@@ -162,6 +165,7 @@ class Candidate:
     running_before: int | None = None  # the server runs only this many today (a client-side limit)
     kind: ChangeKind = "server"
     fill_memory: bool = False  # radix cache off: the planner picks the cap where state and KV run out together
+    max_tokens: int | None = None  # a client change of the requests' output limit (planned with it)
 
 
 @dataclass(frozen=True, slots=True)
@@ -218,14 +222,26 @@ class Verdict:
             return self.kinds[self.changes.index(change)]
         return "server"
 
+    def best_change(self) -> str | None:
+        """The change the verdict's impact is of: the best predicted gain among the changes that keep the model's
+        outputs, else among the others; without a gain, the first change."""
+        preds = [p for p in self.predictions if p.gain is not None and p.gain > 0 and p.change in self.changes]
+        pool = [p for p in preds if not changes_outputs(p.change)] or preds
+        if pool:
+            return max(pool, key=lambda p: p.gain or 0.0).change
+        return self.changes[0] if self.changes else None
+
     def line(self) -> str:
         """One line for the dashboard and the log."""
         text = f"{self.title} ({self.where()}): {self.summary}"
-        if self.changes:
-            text += f" -> {self.changes[0]}"
-            pred = self.prediction(self.changes[0])
+        best = self.best_change()
+        if best is not None:
+            text += f" -> {best}"
+            pred = self.prediction(best)
             if pred is not None:
                 text += f" ({pred.text()})"
+            if changes_outputs(best):
+                text += f" [{OUTPUT_WARNING}]"
         if self.impact is None and self.binds:  # a verdict about the corpus (no binds) predicts no throughput
             text += " [no change predicted to help]" if self.changes else ""
         return text
@@ -242,12 +258,15 @@ class Verdict:
             "evidence": [list(e) for e in self.evidence],
             "advice": self.advice,
             "changes": list(self.changes),
+            "changes_outputs": [changes_outputs(c) for c in self.changes],
+            "output_warning": OUTPUT_WARNING if any(changes_outputs(c) for c in self.changes) else None,
             "caveats": list(self.caveats),
             "kinds": list(self.kinds),
             "impact": None if self.impact is None else round(self.impact, 4),
             "predictions": [
                 {
                     "change": p.change,
+                    "changes_outputs": changes_outputs(p.change),
                     "source": p.source,
                     "scope": p.scope,
                     "gain": None if p.gain is None else round(p.gain, 4),

@@ -184,7 +184,7 @@ class PlannerPredictor:
         if setting is None or not candidate.flags_after:
             return None
         before = advice.current_flags(obs)
-        key = (setting.key, tuple(before), candidate.flags_after, candidate.running_before)
+        key = (setting.key, tuple(before), candidate.flags_after, candidate.running_before, candidate.max_tokens)
         if key not in self._cache:
             _bound(self._cache)
             self._cache[key] = self._predict(setting, before, candidate, obs.view.max_running)
@@ -350,7 +350,8 @@ class PlannerPredictor:
         if cand.running_before is not None:
             before = advice.set_flag(before, "--max-running-requests", str(max(1, cand.running_before)))
         b = self._plan(setting, before)
-        a = self._plan(setting, list(cand.flags_after))
+        after = setting if cand.max_tokens is None else replace(setting, max_tokens=cand.max_tokens)
+        a = self._plan(after, list(cand.flags_after))
         return cand, b, a
 
     @staticmethod

@@ -7,6 +7,10 @@ from typing import Any
 
 from tokenmill.doctor.engine import headline, rank
 from tokenmill.doctor.model import ServerObs, Verdict
+from tokenmill.doctor.outputs import HEADER as OUTPUTS_HEADER
+from tokenmill.doctor.outputs import WARNING as OUTPUT_WARNING
+from tokenmill.doctor.outputs import changes_outputs
+from tokenmill.doctor.outputs import why as why_outputs
 from tokenmill.fmt import num, pct
 from tokenmill.monitor.snapshot import binding_text
 
@@ -17,23 +21,37 @@ def format_verdict(v: Verdict) -> str:
     """A verdict with its evidence, advice, exact flags and predictions."""
     impact = "" if v.impact is None else f"; best change: {v.impact * 100:+.0f}% fleet throughput (predicted)"
     lines = [
-        f"{_MARK[v.severity]} {v.title} on {v.where()} (binds: {v.binds}{impact})",
+        f"{_MARK[v.severity]} {v.title} on {v.where()} (binds: {v.binds or 'none'}{impact})",
         f"   {v.summary}",
         "   evidence:",
     ]
     width = max((len(k) for k, _ in v.evidence), default=0)
     lines += [f"     {k.ljust(width)}  {val}" for k, val in v.evidence]
     lines.append(f"   what to do: {v.advice}")
-    if v.changes:
-        lines.append("   try:")
-        cw = max(len(c) for c in v.changes)
-        caveats = v.caveats or ("",) * len(v.changes)
-        for change, caveat in zip(v.changes, caveats, strict=False):
-            pred = v.prediction(change)
-            lines.append(f"     {change.ljust(cw)}  {pred.text() if pred else '(no prediction)'}".rstrip())
-            if caveat:
-                lines.append(f"     {' ' * cw}  note: {caveat}")
+    caveats = v.caveats if len(v.caveats) == len(v.changes) else ("",) * len(v.changes)
+    pairs = list(zip(v.changes, caveats, strict=True))
+    same = [(c, n) for c, n in pairs if not changes_outputs(c)]
+    other = [(c, n) for c, n in pairs if changes_outputs(c)]
+    cw = max((len(c) for c in v.changes), default=0)
+    if same:
+        lines.append("   try (the model's outputs stay the same):")
+        lines += _changes(v, same, cw)
+    if other:
+        lines.append(f"   {OUTPUTS_HEADER}:")
+        lines += _changes(v, other, cw, outputs=True)
     return "\n".join(lines)
+
+
+def _changes(v: Verdict, pairs: Sequence[tuple[str, str]], cw: int, outputs: bool = False) -> list[str]:
+    lines = []
+    for change, caveat in pairs:
+        pred = v.prediction(change)
+        lines.append(f"     {change.ljust(cw)}  {pred.text() if pred else '(no prediction)'}".rstrip())
+        if outputs:
+            lines.append(f"     {' ' * cw}  changes the outputs: {why_outputs(change)}")
+        if caveat:
+            lines.append(f"     {' ' * cw}  note: {caveat}")
+    return lines
 
 
 def format_verdicts(verdicts: Sequence[Verdict], servers: int) -> str:
@@ -43,9 +61,11 @@ def format_verdicts(verdicts: Sequence[Verdict], servers: int) -> str:
     top = headline(verdicts)
     binds = binding_text(rank(verdicts))  # the one rule every view names the binding resource by
     head = f"binding resource: {binds or 'none (no verdict names a resource)'}"
-    if top is not None and top.changes:
-        head += f"; best change: {top.changes[0]}, {(top.impact or 0) * 100:+.0f}% fleet throughput predicted"
-    elif top is None:
+    best = top.best_change() if top is not None else None
+    if top is not None and best is not None:
+        head += f"; best change: {best}, {(top.impact or 0) * 100:+.0f}% fleet throughput predicted"
+        head += f" ({OUTPUT_WARNING})" if changes_outputs(best) else ""
+    elif top is None and any(v.changes for v in verdicts):
         head += (
             "; no change has a predicted gain "
             "(the planner's predictions need the model and GPU: --planner-model / --gpu, or a twin that says)"

@@ -17,6 +17,7 @@ from tokenmill.config import DoctorSpec
 from tokenmill.doctor.checks.availability import flapping, server_down
 from tokenmill.doctor.checks.client import client_bound, client_underfeeding, queue_timeout
 from tokenmill.doctor.checks.corpus import truncation, uploads_behind
+from tokenmill.doctor.checks.load import idle, under_fed
 from tokenmill.doctor.checks.pools import kv_bound, retractions, scheduler_conservative, state_pool_bound
 from tokenmill.doctor.checks.roofline import compute_bound, prefill_heavy, running_cap
 from tokenmill.doctor.checks.signs import hybrid
@@ -66,21 +67,27 @@ RULES: tuple[Rule, ...] = (
          "requests queued, KV below pool_full, and the state pool full or the cap = state slots // slots per request",
          check=state_pool_bound),
     Rule("kv-bound", "KV bound", "KV cache",
-         "requests queued and the KV pool at least pool_full, or one more request at its full length (prompt + "
-         f"max_tokens, of which SGLang counts at most {CLIP_MAX_NEW_TOKENS:,}) would not fit beside what the "
-         "running ones hold and reserve (SGLang admits a request only then, so its KV gauge shows room)",
-         check=kv_bound),
+         "requests queued and the KV pool at least pool_full; or at least pool_roomy while the mean running is "
+         "below at_cap x the cap; or one more request at its full length (prompt + max_tokens, of which SGLang "
+         f"counts at most {CLIP_MAX_NEW_TOKENS:,}) would not fit beside what the running ones hold and reserve "
+         "(SGLang admits a request only then, so its KV gauge shows room)", check=kv_bound),
     Rule("retractions", "retractions / preemptions", "KV cache",
          "at least retractions_per_min retractions (SGLang) or preemptions (vLLM) per minute", check=retractions),
     Rule("scheduler-conservative", "conservative admission", "scheduler",
          "a queue that never empties while running is below the cap and both pools below pool_roomy",
          check=scheduler_conservative),
     Rule("running-cap", "at its running cap", "running cap",
-         "requests queued, running at the cap, neither pool full, the decode step not compute-bound",
+         "requests queued, running at the cap (the window's peak), neither pool holding admission back (kv-bound), "
+         "the decode step not compute-bound",
          check=running_cap),
     Rule("compute-bound", "compute bound", "compute",
          "requests queued or running at the cap, and the planner's roofline puts the decode step on the compute "
          "side", check=compute_bound),
+    Rule("under-fed", "under-fed", "",  # the load, not a resource: a run's tail ends so, and says nothing of its run
+         "no queue, running below at_cap x what the pools hold, the client's in-flight known and below "
+         "client_at_limit of its limit (it has no more to send)", check=under_fed),
+    Rule("idle", "idle", "",  # no load at all: nothing binds
+         "nothing running (the window's peak), nothing queued, no decode: no work is sent", check=idle),
     Rule("prefill-heavy", "prefill heavy", "prefill",
          "prompt tok/s at least prefill_ratio x decode tok/s, or prefill at least prefill_dominates of the GPU's "
          "time (planner)", check=prefill_heavy),

@@ -19,7 +19,14 @@ from rich.table import Table
 from rich.text import Text
 
 from tokenmill.fmt import UNKNOWN, duration, num, pct
-from tokenmill.monitor.snapshot import binding_text, expected_text, truncation, upload_text, waste_text
+from tokenmill.monitor.snapshot import (
+    binding_text,
+    expected_text,
+    time_scale_text,
+    truncation,
+    upload_text,
+    waste_text,
+)
 from tokenmill.monitor.stats import sparkline
 
 if TYPE_CHECKING:
@@ -66,6 +73,9 @@ def _head(snap: Snapshot) -> Text:
     head.append(f"in flight {snap.inflight}/{snap.limit}  ")
     head.append(f"failed {snap.failed}  ", style="red" if snap.failed else "")
     head.append(f"retries {snap.retries}  elapsed {duration(snap.elapsed_s)}  ETA {duration(snap.eta_s)}")
+    scaled = time_scale_text(snap)
+    if scaled:
+        head.append(f"  [{scaled}]", style="magenta")
     cut = truncation(snap)
     if cut:
         head.append(f"  {cut}", style="bold yellow" if snap.truncated else "")

@@ -18,6 +18,7 @@ from tokenmill.monitor.snapshot import (
     Snapshot,
     binding_text,
     expected_text,
+    time_scale_text,
     truncation,
     upload_text,
     waste_text,
@@ -107,6 +108,7 @@ def page_state(
         "comp_s": snap.comp_s, "client_tok_s": snap.client_tok_s, "decode_tok_s": snap.decode_tok_s,
         "inflight": snap.inflight, "limit": snap.limit, "expected": expected_text(snap),
         "truncated": truncation(snap), "binding": binding_text(shown) or snap.binding, "waiting": snap.waiting,
+        "time_scale": time_scale_text(snap),
     }  # fmt: skip
     out["servers"] = [_server(r) for r in snap.servers]
     out["uploads"] = None if snap.upload_pending is None else {

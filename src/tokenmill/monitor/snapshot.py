@@ -32,7 +32,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from typing import Any, Protocol, TypeVar
 
-from tokenmill.fmt import duration
+from tokenmill.fmt import UNKNOWN, duration
 from tokenmill.monitor.events import EVENT_FORMAT
 
 
@@ -179,6 +179,7 @@ class ServerRow:
     gpu: str | None = None  # the GPU those were planned for
     compare_tok_s: float | None = None  # monitor.compare_gpu: the same planned on that GPU (this server's clock)
     compare_gpu: str | None = None
+    time_scale: float | None = None  # a twin's (/server_info): its rates run 1/time_scale times the GPU's
 
     def to_event(self) -> dict[str, Any]:
         return {f.name: _encode(f.name, getattr(self, f.name)) for f in fields(self)}
@@ -242,13 +243,17 @@ class Snapshot:
     def gpus(self) -> int:
         return sum(r.gpus for r in self.servers)
 
-    def expected_shares(self) -> tuple[float, float] | None:
+    def expected_shares(self, over_run: bool = False) -> tuple[float, float] | None:
         """The fleet's decode rate as a share of what the planner expects and of the roofline's ceiling, over
-        the servers the planner has a picture of (None when it has none)."""
+        the servers the planner has a picture of (None when it has none): the last window's rate, or with
+        ``over_run`` the run's (the tokens each server decoded while watched, over the run's time)."""
         rows = [r for r in self.servers if r.expected_share is not None and r.ceiling_tok_s]
         if not rows:
             return None
-        measured = sum(r.decode_tok_s or 0.0 for r in rows)
+        if over_run:
+            measured = sum(r.decoded_tokens for r in rows) / max(self.elapsed_s, 1e-9)
+        else:
+            measured = sum(r.decode_tok_s or 0.0 for r in rows)
         return measured / sum(r.expected_tok_s or 0.0 for r in rows), measured / sum(
             r.ceiling_tok_s or 0.0 for r in rows
         )
@@ -344,6 +349,8 @@ def status_line(snap: Snapshot) -> str:
     total = f"/{snap.total}" if snap.total is not None else ""
     usable = sum(1 for r in snap.servers if r.usable)
     server = f" (servers decode {snap.decode_tok_s:,.0f})" if snap.decode_tok_s is not None else ""
+    scaled = time_scale_text(snap)
+    server += f" [{scaled}]" if scaled else ""
     line = (
         f"done {snap.done}{total} | {snap.comp_s:.1f} compl/s | {snap.client_tok_s:.0f} out tok/s{server} | "
         f"in flight {snap.inflight} | failed {snap.failed} | retries {snap.retries} | "
@@ -370,20 +377,40 @@ def status_line(snap: Snapshot) -> str:
     return line
 
 
-def expected_text(snap: Snapshot) -> str:
-    """``62% of expected (rtx-pro-6000), 31% of the roofline`` (empty while the planner has no picture)."""
-    shares = snap.expected_shares()
+def expected_text(snap: Snapshot, over_run: bool = False) -> str:
+    """``62% of expected (rtx-pro-6000), 31% of the roofline`` (empty while the planner has no picture): the last
+    window's rate, or with ``over_run`` the run's (``... over the run``, what a summary shows)."""
+    shares = snap.expected_shares(over_run)
     if shares is None:
         return ""
     gpus = sorted({r.gpu for r in snap.servers if r.gpu and r.expected_share is not None})
     on = f" ({', '.join(gpus)})" if gpus else ""
-    text = f"{shares[0] * 100:.0f}% of expected{on}, {shares[1] * 100:.0f}% of the roofline"
+    when = " over the run" if over_run else ""
+    text = f"{shares[0] * 100:.0f}% of expected{on}{when}, {shares[1] * 100:.0f}% of the roofline"
     other = [r for r in snap.servers if r.compare_tok_s and r.decode_tok_s is not None]
     names = sorted({r.compare_gpu for r in other if r.compare_gpu})
     if other and names:
-        share = sum(r.decode_tok_s or 0.0 for r in other) / sum(r.compare_tok_s or 0.0 for r in other)
+        elapsed = max(snap.elapsed_s, 1e-9)
+        rate = sum((r.decoded_tokens / elapsed) if over_run else (r.decode_tok_s or 0.0) for r in other)
+        share = rate / sum(r.compare_tok_s or 0.0 for r in other)
         text += f", {share * 100:.0f}% of {' / '.join(names)} (the same workload planned on it)"
     return text
+
+
+def time_scale_text(snap: Snapshot) -> str:
+    """``time-scaled: twins at time scale 0.02 run at 50x the GPU's rates`` when any server is a time-scaled twin
+    (its tok/s, and the client's, are on the twin's clock), else empty."""
+    scales = sorted({r.time_scale for r in snap.servers if r.time_scale and r.time_scale != 1.0})
+    if not scales:
+        return ""
+    each = ", ".join(f"{s:g}" for s in scales)
+    speed = ", ".join(f"{1 / s:.3g}x" for s in scales)
+    return f"time-scaled: twins at time scale {each} run at {speed} the GPU's rates"
+
+
+def scaled(text: str, note: str | None) -> str:
+    """A rate as shown, with the time-scale note when the servers are time-scaled twins."""
+    return f"{text} ({note})" if note and text != UNKNOWN else text
 
 
 def waste_text(snap: Snapshot) -> str:

@@ -214,6 +214,7 @@ def from_hf_config(cfg: Mapping[str, Any], name: str, **meta: Any) -> ModelSpec:
         mtp_layers=r.int("mtp_num_hidden_layers", "num_nextn_predict_layers", default=0),
         context_length=r.int("max_position_embeddings", default=32768),
         ssm_dtype=_dtype_name(r.get("mamba_ssm_dtype"), "fp32"),
+        ssm_dtype_from_config=r.get("mamba_ssm_dtype") is not None,
         weight_dtype=_checkpoint_dtype(cfg),
         architectures=tuple(str(a) for a in architectures) if isinstance(architectures, list) else (),
         text_subconfig=r.nested,

@@ -196,6 +196,7 @@ class ModelSpec:
     mtp_layers: int = 0
     context_length: int = 32768
     ssm_dtype: StateDtype = "fp32"
+    ssm_dtype_from_config: bool = False  # the config names mamba_ssm_dtype (else fp32 is SGLang's default)
     weight_dtype: WeightDtype = "bf16"
     architectures: tuple[str, ...] = ()
     text_subconfig: bool = False  # the config nests a text_config/llm_config (SGLang: multimodal)

@@ -15,6 +15,7 @@ from tokenmill.planner.hardware import GpuCatalog, GpuSpec
 from tokenmill.planner.plan import TrainCut, WhatIfRow, Workload, compare, train_cut, what_if
 from tokenmill.planner.plan import plan as make_plan
 from tokenmill.planner.render import PlanReport
+from tokenmill.planner.ssm import ssm_assumption
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,7 +138,8 @@ def answer(q: PlanQuestion) -> PlanAnswer:
     eta_source = "--eta" if q.eta is not None else _default_source(card, config)
     sigma = q.output_sigma or config.workload_output_sigma
     cut = train_cut(workload, q.train_max_length, sigma) if q.train_max_length is not None else None
-    return PlanAnswer(config, rows, PlanReport(result, comparisons, rows, config, eta_source), cut=cut)
+    ssm = ssm_assumption(spec, card, engine, workload, config, gpu_count=q.gpu_count, eta=q.eta)
+    return PlanAnswer(config, rows, PlanReport(result, comparisons, rows, config, eta_source, ssm), cut=cut)
 
 
 def _default_source(card: GpuSpec, config: PlannerSpec) -> str:

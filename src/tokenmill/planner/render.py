@@ -17,6 +17,7 @@ from tokenmill.planner.hardware import GIB, GpuSpec
 from tokenmill.planner.memory import MIB
 from tokenmill.planner.models import ModelSpec, param_counts, weight_bytes
 from tokenmill.planner.plan import Comparison, PlanResult, WhatIfRow
+from tokenmill.planner.ssm import SsmAssumption
 from tokenmill.planner.workload import Workload
 
 
@@ -29,6 +30,7 @@ class PlanReport:
     what_if: tuple[WhatIfRow, ...]
     config: PlannerSpec
     eta_source: str
+    ssm: SsmAssumption | None = None  # a hybrid's SSM state dtype, where it comes from, the other dtype's plan
 
 
 def _n(x: float) -> str:
@@ -241,8 +243,44 @@ def _limit_text(w: Workload) -> str:
     return f", max_tokens {w.limit:,}" if w.max_tokens is not None else ""
 
 
+def ssm_lines(report: PlanReport) -> list[str]:
+    """The SSM state dtype planned and where it comes from, then the plan with the other dtype."""
+    a, r = report.ssm, report.result
+    if a is None:
+        return []
+    lines = [f"SSM state: {a.dtype}, from {a.source}"]
+    o = a.other_result
+    if o is None:
+        lines.append(f"with {a.other} state ({a.other_flag}): does not fit: {a.other_error}")
+        return lines
+    gain = o.tok_s_per_gpu / r.tok_s_per_gpu - 1 if r.tok_s_per_gpu > 0 else 0.0
+    eta = duration(o.eta_s if math.isfinite(o.eta_s) else None)
+    lines.append(
+        f"with {a.other} state ({a.other_flag}): {o.running:,} running (bound by {o.binding}), "
+        f"{_n(o.tok_s_per_gpu)} tok/s per GPU ({gain * 100:+.0f}%), ETA {eta}"
+    )
+    return lines
+
+
+def ssm_dict(report: PlanReport) -> dict[str, Any] | None:
+    a = report.ssm
+    if a is None:
+        return None
+    o = a.other_result
+    other = None if o is None else {"running": o.running, "binding": o.binding, "tok_s_per_gpu": o.tok_s_per_gpu}
+    return {
+        "dtype": a.dtype,
+        "source": a.source,
+        "other": {"dtype": a.other, "flag": a.other_flag, "plan": other, "error": a.other_error},
+        "text": ssm_lines(report),
+    }
+
+
 def render_plan(report: PlanReport) -> RenderableType:
-    parts: list[RenderableType] = [header(report), capacity_table(report.result), curve_table(report.result)]
+    parts: list[RenderableType] = [header(report), capacity_table(report.result)]
+    if report.ssm is not None:
+        parts.append(Text("\n".join(ssm_lines(report))))
+    parts.append(curve_table(report.result))
     if report.comparisons:
         parts.append(compare_table(report.result, report.comparisons))
     if report.what_if:
@@ -385,6 +423,7 @@ def report_dict(report: PlanReport) -> dict[str, Any]:
             "sglang_version": report.config.sglang_version,
         },
         "plan": result_dict(r),
+        "ssm_state": ssm_dict(report),
         "compare": [
             {
                 "gpu": c.reference.key,

@@ -9,7 +9,7 @@ from html import escape
 from typing import Any
 
 from tokenmill.fmt import UNKNOWN, duration, pct
-from tokenmill.monitor.snapshot import cut_text, expected_text, upload_text, waste_text
+from tokenmill.monitor.snapshot import cut_text, expected_text, scaled, time_scale_text, upload_text, waste_text
 from tokenmill.report.data import RunData, VerdictSpan
 from tokenmill.sources.mapping import conversation_policy
 
@@ -60,6 +60,11 @@ def summary_rows(data: RunData) -> list[tuple[str, str]]:
 
     start = data.runs[-1] if data.runs else {}
     rows = [("output", str(data.out)), ("runs in this output", str(len(data.runs)))]
+    note = (s.get("time_scale") if s is not None else None) or (time_scale_text(last) if last else None)
+
+    def rate(text: str) -> str:
+        return escape(scaled(text, note))
+
     if s is not None:
         rows += [
             ("state", "finished" if s.get("finished") else "stopped"),
@@ -69,10 +74,10 @@ def summary_rows(data: RunData) -> list[tuple[str, str]]:
             ("failed (all runs)", _fmt(s.get("failed_total"))),
             ("skipped bad rows", _fmt(s.get("skipped"))),
             ("servers / GPUs", f"{len(s.get('servers') or [])} / {_fmt(s.get('gpus'))}"),
-            ("decode tok/s (servers, aggregate)", _fmt(s.get("decode_tok_s"))),
-            ("decode tok/s per GPU", _fmt(s.get("decode_tok_s_per_gpu"))),
-            ("completions/s (client)", _fmt(s.get("completions_per_s"), 2)),
-            ("output tok/s (client-effective)", _fmt(s.get("client_tok_s"))),
+            ("decode tok/s (servers, aggregate)", rate(_fmt(s.get("decode_tok_s")))),
+            ("decode tok/s per GPU", rate(_fmt(s.get("decode_tok_s_per_gpu")))),
+            ("completions/s (client)", rate(_fmt(s.get("completions_per_s"), 2))),
+            ("output tok/s (client-effective)", rate(_fmt(s.get("client_tok_s")))),
             ("avg output tokens", _fmt(s.get("avg_output_tokens"), 1)),
             ("elapsed (last run)", duration(s.get("elapsed_s"))),
             ("retries (last run)", _fmt(s.get("retries"))),
@@ -86,9 +91,9 @@ def summary_rows(data: RunData) -> list[tuple[str, str]]:
             ("prompts (input rows)", _fmt(now("total"))),
             ("done (completed + failed)", _fmt(now("done"))),
             ("failed (this run)", _fmt(now("failed"))),
-            ("decode tok/s (servers, now)", _fmt(now("decode_tok_s"))),
-            ("completions/s (client, now)", _fmt(now("comp_s"), 2)),
-            ("output tok/s (client-effective, now)", _fmt(now("client_tok_s"))),
+            ("decode tok/s (servers, now)", rate(_fmt(now("decode_tok_s")))),
+            ("completions/s (client, now)", rate(_fmt(now("comp_s"), 2))),
+            ("output tok/s (client-effective, now)", rate(_fmt(now("client_tok_s")))),
             ("ETA", duration(now("eta_s"))),
             ("decode rate vs the hardware (now)", escape((expected_text(last) if last else "") or "-")),
         ]
@@ -189,6 +194,11 @@ def _autotune(data: RunData) -> str:
     return _table(["after", "step", "change", "canary", "predicted", "measured", "outcome"], rows)
 
 
+def _scale_mark(scale: float | None) -> str:
+    """`` (x50, time-scaled)`` beside a time-scaled twin's rate."""
+    return f" (x{1 / scale:.3g}, time-scaled)" if scale and scale != 1.0 else ""
+
+
 def _servers(data: RunData) -> str:
     rows = []
     last = data.last_snapshot
@@ -198,7 +208,7 @@ def _servers(data: RunData) -> str:
                 escape(s.url),
                 _fmt(s.completed),
                 _fmt(s.errors),
-                _fmt(s.decode_tok_s),
+                _fmt(s.decode_tok_s) + _scale_mark(s.time_scale),
                 pct(s.expected_share),
                 f"{_fmt(s.running)}/{_fmt(s.max_running)}",
                 _fmt(s.queued),

@@ -15,7 +15,15 @@ from pathlib import Path
 import orjson
 
 from tokenmill.fmt import duration
-from tokenmill.monitor.snapshot import Snapshot, binding_verdict, cut_text, expected_text, upload_text
+from tokenmill.monitor.snapshot import (
+    Snapshot,
+    binding_verdict,
+    cut_text,
+    expected_text,
+    scaled,
+    time_scale_text,
+    upload_text,
+)
 from tokenmill.output import layout
 from tokenmill.sources.mapping import conversation_policy
 
@@ -76,6 +84,7 @@ class Summary:
     abandoned_tokens: float = 0.0  # their estimated output tokens, decoded and thrown away
     upload: str | None = None  # the upload backlog (shards waiting, the oldest, the store's error); None: none
     held: str | None = None  # why generation is paused
+    time_scale: str | None = None  # time-scaled twins: the rates (the client's too) are on their clock
 
     @property
     def truncated_share(self) -> float | None:
@@ -139,7 +148,8 @@ class Summary:
             rows_read=snap.rows_read,
             multi_turn_rows=snap.multi_turn_rows,
             conversation_turns=snap.conversation_turns,
-            expected=expected_text(snap) or None,
+            expected=expected_text(snap, over_run=True) or None,
+            time_scale=time_scale_text(snap) or None,
             abandoned=snap.abandoned,
             abandoned_tokens=snap.abandoned_tokens,
             upload=upload_text(snap) or None,
@@ -191,11 +201,11 @@ class Summary:
             ("retries this run", f"{self.retries:,}"),
             ("elapsed", timing),
             ("servers", f"{len(self.servers)} ({self.usable_servers} usable), {self.gpus or len(self.servers)} GPUs"),
-            ("decode tok/s (servers, aggregate)", fleet),
-            ("decode tok/s per GPU", per_gpu),
+            ("decode tok/s (servers, aggregate)", scaled(fleet, self.time_scale)),
+            ("decode tok/s per GPU", scaled(per_gpu, self.time_scale)),
             ("decode rate vs the hardware", self.expected or "-"),
-            ("completions/s (client)", f"{self.completions_per_s:,.2f}"),
-            ("output tok/s (client-effective)", f"{self.client_tok_s:,.0f}"),
+            ("completions/s (client)", scaled(f"{self.completions_per_s:,.2f}", self.time_scale)),
+            ("output tok/s (client-effective)", scaled(f"{self.client_tok_s:,.0f}", self.time_scale)),
             ("avg output tokens", f"{self.avg_output_tokens:,.1f}"),
             ("answers cut at max_tokens", cut_text(self.truncated, self.answers, self.max_tokens)),
             ("abandoned on read timeouts (overload)", self._wasted()),

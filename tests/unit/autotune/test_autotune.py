@@ -244,3 +244,42 @@ def test_a_change_becomes_profile_flags_within_the_allow_list() -> None:
     assert new.flags == {"x": 1, "mamba-radix-cache-strategy": "auto", "disable-radix-cache": True,
                          "max-running-requests": 96}  # fmt: skip
     assert profile.flags == {"mamba-scheduler-strategy": "extra_buffer", "x": 1}
+
+
+def test_a_change_of_the_models_outputs_is_never_tried_unless_the_profile_names_it() -> None:
+    """The tuner allowed everything ("allow" naming every flag) still leaves --kv-cache-dtype fp8 alone: it
+    changes the model's outputs, and only autotune.allow_output_changes lets it through."""
+    fp8 = "--kv-cache-dtype fp8_e4m3"
+    fleet = ScriptedFleet(allow=("kv-cache-dtype", "max-running-requests"))
+    tuner, events = tuned(fleet)
+    drive(fleet, tuner, 40, [verdict(fp8)])
+    assert fleet.calls == [] and tuner.changes == []
+    (note,) = [str(e["text"]) for e in events if e["step"] == "note"]
+    assert "changes the model's outputs" in note and "autotune.allow_output_changes" in note
+
+    fleet = ScriptedFleet(allow=("max-running-requests",))
+    tuner, events = tuned(fleet, allow_output_changes=["kv-cache-dtype"])
+    fleet.allow = ()
+    tuner.actuator = _OutputsAllowed(fleet, ("kv-cache-dtype",))  # the fleet's refusal reads the same field
+    drive(fleet, tuner, 40, [verdict(fp8)])
+    assert fleet.calls[0] == ("apply", fp8, ["http://s0"])
+
+
+class _OutputsAllowed:
+    """A scripted fleet whose refusal is the fleet's own, with the profile's allow_output_changes."""
+
+    def __init__(self, fleet: ScriptedFleet, outputs: Sequence[str]) -> None:
+        self.fleet, self.outputs = fleet, outputs
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.fleet, name)
+
+    def refuse(self, change: str) -> str | None:
+        return refusal(change, self.fleet.allow, self.outputs)
+
+
+def test_the_fleet_refuses_an_output_change_the_profile_does_not_name() -> None:
+    allow = [*AutotuneSpec().allow, "kv-cache-dtype", "quantization"]
+    assert "allow_output_changes" in str(refusal("--quantization fp8", allow))
+    assert refusal("--quantization fp8", AutotuneSpec().allow, ["quantization"]) is None
+    assert refusal("--max-running-requests 96", AutotuneSpec().allow) is None

@@ -20,6 +20,7 @@ from tokenmill.config import DoctorSpec
 from tokenmill.doctor import DoctorState, Observation, PlannerPredictor, Verdict, diagnose, format_verdicts
 from tokenmill.doctor.engine import headline, touches_state
 from tokenmill.doctor.oneshot import Settling
+from tokenmill.doctor.outputs import WARNING as OUTPUT_WARNING
 from tokenmill.monitor.fleet import ServerView
 from tokenmill.report.status import read_status
 from tokenmill.run.progress import Tracker
@@ -65,7 +66,9 @@ def test_a_dense_server_with_a_full_kv_pool_gets_kv_advice_and_no_state_flag() -
     verdicts = doctor(obs)
     top = sound(verdicts, obs)
     assert (top.rule, top.binds) == ("kv-bound", "KV cache")
-    assert top.changes[0] == "--kv-cache-dtype fp8_e4m3"
+    # the change that keeps the model's outputs first; the fp8 KV cache (it changes them) after it, apart
+    assert top.changes[0].startswith("--mem-fraction-static")
+    assert top.changes[-1] == "--kv-cache-dtype fp8_e4m3"
     assert not any("mamba" in c for v in verdicts for c in v.changes)
 
 
@@ -119,7 +122,8 @@ def test_prefill_heavy_is_the_headline_when_prefill_dominates() -> None:
     assert (top.rule, top.binds) == ("prefill-heavy", "prefill")
     share = dict(top.evidence)["prefill share of GPU time (planner)"]
     assert int(share.rstrip("%")) >= 50
-    assert top.changes[0] == "--quantization fp8"
+    # fp8 weights carry the gain, and change the model's outputs: listed after the changes that keep them
+    assert top.best_change() == "--quantization fp8" == top.changes[-1]
     others = [v for v in verdicts if v is not top]
     assert others and all((v.impact or 0) < (top.impact or 0) / 4 for v in others), [v.line() for v in others]
 
@@ -145,6 +149,7 @@ def test_verdicts_are_ranked_by_impact_not_by_the_table() -> None:
     assert state.update([top, clear]) and state.shown[0].rule == second.rule
     text = format_verdicts(verdicts, 2)
     assert text.startswith("binding resource: prefill (prefill heavy); best change: --quantization fp8, +")
+    assert text.splitlines()[0].endswith(f"({OUTPUT_WARNING})")
 
 
 def test_explicit_max_running_stays_in_the_before_picture_and_fp8_weights_are_a_change() -> None:

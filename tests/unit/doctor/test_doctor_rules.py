@@ -119,17 +119,22 @@ def test_state_pool_full_without_server_info() -> None:
 
 
 def test_kv_bound() -> None:
+    """The recorded server: 4 of 64 run, 8 wait, because each reserves its prompt and whole output (ignore_eos) in
+    8,192 tokens. Its pool is sized by --max-total-tokens, so a larger static share would not grow it; the change
+    that keeps the model's outputs comes first, the fp8 KV cache (it changes them) after it."""
     found = verdicts(observe("kv_bound"))
-    assert "state-pool-bound" not in found
+    assert "state-pool-bound" not in found and "running-cap" not in found
     v = found["kv-bound"]
-    assert evidence(v)["KV pool usage"] == "96%"
-    assert v.changes == ("--kv-cache-dtype fp8_e4m3", "--mem-fraction-static 0.88")
+    assert evidence(v)["running / max running"] == "4/64"
+    assert evidence(v)["requests that fit at full length"] == "4 x 2,044 tokens in 8,192"
+    assert v.changes == ("--max-total-tokens 16384", "--kv-cache-dtype fp8_e4m3")
 
 
 def test_retractions_sglang() -> None:
+    """The recorded server: the retraction counter at 1, 3, 3, 3, 4 over 24 s."""
     v = verdicts(observe("retractions"))["retractions"]
     rate = float(evidence(v)["retractions per minute"])
-    assert rate == pytest.approx(40.0)  # 2 every 3 s
+    assert rate == pytest.approx(7.5)  # 3 in 24 s
     assert v.changes == ("--schedule-conservativeness 1.3",)
 
 
@@ -181,10 +186,12 @@ def test_client_underfeeding_is_a_hint_when_the_client_is_unknown() -> None:
     v = verdicts(observe("underfeeding", client={}))["client-underfeeding"]
     assert v.severity == "info"
     assert evidence(v)["client in flight / limit"] == "unknown"
+    assert v.changes == ()  # no --concurrency without the client's limit it would rest on
 
 
 def test_no_underfeeding_when_the_client_is_below_its_limit() -> None:
-    assert "client-underfeeding" not in verdicts(observe("underfeeding", client={"inflight": 8, "limit": 64}))
+    found = verdicts(observe("underfeeding", client={"inflight": 8, "limit": 64}))
+    assert "client-underfeeding" not in found and "under-fed" in found
 
 
 def test_server_down() -> None:
@@ -220,11 +227,28 @@ def test_client_bound() -> None:
     assert "client-underfeeding" not in found
 
 
+RECORDED = ("kv_bound", "retractions", "idle", "underfeeding", "compute_bound")
+
+
+def test_each_fixture_says_where_it_comes_from() -> None:
+    """Recorded from a real server (SGLang by scripts/record_doctor_fixtures.py, or the vLLM recording), or written
+    from SGLang's metric definitions where no small real server shows the situation; kv_bound and retractions are
+    recorded."""
+    for path in sorted(FIXTURES.glob("*.yaml")):
+        about = fixture(path.stem)["about"]
+        assert about.startswith(("Recorded from a real SGLang 0.5.23 CPU server", "Written from SGLang's metric")) or (
+            about.startswith("The recorded vLLM")
+        ), (path.stem, about)
+    for name in RECORDED:
+        assert fixture(name)["about"].startswith("Recorded from a real SGLang 0.5.23 CPU server"), name
+
+
 FIRES = {
     "state_bound_no_buffer": "state-pool-bound",
     "state_bound_extra_buffer": "state-pool-bound",
     "state_pool_full": "state-pool-bound",
     "kv_bound": "kv-bound",
+    "idle": "idle",
     "retractions": "retractions",
     "vllm_preemptions": "retractions",
     "scheduler_conservative": "scheduler-conservative",
@@ -245,6 +269,7 @@ def test_every_rule_is_covered() -> None:
     # (tests/unit/run/test_overload.py), uploads-behind the upload backlog (tests/unit/run/test_upload_health.py)
     covered = set(FIRES.values()) | {"server-down", "flapping", "client-bound", "compute-bound", "truncated"}
     covered |= {"queue-timeout", "uploads-behind"}
+    covered |= {"under-fed"}  # the underfeeding fixture with the client below its limit (test_full_server.py)
     assert covered == set(RULE_IDS)
 
 

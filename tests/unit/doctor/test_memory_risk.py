@@ -7,6 +7,7 @@ from __future__ import annotations
 from tests.unit.doctor.test_doctor_rules import observe
 from tokenmill.config import DoctorSpec, PlannerSpec
 from tokenmill.doctor import PlannerPredictor, Verdict, diagnose
+from tokenmill.doctor.outputs import changes_outputs
 from tokenmill.planner.hardware import GpuCatalog
 
 MODEL, GPU = "qwen3.6-35b-a3b", "h200"
@@ -22,7 +23,9 @@ def test_a_larger_static_share_is_a_ranked_prediction_with_its_memory_risk() -> 
     change = next(c for c in v.changes if c.startswith("--mem-fraction-static"))
     pred = v.prediction(change)
     assert pred is not None and pred.source == "planner" and pred.gain is not None and pred.gain > 0
-    assert v.changes.index(change) == sorted(v.changes, key=lambda c: -(v.prediction(c).gain or 0)).index(change)
+    # ranked by gain among the changes that keep the model's outputs (those that change them come after)
+    same = [c for c in v.changes if not changes_outputs(c)]
+    assert same.index(change) == sorted(same, key=lambda c: -(v.prediction(c).gain or 0)).index(change)
     risk = pred.memory
     assert risk is not None
     value = float(change.split()[1])

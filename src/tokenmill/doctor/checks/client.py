@@ -84,8 +84,13 @@ def client_underfeeding(o: ServerObs, c: ClientObs, t: DoctorSpec) -> Finding | 
             ("server decode tok/s", rate_text(v, v.decode_tok_s)),
         ),
         advice=f"The server could run {num(hold - v.running)} more requests but is not sent them: its queue is "
-        f"empty while the client sits at its in-flight limit. Raise the per-server concurrency to about {want} "
-        f"(`concurrency: {want}` in the job, or --concurrency {want}): what {held_by} holds, plus a small queue.",
+        + (
+            f"empty while the client sits at its in-flight limit. Raise the per-server concurrency to about {want} "
+            f"(`concurrency: {want}` in the job, or --concurrency {want}): what {held_by} holds, plus a small queue."
+            if cl.limit is not None
+            else "empty. Whether the client holds back is unknown (give `--output OUT` of the run, or "
+            "`--concurrency N`): at a run's tail, or with the client below its limit, this is expected."
+        ),
         candidates=(
             Candidate(
                 change=f"--concurrency {want}",

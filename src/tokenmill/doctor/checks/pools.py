@@ -8,7 +8,9 @@ from tokenmill.doctor.checks.signs import (
     HALF_DTYPES,
     at_cap,
     hybrid,
+    kv_admission,
     kv_reserve_full,
+    queue_text,
     running_text,
     state_capped,
     state_full,
@@ -73,18 +75,67 @@ def state_pool_bound(o: ServerObs, c: ClientObs, t: DoctorSpec) -> Finding | Non
 
 def kv_bound(o: ServerObs, c: ClientObs, t: DoctorSpec) -> Finding | None:
     v = o.view
-    if not v.healthy or not waiting(v, t) or v.kv_usage is None:
-        return None
-    reserve = kv_reserve_full(o, c)
-    if v.kv_usage < t.pool_full and reserve is None:
-        return None
-    if state_full(v, t):
+    why_held = kv_admission(o, c, t)
+    if why_held is None or state_full(v, t):
         return None  # both full: the state rule speaks for the pools
-    info = v.info
+    reserve = kv_reserve_full(o, c)
+    summary = f"{num(v.queued)} queued while running {running_text(v)}; KV pool {pct(v.kv_usage)}"
+    why = {
+        "full": "The KV cache is full and requests wait for room: the running requests' contexts fill it.",
+        "high": f"Requests wait while the server runs below its cap and the KV pool is {pct(v.kv_usage)} full: "
+        "SGLang admits a request only when its prompt and the output it reserves fit beside what the running "
+        "ones hold and reserve, so the KV pool, not the cap, holds the batch where it is.",
+        "reserve": "",
+    }[why_held]
+    if reserve is not None:
+        summary += f"; {reserve[0]} requests of up to {num(reserve[1])} tokens fill it"
+        if why_held == "reserve":
+            what = "its whole max_tokens" if c.ignore_eos else "the output it reserves (a share of max_tokens)"
+            why = (
+                f"Requests wait although the KV gauge shows room: SGLang admits a request only when its prompt and "
+                f"{what} fit beside what the running ones hold and reserve, and only {reserve[0]} requests of up "
+                f"to {num(reserve[1])} tokens fit in the pool at full length."
+            )
+    fits = f"{reserve[0]} x {num(reserve[1])} tokens in {num(advice.kv_tokens(o))}" if reserve else "-"
+    trim = advice.trained_max_tokens(c, t.truncated_target)
+    return Finding(
+        summary=summary,
+        evidence=(
+            ("queue", num(v.queued)),
+            ("running / max running", running_text(v)),
+            ("KV pool usage", pct(v.kv_usage)),
+            ("held back by", _HELD[why_held]),
+            ("tokens per running request", num(v.avg_context)),
+            ("requests that fit at full length", fits),
+            ("max_tokens (job)", num(c.max_tokens)),
+            ("answers not cut: median / p90 (client)", f"{num(c.completed_p50)} / {num(c.completed_p90)}"),
+            ("retractions per minute", num(v.preemptions_per_min)),
+            ("state pool usage", pct(v.state_usage)),
+        ),
+        advice=why + " Fixes, best first: a max_tokens near the longest answer the drafter will be trained on, "
+        "since each request reserves room for it"
+        + (f" (here {trim:,})" if trim is not None else " (a run's answer lengths give the number)")
+        + "; more memory for the pools (a larger --mem-fraction-static); on a hybrid model, memory moved from "
+        "the state pool; an fp8 KV cache holds twice the tokens but changes the model's outputs.",
+        candidates=tuple(_kv_fixes(o, c, t, trim)),
+    )
+
+
+_HELD = {
+    "full": "the KV pool is full",
+    "reserve": "one more request at full length does not fit (SGLang's admission reserve)",
+    "high": "the KV pool is high while running is below the cap",
+}
+
+
+def _kv_fixes(o: ServerObs, c: ClientObs, t: DoctorSpec, trim: int | None) -> list[Candidate]:
+    """The KV-admission fixes in the order of their cost to the corpus: a shorter limit (nothing lost but the
+    answers longer than the training will use), more memory, a smaller state pool, then an fp8 KV cache."""
+    v, info = o.view, o.view.info
     cands: list[Candidate] = []
-    if info is None or "fp8" not in (info.kv_cache_dtype or ""):
-        cands.append(advice.kv_fp8(o))
-    more = advice.mem_fraction(o)
+    if trim is not None:
+        cands.append(advice.max_tokens(o, c, trim))
+    more = advice.mem_fraction(o) or advice.kv_tokens_flag(o)
     if more is not None:
         cands.append(more)
     if hybrid(v) and info is not None:
@@ -92,31 +143,9 @@ def kv_bound(o: ServerObs, c: ClientObs, t: DoctorSpec) -> Finding | None:
             cands.append(advice.bf16_state(o))
         elif info.radix_cache and (v.state_usage or 0) < t.pool_roomy:
             cands.append(advice.state_ratio(o, 0.5))
-    fits = f"{reserve[0]} x {num(reserve[1])} tokens in {num(advice.kv_tokens(o))}" if reserve else None
-    summary = f"KV pool {pct(v.kv_usage)} with {num(v.queued)} queued; running {running_text(v)}"
-    why = "The KV cache is full and requests wait for room: the running requests' contexts fill it."
-    if reserve is not None:
-        summary += f"; {reserve[0]} requests of up to {num(reserve[1])} tokens fill it"
-        why = (
-            f"Requests wait although the KV gauge shows room: SGLang admits a request only when its prompt and "
-            f"its whole max_tokens fit beside the running ones, and only {reserve[0]} requests of up to "
-            f"{num(reserve[1])} tokens fit in the pool."
-        )
-    return Finding(
-        summary=summary,
-        evidence=(
-            ("KV pool usage", pct(v.kv_usage)),
-            ("queue", num(v.queued)),
-            ("running / max running", running_text(v)),
-            ("tokens per running request", num(v.avg_context)),
-            ("requests that fit at full length", fits or "-"),
-            ("retractions per minute", num(v.preemptions_per_min)),
-            ("state pool usage", pct(v.state_usage)),
-        ),
-        advice=why + " Give the KV pool more memory (fp8 KV cache, a larger --mem-fraction-static) or generate "
-        "shorter outputs (sampling.max_tokens).",
-        candidates=tuple(cands),
-    )
+    if info is None or "fp8" not in (info.kv_cache_dtype or ""):
+        cands.append(advice.kv_fp8(o))
+    return cands
 
 
 def retractions(o: ServerObs, c: ClientObs, t: DoctorSpec) -> Finding | None:
@@ -159,7 +188,7 @@ def scheduler_conservative(o: ServerObs, c: ClientObs, t: DoctorSpec) -> Finding
     return Finding(
         summary=f"{num(v.queued)} queued while running {running_text(v)} and KV {pct(v.kv_usage)}",
         evidence=(
-            ("queue", num(v.queued)),
+            ("queue", queue_text(v)),
             ("running / max running", running_text(v)),
             ("KV pool usage", pct(v.kv_usage)),
             ("state pool usage", pct(v.state_usage)),

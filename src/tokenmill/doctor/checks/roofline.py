@@ -8,7 +8,7 @@ from tokenmill.doctor.checks.signs import (
     HALF_DTYPES,
     at_cap,
     compute_side,
-    kv_reserve_full,
+    kv_admission,
     rate_text,
     roofline_text,
     running_text,
@@ -27,8 +27,8 @@ def running_cap(o: ServerObs, c: ClientObs, t: DoctorSpec) -> Finding | None:
         return None
     if state_capped(o, t) and not state_sized_to_cap(v):
         return None  # the state pool's cap: the state rule speaks
-    if (v.kv_usage is not None and v.kv_usage >= t.pool_full) or state_full(v, t) or kv_reserve_full(o, c):
-        return None  # a full pool: its rule speaks
+    if kv_admission(o, c, t) is not None or state_full(v, t):
+        return None  # a pool holds admission back: its rule speaks
     cands: list[Candidate] = []
     if v.engine == "sglang":
         if state_sized_to_cap(v):
@@ -43,8 +43,8 @@ def running_cap(o: ServerObs, c: ClientObs, t: DoctorSpec) -> Finding | None:
         cands += [fp8] if fp8 is not None else []
     per_req = (v.decode_tok_s or 0) / v.running if v.running else None
     return Finding(
-        summary=f"running {running_text(v)} at its cap with {num(v.queued)} queued; KV {pct(v.kv_usage)}, "
-        f"state {pct(v.state_usage)}",
+        summary=f"running {running_text(v)} at its cap with {num(v.queued)} queued; "
+        f"KV {pct(v.kv_usage)}, state {pct(v.state_usage)}",
         evidence=(
             ("running / max running", running_text(v)),
             ("queue", num(v.queued)),

@@ -24,11 +24,24 @@ def waiting(v: ServerView, t: DoctorSpec) -> bool:
     return v.queued is not None and v.queued >= t.queue_waiting
 
 
+def peak(v: ServerView) -> float | None:
+    """The most requests seen running at once in the window (the mean when the peak is unknown)."""
+    return v.running_peak if v.running_peak is not None else v.running
+
+
 def at_cap(v: ServerView, t: DoctorSpec) -> bool:
     """The server reached its running cap in the window. SGLang writes its gauges at batch boundaries, so a
-    window mean of them lags; the peak shows a cap that binds."""
-    running = v.running_peak if v.running_peak is not None else v.running
+    window mean of them lags; the peak shows a cap that binds (:func:`running_text` shows it beside the mean)."""
+    running = peak(v)
     return running is not None and bool(v.max_running) and running >= t.at_cap * (v.max_running or 0)
+
+
+def below_cap(v: ServerView, t: DoctorSpec) -> bool:
+    """Over the window the server ran below its cap: the mean running short of ``at_cap`` of it (an unknown cap
+    counts as below: nothing says the cap binds)."""
+    if v.running is None:
+        return False
+    return not v.max_running or v.running < t.at_cap * v.max_running
 
 
 def state_capped(o: ServerObs, t: DoctorSpec) -> bool:
@@ -113,7 +126,38 @@ def rate_text(v: ServerView, rate: float | None) -> str:
 
 
 def running_text(v: ServerView) -> str:
-    return f"{num(v.running)}/{v.max_running if v.max_running else '?'}"
+    """Running over the cap as the window's mean, with its peak beside it when that differs: the rules decide
+    "at the cap" on the peak and "below the cap" on the mean, so both numbers they decide on are shown."""
+    text = f"{num(v.running)}/{v.max_running if v.max_running else '?'}"
+    top = v.running_peak
+    if top is not None and v.running is not None and round(top) != round(v.running):
+        text += f" (mean; peak {num(top)})"
+    return text
+
+
+def queue_text(v: ServerView) -> str:
+    """The window's mean queue, with its least when that differs (a rule that asks whether the queue ever
+    emptied decides on the least)."""
+    text = num(v.queued)
+    if v.queued_min is not None and v.queued is not None and round(v.queued_min) != round(v.queued):
+        text += f" (mean; least {num(v.queued_min)})"
+    return text
+
+
+def kv_admission(o: ServerObs, c: ClientObs, t: DoctorSpec) -> str | None:
+    """Why the KV pool holds admission back while requests wait, or None: the pool is full, one more request at
+    full length would not fit beside what the running ones hold and reserve, or the pool is high (``pool_roomy``)
+    while the server runs below its cap (what stops more requests is not the cap, so it is the KV pool)."""
+    v = o.view
+    if not v.healthy or not waiting(v, t) or v.kv_usage is None:
+        return None
+    if v.kv_usage >= t.pool_full:
+        return "full"
+    if kv_reserve_full(o, c) is not None:
+        return "reserve"
+    if v.kv_usage >= t.pool_roomy and below_cap(v, t):
+        return "high"
+    return None
 
 
 def compute_side(o: ServerObs) -> bool:
