@@ -22,7 +22,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from operator import le
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from tokenmill.backends.templating import ChatTemplater
 from tokenmill.errors import ConfigError, PermanentError
@@ -104,14 +104,17 @@ class LeftOut(Exception):
 TEXT_APIS = ("openai-completions", "sglang-generate")  # a plain-text prompt is sent as it is, no chat template
 
 
-def job_setting(target: str | Path, key: str) -> str | None:
+def job_setting(target: str | Path, key: Literal["tokenizer", "api"]) -> str | None:
     """A string setting (`tokenizer`, `api`) of the job an output directory records (None for a prefix, or a
     job without it)."""
     text = str(target)
     if "://" in text or not Path(text).is_dir():
         return None
     record = read_record(Path(text))
-    return record.setting(key) if record is not None else None
+    job = record.job() if record is not None else None
+    if job is None:
+        return record.setting(key) if record is not None else None  # a record this version cannot validate
+    return job.tokenizer if key == "tokenizer" else job.api
 
 
 def _plain_text(rec: CompletionRecord, api: str | None) -> bool:

@@ -223,7 +223,9 @@ def _job_store(out: Path) -> tuple[Store | None, str | None, str | None]:
     cannot be opened, and the job's id."""
     record = read_record(out)
     job_id = record.job_id or None if record is not None else None
-    if record is None or not record.section("output").get("remote"):
+    job = record.job() if record is not None else None
+    remote = job.output.remote if job is not None else record.section("output").get("remote") if record else None
+    if not remote:
         return None, None, job_id
     try:
         url, options, _ = remote_target(out)
