@@ -19,6 +19,10 @@ are written when the run captured them (``save_token_ids``): ``prompt_token_ids`
 answer given to several prompts) or outside a completion-token range; empty completions are never exported. The
 counts say what was kept and why the rest was dropped.
 
+Records are read typed (:class:`~tokenmill.records.read.CompletionRecord`). Ids keep the record's JSON type (an
+integer id stays an integer; the parquet and hf ``id`` column holds its string); a table row's ``finish_reason``
+is ``length`` when any turn was cut.
+
 A job with ``samples: N`` exports one row per answer (its id ``{id}_gen{k}``, the input row's id in
 ``primary_id``, ``sample`` k), or with ``samples="grouped"`` one row per prompt, ``{"id", "answers": [...]}``
 (:mod:`tokenmill.quality.samples`; JSON lines formats only).

@@ -7,7 +7,9 @@ read. The ids are the server's own when the run captured them (``save_token_ids`
 else the conversation rendered through the model's chat template and tokenised (``"template"``). ``per_turn``
 writes one row per assistant turn (``{id}_turn{k}``, with ``primary_id`` and ``turn``): the turn's context as
 it was sent, earlier answers without their reasoning, only that turn supervised. ``max_length`` cuts rows; a
-row left with no supervised token is left out with its reason, never dropped unsaid.
+row left with no supervised token is left out with its reason, never dropped unsaid. A row's ``finish_reason``
+is ``length`` when any turn of its conversation was cut (a per-turn row: its turn's own); ``id`` keeps the
+record's JSON type.
 
 The round-trip check renders each record with server ids (prompt + answer, per turn) through the tokenizer's chat
 template and compares the ids with the server's: where they differ, a trainer that re-renders the text would see
