@@ -10,10 +10,13 @@ import orjson
 
 from tests.factories import completion
 from tokenmill.config import parse_job
+from tokenmill.errors import PermanentError
 from tokenmill.output.identity import JobRecord
 from tokenmill.quality.signals import signals
-from tokenmill.records import Turn, encode
+from tokenmill.records import Generation, Prompt, Turn, encode
 from tokenmill.records.read import CompletionRecord, id_key
+from tokenmill.run.work import RecordMaker, Work
+from tokenmill.sources.samples import expand
 
 USER = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "q1"}, {"role": "user", "content": "q2"}]
 
@@ -73,3 +76,14 @@ def test_the_job_reads_back_as_the_typed_spec(tmp_path: Path) -> None:
     typed = record.job()
     assert typed is not None and typed.sampling.max_tokens == job.sampling.max_tokens and typed.tokenizer == "t"
     assert JobRecord.from_json({"spec": {"servers": "not a list"}}).job() is None  # unreadable: None, not a raise
+
+
+def test_a_sampled_integer_id_keeps_its_type_as_the_primary_id() -> None:
+    row = Prompt(id="7", messages=[{"role": "user", "content": "q"}], id_value=7)
+    first, second = list(expand(iter([row]), 2, None))
+    maker = RecordMaker(model="m", sampling={}, wall=lambda: 1.0)
+    gen = Generation("a", "stop", 1, 1)
+    written = [orjson.loads(encode(maker.completion(Work(p), gen, "http://s", 0.1))) for p in (first, second)]
+    assert [(r["id"], r["primary_id"]) for r in written] == [("7_gen0", 7), ("7_gen1", 7)]
+    assert orjson.loads(encode(maker.completion(Work(row), gen, "http://s", 0.1)))["id"] == 7
+    assert maker.failure(Work(row), PermanentError("no"), "http://s").id == 7
