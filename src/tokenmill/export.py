@@ -19,6 +19,10 @@ are written when the run captured them (``save_token_ids``): ``prompt_token_ids`
 answer given to several prompts) or outside a completion-token range; empty completions are never exported. The
 counts say what was kept and why the rest was dropped.
 
+Records are read typed (:class:`~tokenmill.records.read.CompletionRecord`). Ids keep the record's JSON type (an
+integer id stays an integer; the parquet and hf ``id`` column holds its string); a table row's ``finish_reason``
+is ``length`` when any turn was cut.
+
 A job with ``samples: N`` exports one row per answer (its id ``{id}_gen{k}``, the input row's id in
 ``primary_id``, ``sample`` k), or with ``samples="grouped"`` one row per prompt, ``{"id", "answers": [...]}``
 (:mod:`tokenmill.quality.samples`; JSON lines formats only).
@@ -41,7 +45,7 @@ from tokenmill.fsio import atomic_file
 from tokenmill.quality.records import DuplicateFinder, answer_chars, record_quality, selected
 from tokenmill.quality.registry import REASONS
 from tokenmill.quality.samples import SampleGroups
-from tokenmill.records import Message
+from tokenmill.records.read import CompletionRecord, id_key
 from tokenmill.storage.corpus import Corpus, open_corpus
 from tokenmill.tokens import LeftOut, TokenCounts, TokenOptions, TokenRows, job_setting
 
@@ -123,35 +127,9 @@ class ExportCounts:
         }
 
 
-def conversation(rec: dict[str, Any], reasoning: bool) -> list[Message]:
-    """The prompt's turns with the generated assistant turn(s) in place."""
-    prompt = rec.get("prompt")
-    given: list[Message] = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else list(prompt or [])
-    turns = rec.get("turns")
-    answers = turns if turns else [rec]
-    out: list[Message] = []
-    users_seen = 0
-    for msg in given:
-        out.append({"role": msg["role"], "content": msg["content"]})
-        if msg["role"] == "user" and turns:
-            out.append(_assistant(answers[users_seen], reasoning))
-            users_seen += 1
-    if not turns:
-        out.append(_assistant(rec, reasoning))
-    return out
-
-
-def _assistant(answer: dict[str, Any], reasoning: bool) -> Message:
-    msg: Message = {"role": "assistant", "content": answer.get("completion", "")}
-    if reasoning and answer.get("reasoning_content"):
-        msg["reasoning_content"] = answer["reasoning_content"]
-    return msg
-
-
-def drop_reason(rec: dict[str, Any], opts: ExportOptions, duplicates: DuplicateFinder | None = None) -> str | None:
+def drop_reason(rec: CompletionRecord, opts: ExportOptions, duplicates: DuplicateFinder | None = None) -> str | None:
     """Why a record is left out under ``opts``, or None to keep it (``duplicates`` remembers the answers kept)."""
-    answers = rec.get("turns") or [rec]
-    if any(not (a.get("completion") or "").strip() for a in answers):
+    if any(not a.text.strip() for a in rec.answers):
         return "empty completion"
     if opts.drop:
         quality = record_quality(rec)
@@ -159,7 +137,7 @@ def drop_reason(rec: dict[str, Any], opts: ExportOptions, duplicates: DuplicateF
         chosen = selected(quality["flags"], repeat, opts.drop)
         if chosen is not None:
             return DROP_REASONS.get(chosen, chosen)
-    tokens = rec.get("completion_tokens")
+    tokens = rec.completion_tokens
     if opts.min_tokens is not None and (tokens is None or tokens < opts.min_tokens):
         return f"fewer than {opts.min_tokens} completion tokens"
     if opts.max_tokens is not None and (tokens is None or tokens > opts.max_tokens):
@@ -167,26 +145,29 @@ def drop_reason(rec: dict[str, Any], opts: ExportOptions, duplicates: DuplicateF
     return None
 
 
-def _repeats(rec: dict[str, Any], quality: dict[str, Any], duplicates: DuplicateFinder) -> bool:
-    return duplicates.seen(str(rec.get("id")), quality["answer_hash"], answer_chars(rec)) is not None
+def _repeats(rec: CompletionRecord, quality: dict[str, Any], duplicates: DuplicateFinder) -> bool:
+    return duplicates.seen(rec.key, quality["answer_hash"], answer_chars(rec)) is not None
 
 
-def _token_ids(rec: dict[str, Any]) -> dict[str, Any]:
-    turns = rec.get("turns")
-    if turns:
-        if any("completion_token_ids" in t for t in turns):
-            keys = ("prompt_token_ids", "completion_token_ids")
-            return {"turn_token_ids": [{k: t.get(k) for k in keys} for t in turns]}
+def _token_ids(rec: CompletionRecord) -> dict[str, Any]:
+    if rec.turns:
+        if any(t.completion_token_ids is not None for t in rec.turns):
+            return {
+                "turn_token_ids": [
+                    {"prompt_token_ids": t.prompt_token_ids, "completion_token_ids": t.completion_token_ids}
+                    for t in rec.turns
+                ]
+            }
         return {}
-    if rec.get("completion_token_ids") is None:
+    if rec.answer.completion_token_ids is None:
         return {}
-    return {"prompt_token_ids": rec.get("prompt_token_ids"), "completion_token_ids": rec["completion_token_ids"]}
+    return {"prompt_token_ids": rec.answer.prompt_token_ids, "completion_token_ids": rec.answer.completion_token_ids}
 
 
-def to_row(rec: dict[str, Any], opts: ExportOptions) -> dict[str, Any]:
-    """One exported JSON row in ``opts.format`` (the jsonl formats)."""
-    messages = conversation(rec, opts.reasoning == "keep")
-    row: dict[str, Any] = {"id": rec["id"]}
+def to_row(rec: CompletionRecord, opts: ExportOptions) -> dict[str, Any]:
+    """One exported JSON row in ``opts.format`` (the jsonl formats); the id keeps its JSON type."""
+    messages = rec.conversation(opts.reasoning == "keep")
+    row: dict[str, Any] = {"id": rec.id}
     if opts.format == "sharegpt":
         convo = []
         for m in messages:
@@ -199,9 +180,9 @@ def to_row(rec: dict[str, Any], opts: ExportOptions) -> dict[str, Any]:
         row["conversations"] = messages
     else:
         row["messages"] = messages
-    if rec.get("sample") is not None:  # samples: N — the id is {primary_id}_gen{sample}
-        row["primary_id"], row["sample"] = rec.get("primary_id"), rec["sample"]
-    row["thinking"] = rec.get("thinking")  # the mode as sent: true, false, or null (nothing sent)
+    if rec.sample is not None:  # samples: N — the id is {primary_id}_gen{sample}
+        row["primary_id"], row["sample"] = rec.primary_id, rec.sample
+    row["thinking"] = rec.thinking  # the mode as sent: true, false, or null (nothing sent)
     if opts.token_ids:
         row.update(_token_ids(rec))
     for key, value in kept_fields(rec, opts).items():
@@ -214,21 +195,24 @@ def to_row(rec: dict[str, Any], opts: ExportOptions) -> dict[str, Any]:
     return row
 
 
-def kept_fields(rec: dict[str, Any], opts: ExportOptions) -> dict[str, Any]:
+def kept_fields(rec: CompletionRecord, opts: ExportOptions) -> dict[str, Any]:
     """The record's input columns (``fields``) that ``opts.keep_fields`` carries into the export."""
-    fields = rec.get("fields") or {}
+    fields = rec.fields or {}
     if opts.keep_fields == "all":
         return dict(fields)
     return {k: fields[k] for k in opts.keep_fields if k in fields}
 
 
 def _kept(
-    corpus: Corpus, opts: ExportOptions, counts: ExportCounts, left_out: Callable[[dict[str, Any]], None] | None = None
-) -> Iterator[dict[str, Any]]:
+    corpus: Corpus,
+    opts: ExportOptions,
+    counts: ExportCounts,
+    left_out: Callable[[CompletionRecord], None] | None = None,
+) -> Iterator[CompletionRecord]:
     duplicates = DuplicateFinder()
     for rec in corpus.iter_live():
         counts.completed += 1
-        if "round" in rec:
+        if rec.round is not None:
             counts.regenerated += 1
         reason = drop_reason(rec, opts, duplicates)
         if reason is not None:
@@ -328,23 +312,23 @@ def _refuse_empty(counts: ExportCounts, opts: ExportOptions, dest: Path) -> None
     )
 
 
-def _table_rows(rec: dict[str, Any], opts: ExportOptions) -> dict[str, Any]:
-    messages = conversation(rec, opts.reasoning == "keep")
+def _table_rows(rec: CompletionRecord, opts: ExportOptions) -> dict[str, Any]:
+    messages = rec.conversation(opts.reasoning == "keep")
     ids = _token_ids(rec) if opts.token_ids else {}
     return {
-        "id": rec["id"],
+        "id": rec.key,  # a table column has one type: the id's canonical string
         "messages": [
             {"role": m["role"], "content": m["content"], "reasoning_content": m.get("reasoning_content")}
             for m in messages
         ],
-        "finish_reason": rec.get("finish_reason"),
-        "prompt_tokens": rec.get("prompt_tokens"),
-        "completion_tokens": rec.get("completion_tokens"),
+        "finish_reason": rec.finish_reason,  # "length" when any turn was cut
+        "prompt_tokens": rec.prompt_tokens,
+        "completion_tokens": rec.completion_tokens,
         "prompt_token_ids": ids.get("prompt_token_ids"),
         "completion_token_ids": ids.get("completion_token_ids"),
-        "thinking": rec.get("thinking"),
-        "primary_id": rec.get("primary_id"),
-        "sample": rec.get("sample"),
+        "thinking": rec.thinking,
+        "primary_id": None if rec.primary_id is None else id_key(rec.primary_id),
+        "sample": rec.sample,
         "fields": orjson.dumps(kept).decode() if (kept := kept_fields(rec, opts)) else None,
     }
 

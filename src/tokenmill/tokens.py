@@ -7,7 +7,9 @@ read. The ids are the server's own when the run captured them (``save_token_ids`
 else the conversation rendered through the model's chat template and tokenised (``"template"``). ``per_turn``
 writes one row per assistant turn (``{id}_turn{k}``, with ``primary_id`` and ``turn``): the turn's context as
 it was sent, earlier answers without their reasoning, only that turn supervised. ``max_length`` cuts rows; a
-row left with no supervised token is left out with its reason, never dropped unsaid.
+row left with no supervised token is left out with its reason, never dropped unsaid. A row's ``finish_reason``
+is ``length`` when any turn of its conversation was cut (a per-turn row: its turn's own); ``id`` keeps the
+record's JSON type.
 
 The round-trip check renders each record with server ids (prompt + answer, per turn) through the tokenizer's chat
 template and compares the ids with the server's: where they differ, a trainer that re-renders the text would see
@@ -22,65 +24,18 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from operator import le
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from tokenmill.backends.templating import ChatTemplater
 from tokenmill.errors import ConfigError, PermanentError
 from tokenmill.output.identity import read_record
 from tokenmill.records import Message
+from tokenmill.records.read import Answer, CompletionRecord
 from tokenmill.storage.corpus import Corpus, open_corpus
 from tokenmill.storage.place import is_url
 
 EXCERPT_TOKENS = 8  # tokens shown on each side of a first difference
 EXAMPLES = 5  # differing records shown by the round-trip check
-
-
-# -- the conversation a record holds ----------------------------------------------------------------------------
-
-
-def _answers(rec: dict[str, Any]) -> list[dict[str, Any]]:
-    """The record's generated assistant turns, in order (one for a single-turn record)."""
-    turns = rec.get("turns")
-    return list(turns) if turns else [rec]
-
-
-def _assistant(answer: dict[str, Any], reasoning: bool) -> Message:
-    msg: Message = {"role": "assistant", "content": answer.get("completion") or ""}
-    if reasoning and answer.get("reasoning_content"):
-        msg["reasoning_content"] = answer["reasoning_content"]
-    return msg
-
-
-def turn_conversations(rec: dict[str, Any]) -> list[list[Message]]:
-    """One conversation per generated turn, ending with that turn's answer (with its reasoning): the context the
-    server was sent for it (earlier answers as the run sent them, content only) plus the answer."""
-    prompt = rec.get("prompt")
-    given: list[Message] = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else list(prompt or [])
-    answers = _answers(rec)
-    if not rec.get("turns"):
-        return [[*({"role": m["role"], "content": m["content"]} for m in given), _assistant(rec, True)]]
-    out: list[list[Message]] = []
-    history: list[Message] = []
-    for msg in given:
-        history.append({"role": msg["role"], "content": msg["content"]})
-        if msg["role"] == "user" and len(out) < len(answers):
-            answer = answers[len(out)]
-            out.append([*history, _assistant(answer, True)])
-            history.append(_assistant(answer, False))
-    return out
-
-
-def whole_conversation(rec: dict[str, Any]) -> list[Message]:
-    """The record's conversation with every generated answer in place (each with its reasoning)."""
-    convos = turn_conversations(rec)
-    last = list(convos[-1])
-    answers = _answers(rec)
-    k = 0
-    for i, msg in enumerate(last):
-        if msg["role"] == "assistant" and k < len(answers):
-            last[i] = _assistant(answers[k], True)
-            k += 1
-    return last
 
 
 # -- rows ---------------------------------------------------------------------------------------------------------
@@ -152,19 +107,22 @@ class LeftOut(Exception):
 TEXT_APIS = ("openai-completions", "sglang-generate")  # a plain-text prompt is sent as it is, no chat template
 
 
-def job_setting(target: str | Path, key: str) -> str | None:
+def job_setting(target: str | Path, key: Literal["tokenizer", "api"]) -> str | None:
     """A string setting (`tokenizer`, `api`) of the job an output directory records (None for a prefix, or a
     job without it)."""
     text = str(target)
     if is_url(text) or not Path(text).is_dir():
         return None
     record = read_record(Path(text))
-    return record.setting(key) if record is not None else None
+    job = record.job() if record is not None else None
+    if job is None:
+        return record.setting(key) if record is not None else None  # a record this version cannot validate
+    return job.tokenizer if key == "tokenizer" else job.api
 
 
-def _plain_text(rec: dict[str, Any], api: str | None) -> bool:
+def _plain_text(rec: CompletionRecord, api: str | None) -> bool:
     """Whether the record's prompt went to the server as plain text (no chat template)."""
-    return isinstance(rec.get("prompt"), str) and api in TEXT_APIS
+    return isinstance(rec.prompt, str) and api in TEXT_APIS
 
 
 class TokenRows:
@@ -188,14 +146,14 @@ class TokenRows:
             self._templater = ChatTemplater(self.tokenizer)
         return self._templater
 
-    def rows(self, rec: dict[str, Any]) -> list[dict[str, Any]]:
+    def rows(self, rec: CompletionRecord) -> list[dict[str, Any]]:
         """The token rows of one record (one, or one per turn); :class:`LeftOut` when none is left."""
-        rid = str(rec["id"])
-        answers = _answers(rec)
-        has_ids = all(a.get("completion_token_ids") and a.get("prompt_token_ids") for a in answers)
+        rid = rec.key
+        answers = rec.answers
+        has_ids = all(a.has_ids for a in answers)
         built: list[tuple[list[int], list[int], str, int | None]] = []  # ids, mask, source, turn
         if self.opts.per_turn:
-            convos = turn_conversations(rec) if not has_ids else [[] for _ in answers]
+            convos = rec.turn_conversations() if not has_ids else [[] for _ in answers]
             for k, answer in enumerate(answers):
                 if has_ids:
                     ids, mask = self._server_turn(answer)
@@ -210,11 +168,11 @@ class TokenRows:
             else:
                 self.counts.notes["multi-turn server ids do not extend one another: rendered instead"] += 1
                 why = "for multi-turn records whose turns' ids do not extend one another (or use --per-turn)"
-                built.append((*self._rendered(whole_conversation(rec), last_only=False, why=why), "template", None))
+                built.append((*self._rendered(rec.conversation(), last_only=False, why=why), "template", None))
         elif _plain_text(rec, self.api):
             built.append((*self._plain(rec), "template", None))
         else:
-            built.append((*self._rendered(whole_conversation(rec), last_only=False), "template", None))
+            built.append((*self._rendered(rec.conversation(), last_only=False), "template", None))
         out: list[dict[str, Any]] = []
         reasons: list[str] = []
         for ids, mask, source, turn in built:
@@ -224,15 +182,16 @@ class TokenRows:
                 if self.opts.per_turn and len(built) > 1:
                     self.counts.turns_left_out[reason] += 1
                 continue
-            row: dict[str, Any] = {"id": rid if turn is None else f"{rid}_turn{turn}"}
+            row: dict[str, Any] = {"id": rec.id if turn is None else f"{rid}_turn{turn}"}  # the id's JSON type
             if turn is not None:
-                row["primary_id"] = rid
+                row["primary_id"] = rec.id
                 row["turn"] = turn
             row["input_ids"] = ids
             row["loss_mask"] = mask
             row["token_source"] = source
-            row["finish_reason"] = (answers[turn] if turn is not None else answers[-1]).get("finish_reason")
-            row["thinking"] = rec.get("thinking")  # the thinking mode as sent (null: none)
+            # a turn's own; the whole conversation's is "length" when any of its turns was cut
+            row["finish_reason"] = answers[turn].finish_reason if turn is not None else rec.finish_reason
+            row["thinking"] = rec.thinking  # the thinking mode as sent (null: none)
             self.counts.rows += 1
             self.counts.tokens += len(ids)
             self.counts.supervised += sum(mask)
@@ -245,11 +204,11 @@ class TokenRows:
 
     # -- from the server's ids --
 
-    def _completion(self, answer: dict[str, Any]) -> list[int]:
+    def _completion(self, answer: Answer) -> list[int]:
         """The answer's ids, ending with the end-of-turn token when the answer stopped (a server that leaves the
         stop token out of its ids gets it added, so the drafter learns where a turn ends, as trainers mask it)."""
-        ids = [int(t) for t in answer["completion_token_ids"]]
-        if answer.get("finish_reason") != "stop" or not self.tokenizer:
+        ids = [int(t) for t in answer.completion_token_ids or ()]
+        if answer.finish_reason != "stop" or not self.tokenizer:
             return ids
         templater = self.templater("to add the end-of-turn token")
         eot = templater.eos_token
@@ -259,17 +218,17 @@ class TokenRows:
             self.counts.end_of_turn_added += 1
         return ids
 
-    def _server_turn(self, answer: dict[str, Any]) -> tuple[list[int], list[int]]:
-        prompt = [int(t) for t in answer["prompt_token_ids"]]
+    def _server_turn(self, answer: Answer) -> tuple[list[int], list[int]]:
+        prompt = [int(t) for t in answer.prompt_token_ids or ()]
         completion = self._completion(answer)
         return prompt + completion, [0] * len(prompt) + [1] * len(completion)
 
-    def _server_joined(self, answers: list[dict[str, Any]]) -> tuple[list[int], list[int]] | None:
+    def _server_joined(self, answers: tuple[Answer, ...]) -> tuple[list[int], list[int]] | None:
         """Every turn in one row when each turn's prompt ids extend the ids before it; else None."""
         ids: list[int] = []
         mask: list[int] = []
         for answer in answers:
-            prompt = [int(t) for t in answer["prompt_token_ids"]]
+            prompt = [int(t) for t in answer.prompt_token_ids or ()]
             if prompt[: len(ids)] != ids:
                 return None
             new = prompt[len(ids) :]
@@ -278,20 +237,20 @@ class TokenRows:
             mask += [0] * len(new) + [1] * len(completion)
         return ids, mask
 
-    def _server_last(self, rec: dict[str, Any], answers: list[dict[str, Any]]) -> tuple[list[int], list[int]] | None:
+    def _server_last(self, rec: CompletionRecord, answers: tuple[Answer, ...]) -> tuple[list[int], list[int]] | None:
         """Every turn in one row from the last turn's ids (its prompt holds the earlier answers as the server
         tokenised them from their text), the earlier answers located by the chat template: when the template
         renders that prompt to the server's very ids; else None."""
         if not self.tokenizer:
             return None
         templater = self.templater("to find earlier answers in a multi-turn prompt")
-        history = turn_conversations(rec)[-1][:-1]
+        history = rec.turn_conversations()[-1][:-1]
         try:
             ids, mask = prompt_masked(templater, history)
         except PermanentError:
             return None
         last = answers[-1]
-        if ids != [int(t) for t in last["prompt_token_ids"]]:
+        if ids != [int(t) for t in last.prompt_token_ids or ()]:
             return None
         completion = self._completion(last)
         return ids + completion, mask + [1] * len(completion)
@@ -307,10 +266,10 @@ class TokenRows:
         except PermanentError as exc:
             raise LeftOut(f"the chat template cannot render it ({exc})") from exc
 
-    def _plain(self, rec: dict[str, Any]) -> tuple[list[int], list[int]]:
+    def _plain(self, rec: CompletionRecord) -> tuple[list[int], list[int]]:
         templater = self.templater("to tokenise records that carry no server token ids")
-        prompt = templater.encode(str(rec["prompt"]))
-        answer = templater.encode(rec.get("completion") or "")
+        prompt = templater.encode(str(rec.prompt))
+        answer = templater.encode(rec.answer.text)
         return prompt + answer, [0] * len(prompt) + [1] * len(answer)
 
     def _cut(self, ids: list[int], mask: list[int]) -> str | None:
@@ -530,15 +489,15 @@ def compare(
     rid: str,
     turn: int | None,
     messages: list[Message] | str,
-    answer: dict[str, Any],
+    answer: Answer,
 ) -> Difference | None:
     """The first difference between the server's ids of one answer and the chat template's rendering of the same
     conversation (None when they agree, a trailing newline the template adds after the end-of-turn aside). A
     plain-text ``messages`` (a prompt sent as text) is tokenised with the answer appended, no template."""
-    prompt = [int(t) for t in answer["prompt_token_ids"]]
-    server = prompt + [int(t) for t in answer["completion_token_ids"]]
+    prompt = [int(t) for t in answer.prompt_token_ids or ()]
+    server = prompt + [int(t) for t in answer.completion_token_ids or ()]
     if isinstance(messages, str):
-        template = templater.encode(messages + (answer.get("completion") or ""))
+        template = templater.encode(messages + answer.text)
     else:
         template = templater.encode(templater.render_full(messages))
     pos = _first_difference(server, template)
@@ -548,7 +507,7 @@ def compare(
         return None  # only whitespace after the server's last token: not a token the model is trained on
     inside = "prompt" if pos < len(prompt) else "completion"
     where = "end" if pos >= min(len(server), len(template)) else inside
-    if where == "end" and pos == len(server) and answer.get("finish_reason") == "length":
+    if where == "end" and pos == len(server) and answer.cut:
         where = "cut"  # the server stopped at max_tokens; the template closes the turn it never ended
     lo = max(0, pos - EXCERPT_TOKENS)
     return Difference(
@@ -580,7 +539,7 @@ def _offset(d: Difference, prompt_len: int) -> str:
 
 
 def round_trip(
-    records: Iterable[dict[str, Any]],
+    records: Iterable[CompletionRecord],
     templater: ChatTemplater,
     source: str,
     examples: int = EXAMPLES,
@@ -591,18 +550,18 @@ def round_trip(
     result = RoundTrip(source=source, tokenizer=str(templater.path))
     for rec in records:
         result.records += 1
-        answers = _answers(rec)
-        if not all(a.get("completion_token_ids") and a.get("prompt_token_ids") for a in answers):
+        answers = rec.answers
+        if not all(a.has_ids for a in answers):
             result.without_ids += 1
             continue
-        multi = bool(rec.get("turns"))
+        multi = bool(rec.turns)
         convos: list[list[Message] | str] = (
-            [str(rec["prompt"])] if _plain_text(rec, api) and not multi else list(turn_conversations(rec))
+            [str(rec.prompt)] if _plain_text(rec, api) and not multi else list(rec.turn_conversations())
         )
         for k, (messages, answer) in enumerate(zip(convos, answers, strict=False)):
             result.checked += 1
             try:
-                diff = compare(templater, str(rec["id"]), k if multi else None, messages, answer)
+                diff = compare(templater, rec.key, k if multi else None, messages, answer)
             except PermanentError:
                 result.unrenderable += 1
                 continue
@@ -611,7 +570,7 @@ def round_trip(
             result.differ += 1
             result.same_text += diff.same_text
             result.where[diff.where] += 1
-            result.positions[_offset(diff, len(answer["prompt_token_ids"]))] += 1
+            result.positions[_offset(diff, len(answer.prompt_token_ids or ()))] += 1
             if len(result.examples) < examples:
                 result.examples.append(diff)
     return result

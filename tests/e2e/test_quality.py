@@ -48,9 +48,9 @@ def inspect(out: Path) -> dict[str, Any]:
 
 def flagged(out: Path) -> set[str]:
     return {
-        r["id"]
+        r.key
         for r in open_corpus(out).iter_live()
-        if {"repetition", "empty", "no_answer"} & set(r["quality"]["flags"])
+        if {"repetition", "empty", "no_answer"} & set((r.answer.quality or {})["flags"])
     }
 
 
@@ -106,7 +106,7 @@ def test_generate_inspect_regenerate_until_the_rate_is_the_baseline(sim: Any, tm
     assert res.returncode == 0, res.stderr
     assert "carrying on with round-001" in res.stderr
 
-    live = list(open_corpus(out).iter_live())
+    live = [r.to_json() for r in open_corpus(out).iter_live()]
     assert len(live) == PROMPTS and len({r["id"] for r in live}) == PROMPTS
     regenerated = {r["id"] for r in live if r.get("round") == 1}
     assert regenerated == injected

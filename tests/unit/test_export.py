@@ -10,9 +10,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from tokenmill.errors import ConfigError
-from tokenmill.export import ExportOptions, conversation, export
+from tokenmill.export import ExportOptions, export
 from tokenmill.output import OutputDir
 from tokenmill.records import Completion, Failure
+from tokenmill.records.read import CompletionRecord
 
 SYSTEM = {"role": "system", "content": "be brief"}
 
@@ -80,11 +81,13 @@ def rows(path: Path) -> dict[str, dict[str, Any]]:
 
 
 def test_multi_turn_interleaves_generated_answers() -> None:
-    rec = {
-        "prompt": [SYSTEM, {"role": "user", "content": "q1"}, {"role": "user", "content": "q2"}],
-        "turns": [{"completion": "a1", "reasoning_content": "r1"}, {"completion": "a2"}],
-    }
-    convo = conversation(rec, reasoning=True)
+    rec = CompletionRecord.from_json(
+        {
+            "prompt": [SYSTEM, {"role": "user", "content": "q1"}, {"role": "user", "content": "q2"}],
+            "turns": [{"completion": "a1", "reasoning_content": "r1"}, {"completion": "a2"}],
+        }
+    )
+    convo = rec.conversation(reasoning=True)
     assert [(m["role"], m["content"]) for m in convo] == [
         ("system", "be brief"),
         ("user", "q1"),
@@ -93,7 +96,7 @@ def test_multi_turn_interleaves_generated_answers() -> None:
         ("assistant", "a2"),
     ]
     assert convo[2]["reasoning_content"] == "r1"
-    assert "reasoning_content" not in conversation(rec, reasoning=False)[2]
+    assert "reasoning_content" not in rec.conversation(reasoning=False)[2]
 
 
 def test_specforge_rows_pass_its_loader_rules(out: Path, tmp_path: Path) -> None:

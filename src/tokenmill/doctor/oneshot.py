@@ -74,13 +74,12 @@ def with_run_requests(out: Path, client: ClientObs) -> ClientObs:
     from tokenmill.planner.run_files import sends_ignore_eos
 
     record = read_record_quietly(out)
-    sampling = record.spec.get("sampling") if record is not None else None
-    if not isinstance(sampling, dict):
+    job = record.job() if record is not None else None
+    if job is None:
         return client
-    limit, extra = sampling.get("max_tokens"), sampling.get("extra_body")
-    if client.max_tokens is None and isinstance(limit, int) and not isinstance(limit, bool):
-        client = replace(client, max_tokens=limit)
-    return replace(client, ignore_eos=isinstance(extra, dict) and sends_ignore_eos(extra))
+    if client.max_tokens is None:
+        client = replace(client, max_tokens=job.sampling.max_tokens)
+    return replace(client, ignore_eos=sends_ignore_eos(job.sampling.extra_body))
 
 
 @dataclass(slots=True)

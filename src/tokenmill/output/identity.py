@@ -101,8 +101,19 @@ class JobRecord:
             **self.extra,
         }
 
+    def job(self) -> JobSpec | None:
+        """The recorded job as the typed spec (secrets stay masked); None when the record holds no job, or one
+        this version cannot read (then :meth:`section` and :meth:`setting` still show what it holds)."""
+        if not self.spec:
+            return None
+        try:
+            return parse_job(copy.deepcopy(self.spec), where=JOB_FILE)
+        except ConfigError as exc:
+            log.debug("%s does not read as this version's job spec: %s", JOB_FILE, exc)
+            return None
+
     def section(self, name: str) -> dict[str, Any]:
-        """A section of the recorded spec (``output``, ``input``), empty when it has none."""
+        """A section of the recorded spec (``output``, ``input``) as it was written, empty when it has none."""
         value = self.spec.get(name)
         return value if isinstance(value, dict) else {}
 

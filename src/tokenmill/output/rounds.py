@@ -28,6 +28,7 @@ from tokenmill.errors import OutputError
 from tokenmill.output import layout, manifest
 from tokenmill.output.fsio import atomic_write, fsync_dir, output_error
 from tokenmill.output.records_reader import iter_records
+from tokenmill.records.read import id_key
 
 DIR = layout.ROUNDS
 FORMAT = "tokenmill.regenerate-round/1"
@@ -70,11 +71,11 @@ class Round:
         """(prompts answered or failed, prompts in the round)."""
         if not self.out.is_dir():
             return 0, int(self.header().get("prompts", 0))
-        done = {str(r.get("id")) for r in iter_records(self.out)}
+        done = {id_key(r.get("id")) for r in iter_records(self.out)}
         for writer in [None, *sorted(layout.list_dir(self.out).partitions)]:  # shards offloaded after upload too
             for entry in manifest.read(self.out / layout.Names(writer).manifest).entries.values():
                 done.update(entry.ids)
-        failed = {str(r.get("id")) for r in iter_records(self.out, failed=True)}
+        failed = {id_key(r.get("id")) for r in iter_records(self.out, failed=True)}
         return len(done | failed), int(self.header().get("prompts", 0))
 
     def finished(self) -> bool:
@@ -131,7 +132,7 @@ def latest_rounds(sources: list[RoundRecords]) -> dict[str, int]:
     latest: dict[str, int] = {}
     for number, read in sorted(sources, key=lambda s: s[0]):
         for rec in read():
-            latest[str(rec.get("id"))] = number
+            latest[id_key(rec.get("id"))] = number
     return latest
 
 
@@ -140,9 +141,9 @@ def merge_live(base: Iterable[dict[str, Any]], sources: list[RoundRecords]) -> I
     prompt's record from the latest round that answered it, else its base record."""
     latest = latest_rounds(sources)
     for rec in base:
-        if str(rec.get("id")) not in latest:
+        if id_key(rec.get("id")) not in latest:
             yield rec
     for number, read in sorted(sources, key=lambda s: s[0]):
         for rec in read():
-            if latest.get(str(rec.get("id"))) == number:
+            if latest.get(id_key(rec.get("id"))) == number:
                 yield {**rec, "round": number}

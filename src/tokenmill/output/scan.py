@@ -18,6 +18,7 @@ import orjson
 from tokenmill import records
 from tokenmill.errors import OutputError
 from tokenmill.output.fsio import output_error
+from tokenmill.records.read import id_key, record_id
 
 Kind = Literal["ok", "failed", "skipped"]
 
@@ -118,18 +119,18 @@ def _collect(result: Scan, obj: dict[str, Any]) -> str | None:
     status = obj.get("status")
     if status != result.kind:
         return f"status is {status!r}, expected {result.kind!r}"
-    rid = obj.get("id")
+    rid = record_id(obj.get("id"))
     if result.kind == "skipped":
         source = obj.get("source")
         if not isinstance(source, str):
             return "skip record without a source"
         result.sources.append(source)
-        if isinstance(rid, str):
-            result.ids.append(rid)
+        if rid is not None:
+            result.ids.append(id_key(rid))
         return None
-    if not isinstance(rid, str):
-        return "record without a string id"
-    result.ids.append(rid)
+    if rid is None:
+        return "record without a string or integer id"
+    result.ids.append(id_key(rid))  # the canonical key: an integer id and its decimal string are one prompt
     if result.kind == "ok":
         result.prompt_tokens += _int(obj.get("prompt_tokens"))
         result.completion_tokens += _int(obj.get("completion_tokens"))

@@ -72,7 +72,7 @@ class _Shard:
     def add(self, rec: Completion, line: bytes) -> None:
         self.file.append(line)
         self.sha.update(line)
-        self.ids.append(rec.id)
+        self.ids.append(rec.key)
         self.prompt_tokens += rec.prompt_tokens or 0
         self.completion_tokens += rec.completion_tokens or 0
 
@@ -149,13 +149,14 @@ class OutputDir:
     def write(self, rec: Completion) -> None:
         """Append one completion (buffered); seals the shard when it reaches ``shard_size``."""
         state = self._usable()
-        if rec.id in state.done:
-            self._drop(rec.id, "completion")
+        key = rec.key  # the canonical id: an integer id as its decimal string
+        if key in state.done:
+            self._drop(key, "completion")
             return
         line = records.encode(rec)
         shard = self._shard or self._start_shard()
         shard.add(rec, line)
-        state.done.add(rec.id)
+        state.done.add(key)
         state.completed += 1
         state.open_count += 1
         state.prompt_tokens += rec.prompt_tokens or 0
@@ -170,12 +171,13 @@ class OutputDir:
     def fail(self, rec: Failure) -> None:
         """Record a prompt that could not be completed (made durable by the next :meth:`flush`)."""
         state = self._usable()
-        if rec.id in state.done:
-            self._drop(rec.id, "failure")
+        key = rec.key
+        if key in state.done:
+            self._drop(key, "failure")
             return
         self._failed.append(records.encode(rec))
-        self._failed_ids.add(rec.id)
-        state.done.add(rec.id)
+        self._failed_ids.add(key)
+        state.done.add(key)
         state.failed += 1
 
     def skip(self, rec: Skip) -> None:

@@ -21,6 +21,7 @@ import orjson
 from tokenmill.output import layout, manifest, offload
 from tokenmill.output.fsio import atomic_write, output_error
 from tokenmill.output.manifest import ManifestEntry
+from tokenmill.records.read import id_key, record_id
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,4 +101,5 @@ def _key(line: bytes, key: str) -> str | None:
     except ValueError:
         return None
     value = obj.get(key) if isinstance(obj, dict) else None
-    return value if isinstance(value, str) else None
+    rid = record_id(value)  # an integer id keys on its decimal string, as the done set does
+    return None if rid is None else id_key(rid)

@@ -23,6 +23,7 @@ from typing import Any
 from tokenmill.fmt import UNKNOWN, num
 from tokenmill.quality.records import DuplicateFinder, answer_chars, record_quality
 from tokenmill.quality.registry import DEGENERATE, EXAMPLE_FLAGS, FLAGS, group
+from tokenmill.records.read import CompletionRecord, id_key
 from tokenmill.storage.corpus import open_corpus
 
 EXAMPLES = 5  # worst examples kept per signal
@@ -62,10 +63,10 @@ def loop_start(answer: str) -> int:
     return answer.find(tail)
 
 
-def excerpt(rec: dict[str, Any], flags: list[str]) -> tuple[str, str]:
+def excerpt(rec: CompletionRecord, flags: list[str]) -> tuple[str, str]:
     """The part of the record's answer that shows its worst signal, and where that is."""
-    text = rec.get("completion") or ""
-    reasoning = rec.get("reasoning_content") or ""
+    text = rec.answer.text
+    reasoning = rec.answer.reasoning_content or ""
     if "repetition" in flags:
         body = text if text.strip() else reasoning or text
         at = loop_start(body)
@@ -113,14 +114,13 @@ class Lengths:
         }
 
 
-def sequence_tokens(rec: dict[str, Any]) -> int | None:
+def sequence_tokens(rec: CompletionRecord) -> int | None:
     """Tokens a trainer sees for the record: the prompt plus the answer, all turns (a conversation's last turn was
     sent with every earlier turn and answer, so its prompt and answer are the whole conversation); None when the
     record has no token counts."""
-    turns = rec.get("turns")
-    last = turns[-1] if isinstance(turns, list) and turns and isinstance(turns[-1], dict) else rec
-    prompt, completion = last.get("prompt_tokens"), last.get("completion_tokens")
-    if not isinstance(prompt, int) or not isinstance(completion, int):
+    last = rec.answers[-1]
+    prompt, completion = last.prompt_tokens, last.completion_tokens
+    if prompt is None or completion is None:
         return None
     return prompt + completion
 
@@ -269,7 +269,7 @@ class Tally:
         self._heaps: dict[str, list[tuple[float, int, Example]]] = {}
         self._n = 0
 
-    def add(self, rec: dict[str, Any]) -> dict[str, Any]:
+    def add(self, rec: CompletionRecord) -> dict[str, Any]:
         """Count one completion record; returns its signals."""
         q = record_quality(rec)
         r = self.result
@@ -279,9 +279,9 @@ class Tally:
             r.flagged[name] += 1
         if any(name in DEGENERATE for name in flags):
             r.degenerate += 1
-        tokens = rec.get("completion_tokens")
-        reason = str(rec.get("finish_reason") or "none")
-        if isinstance(tokens, int):
+        tokens = rec.completion_tokens
+        reason = rec.finish_reason or "none"  # "length" when any turn was cut, as the truncated signal says
+        if tokens is not None:
             r.lengths.setdefault(reason, Lengths()).tokens.append(tokens)
         whole = sequence_tokens(rec)
         if whole is None:
@@ -297,16 +297,16 @@ class Tally:
     def failure(self) -> None:
         self.result.failed += 1
 
-    def _duplicate(self, rec: dict[str, Any], q: dict[str, Any]) -> None:
+    def _duplicate(self, rec: CompletionRecord, q: dict[str, Any]) -> None:
         h = q.get("answer_hash")
-        primary = rec.get("primary_id")
+        primary = rec.primary_id
         if primary is not None:
             self.result.sampled += 1
         if not isinstance(h, str) or "empty" in q["flags"] or "no_answer" in q["flags"]:
             return
         if primary is not None:
-            self._sample_duplicate(rec, str(primary), h)
-        first = self._dups.seen(str(rec.get("id")), h, answer_chars(rec))
+            self._sample_duplicate(rec, id_key(primary), h)
+        first = self._dups.seen(rec.key, h, answer_chars(rec))
         if first is None:
             return
         r = self.result
@@ -316,32 +316,31 @@ class Tally:
             r.duplicate_sizes[h] = 1
         r.duplicate_sizes[h] += 1
         if len(r.duplicate_groups[h]) < DUPLICATE_IDS_SHOWN:
-            r.duplicate_groups[h].append(str(rec.get("id")))
+            r.duplicate_groups[h].append(rec.key)
 
-    def _sample_duplicate(self, rec: dict[str, Any], primary: str, answer_hash: str) -> None:
+    def _sample_duplicate(self, rec: CompletionRecord, primary: str, answer_hash: str) -> None:
         key = hashlib.blake2b(f"{primary}\0{answer_hash}".encode(), digest_size=8).hexdigest()
-        first = self._sample_dups.seen(str(rec.get("id")), key, answer_chars(rec))
+        first = self._sample_dups.seen(rec.key, key, answer_chars(rec))
         if first is None:
             return
         r = self.result
         r.sample_duplicates += 1
         if len(r.sample_duplicate_ids) < EXAMPLES:
-            r.sample_duplicate_ids.append((first, str(rec.get("id"))))
+            r.sample_duplicate_ids.append((first, rec.key))
 
-    def _keep(self, name: str, score: float, rec: dict[str, Any], flags: list[str]) -> None:
+    def _keep(self, name: str, score: float, rec: CompletionRecord, flags: list[str]) -> None:
         heap = self._heaps.setdefault(name, [])
         self._n += 1
         key = (score, -self._n)  # ties: the earliest record first
         if len(heap) >= self._examples and key <= heap[0][:2]:
             return
         text, where = excerpt(rec, flags)
-        tokens = rec.get("completion_tokens")
         example = Example(
-            id=str(rec.get("id")),
+            id=rec.key,
             flags=flags,
             repetition_score=score,
-            finish_reason=rec.get("finish_reason"),
-            completion_tokens=tokens if isinstance(tokens, int) else None,
+            finish_reason=rec.finish_reason,
+            completion_tokens=rec.completion_tokens,
             excerpt=text,
             where=where,
         )
@@ -362,12 +361,12 @@ class Tally:
 
 
 def inspect_records(
-    records: Iterable[dict[str, Any]], source: str, failed: int = 0, examples: int = EXAMPLES
+    records: Iterable[CompletionRecord], source: str, failed: int = 0, examples: int = EXAMPLES
 ) -> CorpusQuality:
     """The quality of the completion records read from ``source``."""
     tally = Tally(source, examples)
     for rec in records:
-        if rec.get("status", "ok") == "ok":
+        if rec.status == "ok":
             tally.add(rec)
     tally.result.failed = failed
     return tally.finish()

@@ -9,27 +9,26 @@ from typing import Any
 from tokenmill.errors import ConfigError
 from tokenmill.quality.registry import DEGENERATE, SELECTORS
 from tokenmill.quality.signals import combined, final_answer, signals
+from tokenmill.records.read import Answer, CompletionRecord
 
 DUPLICATE_MIN_CHARS = 64  # shorter answers ("Yes.", "4") are legitimately the same for different prompts
 
 
-def record_quality(rec: dict[str, Any]) -> dict[str, Any]:
+def record_quality(rec: CompletionRecord) -> dict[str, Any]:
     """The record's signals as written, or computed now for a record written without them."""
-    quality = rec.get("quality")
-    if isinstance(quality, dict) and "flags" in quality:
+    quality = rec.answer.quality
+    if quality is not None and "flags" in quality:
         return quality
-    turns = rec.get("turns")
-    if turns:
-        return combined([_answer_signals(t) for t in turns])
-    return _answer_signals(rec)
+    if rec.turns:
+        return combined([_answer_signals(t) for t in rec.turns])
+    return _answer_signals(rec.answer)
 
 
-def _answer_signals(answer: dict[str, Any]) -> dict[str, Any]:
-    quality = answer.get("quality")
-    if isinstance(quality, dict) and "flags" in quality:
+def _answer_signals(answer: Answer) -> dict[str, Any]:
+    quality = answer.quality
+    if quality is not None and "flags" in quality:
         return quality
-    text = answer.get("completion") or ""
-    return signals(text, answer.get("finish_reason"), answer.get("reasoning_content")).as_dict()
+    return signals(answer.text, answer.finish_reason, answer.reasoning_content).as_dict()
 
 
 def selected(flags: Iterable[str], duplicate: bool, selectors: Iterable[str]) -> str | None:
@@ -69,6 +68,6 @@ class DuplicateFinder:
         return None if first == rec_id else first
 
 
-def answer_chars(rec: dict[str, Any]) -> int:
+def answer_chars(rec: CompletionRecord) -> int:
     """Characters in the record's final answer (after any thinking block)."""
-    return len(final_answer(rec.get("completion") or "")[0].strip())
+    return len(final_answer(rec.answer.text)[0].strip())

@@ -19,6 +19,7 @@ from tokenmill.config import InputSpec, JobSpec, SamplingSpec
 from tokenmill.errors import ConfigError
 from tokenmill.output.rounds import Round
 from tokenmill.quality.records import DuplicateFinder, answer_chars, record_quality, selected
+from tokenmill.records.read import CompletionRecord
 from tokenmill.storage.corpus import open_corpus
 from tokenmill.storage.prefix import DIR as REMOTE_OWN_DIR
 
@@ -53,22 +54,21 @@ def sampling_with(base: SamplingSpec, changes: dict[str, Any]) -> SamplingSpec:
         raise ConfigError(f"--sampling: {exc}") from exc
 
 
-def row(rec: dict[str, Any]) -> dict[str, Any]:
-    """The input row that reproduces the record's prompt as it was sent."""
-    prompt = rec.get("prompt")
-    if isinstance(prompt, str):
-        return {"id": rec["id"], "prompt": prompt}
-    return {"id": rec["id"], "messages": prompt}
+def row(rec: CompletionRecord) -> dict[str, Any]:
+    """The input row that reproduces the record's prompt as it was sent (its id's JSON type kept)."""
+    if isinstance(rec.prompt, str):
+        return {"id": rec.id, "prompt": rec.prompt}
+    return {"id": rec.id, "messages": rec.prompt}
 
 
-def _matching(out: Path, selectors: tuple[str, ...]) -> Iterator[tuple[dict[str, Any], str]]:
+def _matching(out: Path, selectors: tuple[str, ...]) -> Iterator[tuple[CompletionRecord, str]]:
     """Each live record that matches ``selectors``, with the first selector it matches (the first copy of a
     duplicated answer is not a duplicate)."""
     duplicates = DuplicateFinder()
     for rec in open_corpus(out).iter_live():
         quality = record_quality(rec)
         repeat = "duplicate" in selectors and (
-            duplicates.seen(str(rec.get("id")), quality["answer_hash"], answer_chars(rec)) is not None
+            duplicates.seen(rec.key, quality["answer_hash"], answer_chars(rec)) is not None
         )
         chosen = selected(quality["flags"], repeat, selectors)
         if chosen is not None:

@@ -12,13 +12,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from tokenmill.records.read import CompletionRecord, RecordId
 
-def group_of(rec: dict[str, Any]) -> tuple[str, int]:
-    """(the prompt's id, how many samples it has) of a completion record; (its id, 1) for an unsampled job's."""
-    sampling = rec.get("sampling")
-    want = sampling.get("samples") if isinstance(sampling, dict) else None
-    primary = rec.get("primary_id")
-    return str(rec["id"] if primary is None else primary), want if isinstance(want, int) and want > 0 else 1
+
+def group_of(rec: CompletionRecord) -> tuple[str, int]:
+    """(the prompt's canonical id, how many samples it has) of a completion record; (its id, 1) for an unsampled
+    job's."""
+    return rec.group_key, rec.samples
 
 
 class SampleGroups:
@@ -27,7 +27,8 @@ class SampleGroups:
 
     def __init__(self, limit: int) -> None:
         self.limit = max(1, limit)
-        self._open: dict[str, list[tuple[int, dict[str, Any]]]] = {}  # prompt id -> (sample, row), oldest first
+        self._open: dict[str, list[tuple[int, dict[str, Any]]]] = {}  # prompt key -> (sample, row), oldest first
+        self._ids: dict[str, RecordId] = {}  # prompt key -> its id as the input gave it (the row's "id")
         self._seen: dict[str, int] = {}  # prompt id -> its answers come by so far (kept or left out)
         self._want: dict[str, int] = {}  # prompt id -> its samples
         self._held = 0
@@ -35,12 +36,13 @@ class SampleGroups:
         self.written = 0  # rows written
         self.incomplete = 0  # of them, with fewer answers than the prompt's samples
 
-    def add(self, rec: dict[str, Any], row: dict[str, Any] | None) -> None:
+    def add(self, rec: CompletionRecord, row: dict[str, Any] | None) -> None:
         """One answer come by: ``row`` its exported row, None when the export leaves it out."""
         key, want = group_of(rec)
         answers = self._open.setdefault(key, [])
+        self._ids.setdefault(key, rec.id if rec.primary_id is None else rec.primary_id)
         if row is not None:
-            answers.append((int(rec.get("sample") or 0), row))
+            answers.append((rec.sample or 0, row))
             self._held += 1
         self._want[key] = want
         seen = self._seen[key] = self._seen.get(key, 0) + 1
@@ -49,7 +51,7 @@ class SampleGroups:
         while self._held > self.limit:
             self._write(next(iter(self._open)))
 
-    def left_out(self, rec: dict[str, Any]) -> None:
+    def left_out(self, rec: CompletionRecord) -> None:
         """An answer the export leaves out: it still counts towards its group's being complete."""
         self.add(rec, None)
 
@@ -65,6 +67,7 @@ class SampleGroups:
 
     def _write(self, key: str) -> None:
         answers = self._open.pop(key)
+        rid = self._ids.pop(key, key)
         self._seen.pop(key, None)
         want = self._want.pop(key)
         self._held -= len(answers)
@@ -72,4 +75,4 @@ class SampleGroups:
             return  # every answer left out: no row
         self.written += 1
         self.incomplete += len(answers) < want
-        self._ready.append({"id": key, "answers": [row for _, row in sorted(answers, key=lambda a: a[0])]})
+        self._ready.append({"id": rid, "answers": [row for _, row in sorted(answers, key=lambda a: a[0])]})

@@ -78,11 +78,12 @@ def read_status(out: Path, now: float | None = None, recorded: tuple[int, int] |
     state, age = _job_state(states)
     start = writers[0][0]
     record = read_record_quietly(out) or JobRecord.from_json({})
+    job = record.job()  # the typed spec; None for a record this version cannot read (then its keys as written)
     summary = Summary.from_snapshot(
         Snapshot.from_event(merge_ticks(ticks)),
-        output_dir=str(start.get("output") or record.section("output").get("dir", "")),
-        model=str(start.get("model") or record.setting("model") or "?"),
-        api=str(start.get("api") or record.setting("api") or "?"),
+        output_dir=str(start.get("output") or (job.output.dir if job else record.section("output").get("dir", ""))),
+        model=str(start.get("model") or (job.model if job else record.setting("model")) or "?"),
+        api=str(start.get("api") or (job.api if job else record.setting("api")) or "?"),
         recorded=recorded if recorded is not None else recorded_counts(out),
         state=state,
     )

@@ -19,6 +19,7 @@ import orjson
 from tokenmill.errors import OutputError
 from tokenmill.output.layout import list_dir
 from tokenmill.quality.corpus import Tally, excerpt
+from tokenmill.records.read import CompletionRecord
 
 RECENT = 8  # recent answers shown
 WORST = 3  # answers shown per signal
@@ -26,26 +27,28 @@ TAIL_BYTES = 2_000_000  # read of each of the newest shards, for a live run
 TAIL_SHARDS = 2
 
 
-def _example(rec: dict[str, Any], flags: list[str]) -> dict[str, Any]:
+def _example(rec: CompletionRecord, flags: list[str]) -> dict[str, Any]:
     text, where = excerpt(rec, flags)
-    tokens = rec.get("completion_tokens")
     return {
-        "id": str(rec.get("id")),
+        "id": rec.key,
         "flags": flags,
-        "finish_reason": rec.get("finish_reason"),
-        "completion_tokens": tokens if isinstance(tokens, int) else None,
+        "finish_reason": rec.finish_reason,
+        "completion_tokens": rec.completion_tokens,
         "excerpt": text,
         "where": where,
     }
 
 
-def sample_view(records: Iterable[dict[str, Any]], recent: int = RECENT, worst: int = WORST) -> dict[str, Any]:
+def sample_view(
+    records: Iterable[dict[str, Any] | CompletionRecord], recent: int = RECENT, worst: int = WORST
+) -> dict[str, Any]:
     """The viewer's part of the page state: the last ``recent`` answers (newest first) and the ``worst`` of each
-    signal (quality/corpus.py's ranking)."""
+    signal (quality/corpus.py's ranking). Records are the shards' lines, or records the corpus reader read."""
     tally = Tally("", worst)
-    keep: deque[tuple[dict[str, Any], list[str]]] = deque(maxlen=recent)
-    for rec in records:
-        if rec.get("status", "ok") != "ok":
+    keep: deque[tuple[CompletionRecord, list[str]]] = deque(maxlen=recent)
+    for item in records:
+        rec = item if isinstance(item, CompletionRecord) else CompletionRecord.from_json(item)
+        if rec.status != "ok":
             continue
         q = tally.add(rec)
         keep.append((rec, list(q.get("flags") or [])))

@@ -2,7 +2,9 @@
 
 With ``regenerate: all`` a conversation is sent one user turn at a time: each answer is added to the history and
 the next user turn is sent (to the same server, whose prefix cache holds the history); the record is written
-once every turn is answered, with each turn's completion, finish reason and token counts in ``turns``.
+once every turn is answered, with each turn's completion, finish reason and token counts in ``turns``. The
+record's own ``finish_reason`` is ``length`` when any turn was cut at max_tokens, else the last turn's. Its
+``id`` keeps the input's JSON type (an integer stays an integer).
 """
 
 from __future__ import annotations
@@ -87,20 +89,23 @@ class RecordMaker:
         prompt = work.prompt
         turns = work.turns
         prompt_tokens, completion_tokens = gen.prompt_tokens, gen.completion_tokens
+        finish_reason = gen.finish_reason
         if turns:
             quality = combined([t.quality for t in turns if t.quality is not None])
             prompt_tokens = sum(t.prompt_tokens or 0 for t in turns)
             completion_tokens = sum(t.completion_tokens or 0 for t in turns)
+            if any(t.finish_reason == "length" for t in turns):
+                finish_reason = "length"  # a turn cut at max_tokens cuts the conversation (each turn keeps its own)
         else:
             quality = _signals(gen).as_dict()
         sent: list[dict[str, Any]] | str = (
             [*prompt.messages, *prompt.followups] if prompt.followups and prompt.messages else prompt.payload()
         )
         return Completion(
-            id=prompt.id,
+            id=prompt.json_id,
             prompt=sent,
             completion=gen.text,
-            finish_reason=gen.finish_reason,
+            finish_reason=finish_reason,
             prompt_tokens=prompt_tokens,
             completion_tokens=completion_tokens,
             model=self.model,
@@ -116,7 +121,7 @@ class RecordMaker:
             turns=[t.as_dict() for t in turns] if turns else None,
             quality=quality,
             thinking=gen.thinking,
-            primary_id=prompt.primary_id,
+            primary_id=prompt.json_primary_id,
             sample=prompt.sample,
             origin=origin.as_dict() if (origin := self.origin(server)) is not None else None,
             fields=(prompt.meta or {}).get("fields") or None,
@@ -124,7 +129,7 @@ class RecordMaker:
 
     def failure(self, work: Work, exc: RequestError, server: str) -> Failure:
         return Failure(
-            id=work.prompt.id,
+            id=work.prompt.json_id,
             prompt=work.prompt.payload(),
             error_type=type(exc).__name__,
             error=exc.message,

@@ -8,7 +8,8 @@ One row's way through:
    a window always covers the same rows; rows before the window are counted but not decoded.
 3. The row must be a JSON object; its id is ``row[id_field]`` (unique; checked against an IdSet) or its
    global row index as a string, so ``offset: 100`` starts at id ``"100"`` (``ids`` says which: by default
-   the ``id`` column when the input has one).
+   the ``id`` column when the input has one). An integer id keeps its type in the records (``Prompt.id_value``)
+   while ``Prompt.id``, the key of every id set, is its decimal string: ``7`` and ``"7"`` are the same id.
 4. ``mapping.RowMapper`` turns it into a Prompt, or says why it cannot.
 5. A row that fails 1, 3 or 4 raises BadRowError under ``on_bad_row: error`` and becomes a Skip under
    ``on_bad_row: skip``. A Skip for a duplicate has ``id=None``: its id belongs to the earlier row.
@@ -65,9 +66,12 @@ def _prompts(spec: InputSpec, owns: Callable[[int], bool] | None) -> Iterator[Pr
         try:
             row = _object(raw)
             key = str(index) if id_field is None else _unique_id(row, id_field, seen)
+            value = row.get(id_field) if id_field is not None else None
             pid = key
             item = mapper.prompt(row, key, raw.source)
             item.thinking = mapper.thinking(row)
+            if isinstance(value, int) and not isinstance(value, bool):
+                item.id_value = value  # the id's JSON type, kept for the records
         except RowProblem as problem:
             if spec.on_bad_row == "error":
                 raise BadRowError(raw.source, str(problem), pid) from None

@@ -31,6 +31,7 @@ from tokenmill.output.identity import read_record
 from tokenmill.output.records_reader import iter_file, iter_jsonl
 from tokenmill.output.rounds import merge_live, rounds
 from tokenmill.output.scan import scan_bytes
+from tokenmill.records.read import CompletionRecord, id_key
 from tokenmill.storage.place import open_place
 from tokenmill.storage.prefix import DIR, MANIFEST, RemoteManifest, manifest_writers, shard_of, writer_manifest
 from tokenmill.storage.rounds import round_prefixes
@@ -98,10 +99,10 @@ class Corpus:
         """Every completion record of this output itself (not its rounds), in writer and shard order."""
         return _iter_shards(self.shards, self.check, self.read)
 
-    def iter_live(self) -> Iterator[dict[str, Any]]:
-        """Every prompt's live record: its latest round's, else its own (round records carry ``"round": n``)."""
+    def iter_live(self) -> Iterator[CompletionRecord]:
+        """Every prompt's live record, typed: its latest round's (``round`` set), else its own."""
         sources = [(number, _reader(rnd)) for number, rnd in self.rounds]
-        return merge_live(self.iter_base(), sources)
+        return map(CompletionRecord.from_json, merge_live(self.iter_base(), sources))
 
     def where_read(self) -> dict[str, int]:
         """Records read so far by where they lived (this output's, not its rounds')."""
@@ -222,7 +223,9 @@ def _job_store(out: Path) -> tuple[Store | None, str | None, str | None]:
     cannot be opened, and the job's id."""
     record = read_record(out)
     job_id = record.job_id or None if record is not None else None
-    if record is None or not record.section("output").get("remote"):
+    job = record.job() if record is not None else None
+    remote = job.output.remote if job is not None else record.section("output").get("remote") if record else None
+    if not remote:
         return None, None, job_id
     try:
         url, options, _ = remote_target(out)
@@ -235,7 +238,7 @@ def _local_failed(out: Path) -> set[str]:
     ids: set[str] = set()
     parts = sorted(layout.list_dir(out).partitions)
     for path in [out / layout.FAILED, *(out / layout.Names(p).failed for p in parts)]:
-        ids.update(str(rec.get("id")) for rec in iter_file(path))
+        ids.update(id_key(rec.get("id")) for rec in iter_file(path))
     return ids
 
 

@@ -17,6 +17,7 @@ from tokenmill.monitor.snapshot import Snapshot, status_line
 from tokenmill.planner.plan import Workload, train_cut
 from tokenmill.quality.corpus import inspect_records
 from tokenmill.records import RequestOutcome
+from tokenmill.records.read import CompletionRecord
 from tokenmill.run.summary import Summary
 
 URL = "http://s:1"
@@ -137,7 +138,7 @@ def test_inspect_counts_what_a_train_max_length_cuts() -> None:
         _record("c", 1600, 800, turns=[(200, 500), (1200, 300)]),
         {"id": "d", "completion": "z", "finish_reason": "stop"},  # no token counts: not judged
     ]
-    cut = inspect_records(records, "test").train_cut(2000)
+    cut = inspect_records(map(CompletionRecord.from_json, records), "test").train_cut(2000)
     assert (cut.records, cut.cut, cut.tokens, cut.tokens_cut, cut.unknown) == (3, 1, 6500, 2000, 1)
     assert "1 of 3 records (33.3%)" in cut.render() and "2,000 of 6,500 tokens (30.8%)" in cut.render()
 

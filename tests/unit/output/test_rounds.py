@@ -57,7 +57,7 @@ def test_a_round_replaces_exactly_the_answers_it_gave(out: Path) -> None:
     assert rnd.name == "round-001" and rnd.header()["prompts"] == 2
     assert not rnd.finished() and rnd.progress() == (0, 2)
     write(rnd.out, [rec("c", "a real answer")])  # the round got one answer so far
-    live = {r["id"]: r for r in open_corpus(out).iter_live()}
+    live = {r.key: r.to_json() for r in open_corpus(out).iter_live()}
     assert sorted(live) == ["a", "b", "c", "d"]
     assert live["c"]["completion"] == "a real answer" and live["c"]["round"] == 1
     assert live["b"]["completion"] == "" and "round" not in live["b"]  # not answered again yet: the old one

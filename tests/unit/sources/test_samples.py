@@ -23,6 +23,7 @@ from tokenmill.output.verify import verify
 from tokenmill.quality.corpus import inspect_output
 from tokenmill.quality.samples import SampleGroups
 from tokenmill.records import Generation, Prompt, Skip
+from tokenmill.records.read import CompletionRecord
 from tokenmill.run.work import RecordMaker, Work
 from tokenmill.sources import iter_prompts
 from tokenmill.sources.partition import Split
@@ -260,11 +261,11 @@ def test_an_answer_left_out_still_completes_its_group(corpus: Path, tmp_path: Pa
     assert counts.kept == 0 and counts.groups == 0  # every answer has 1 completion token: no group has a row
     groups = SampleGroups(limit=100)
     for k in range(3):
-        rec = orjson.loads(orjson.dumps(sampled("a", k, "x")))
+        rec = CompletionRecord.from_json(orjson.loads(orjson.dumps(sampled("a", k, "x"))))
         if k == 1:
             groups.left_out(rec)
         else:
-            groups.add(rec, {"id": rec["id"]})
+            groups.add(rec, {"id": rec.id})
         assert groups.take() == ([] if k < 2 else [{"id": "a", "answers": [{"id": "a_gen0"}, {"id": "a_gen2"}]}])
     assert (groups.written, groups.incomplete) == (1, 1)
 
@@ -274,8 +275,8 @@ def test_grouping_holds_at_most_its_limit_and_writes_what_is_left_at_the_end() -
     order = [("a", 0), ("b", 0), ("c", 0), ("d", 0), ("e", 0), ("a", 1), ("e", 1)]
     written: list[dict[str, Any]] = []
     for rid, k in order:
-        rec = orjson.loads(orjson.dumps(sampled(rid, k, "x", n=2)))
-        groups.add(rec, {"id": rec["id"]})
+        rec = CompletionRecord.from_json(orjson.loads(orjson.dumps(sampled(rid, k, "x", n=2))))
+        groups.add(rec, {"id": rec.id})
         written += groups.take()
         assert groups._held <= 4
     groups.finish()

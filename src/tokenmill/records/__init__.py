@@ -1,7 +1,10 @@
 """The records on the hot path: a Prompt in, a Completion or a Failure out, and their JSONL encoding.
 
 One line of a shard is ``orjson.dumps(record) + b"\\n"``; every record carries ``id`` and ``status``
-(``"ok"`` for a completion, ``"failed"`` for a failure) so any line can be decoded on its own.
+(``"ok"`` for a completion, ``"failed"`` for a failure) so any line can be decoded on its own. A record's ``id``
+keeps the input's JSON type (an integer id is written as an integer); sets of ids key on the canonical string
+(:func:`tokenmill.records.read.id_key`). Readers read a completion back as
+:class:`tokenmill.records.read.CompletionRecord`.
 """
 
 from __future__ import annotations
@@ -29,6 +32,18 @@ class Prompt:
     primary_id: str | None = None  # samples > 1: the input row's own id (``id`` is ``{primary_id}_gen{sample}``)
     sample: int | None = None  # samples > 1: which of the row's answers this is (0..samples-1)
     seed: int | None = None  # samples > 1: the seed sent with this prompt's requests (sources.samples)
+    id_value: int | None = None  # the row's id when the input gave an integer (``id``, or with samples
+    # ``primary_id``, is its decimal string)
+
+    @property
+    def json_id(self) -> str | int:
+        """The id as the record writes it: the input's integer when it gave one (a sample's id is a string)."""
+        return self.id if self.id_value is None or self.primary_id is not None else self.id_value
+
+    @property
+    def json_primary_id(self) -> str | int | None:
+        """``primary_id`` as the record writes it (the input's integer when it gave one)."""
+        return self.primary_id if self.id_value is None or self.primary_id is None else self.id_value
 
     def payload(self) -> list[Message] | str:
         """The prompt as sent: messages for chat, text otherwise."""
@@ -88,9 +103,9 @@ class Turn:
 
 @dataclass(slots=True)
 class Completion:
-    """A completed prompt, as written to a shard."""
+    """A completed prompt, as written to a shard (``finish_reason`` is ``"length"`` when any turn was cut)."""
 
-    id: str
+    id: str | int
     prompt: list[Message] | str
     completion: str
     finish_reason: str | None
@@ -109,18 +124,23 @@ class Completion:
     turns: list[dict[str, Any]] | None = None  # regenerate: all — one entry per user turn, in order
     quality: dict[str, Any] | None = None  # flags, repetition score, answer hash (tokenmill.quality.signals)
     thinking: bool | None = None  # enable_thinking as sent with the request; null: nothing sent
-    primary_id: str | None = None  # samples > 1: the input row's id; null for a job of one answer per prompt
+    primary_id: str | int | None = None  # samples > 1: the input row's id; null for a job of one answer per prompt
     sample: int | None = None  # samples > 1: k of ``{primary_id}_gen{k}``
     origin: dict[str, Any] | None = None  # served model, engine, version, flags hash (tokenmill.monitor.origin)
     fields: dict[str, Any] | None = None  # the input row's own columns (input.keep_fields)
     status: str = "ok"
+
+    @property
+    def key(self) -> str:
+        """The canonical id the done set keys on (an integer id as its decimal string)."""
+        return self.id if isinstance(self.id, str) else str(self.id)
 
 
 @dataclass(slots=True)
 class Failure:
     """A prompt that could not be completed, with the reason (written to ``failed.jsonl``)."""
 
-    id: str
+    id: str | int
     prompt: list[Message] | str
     error_type: str
     error: str
@@ -129,6 +149,11 @@ class Failure:
     attempts: int
     finished_at: float
     status: str = "failed"
+
+    @property
+    def key(self) -> str:
+        """The canonical id the done set keys on (an integer id as its decimal string)."""
+        return self.id if isinstance(self.id, str) else str(self.id)
 
 
 @dataclass(slots=True)
