@@ -147,6 +147,17 @@ class RetrySpec(Model):
     backoff_max_s: float = Field(default=30.0, gt=0)
     connect_timeout_s: float = Field(default=10.0, gt=0)
     read_timeout_s: float = Field(default=1800.0, gt=0, description="Per request; long generations take time")
+    read_timeout_max_s: float = Field(
+        default=7200.0,
+        gt=0,
+        description="The ceiling a server's read timeout grows to (doubling) when answers take longer than it while "
+        "the server runs them (nothing queued); at the ceiling that server runs fewer at once instead",
+    )
+    abandoned_report_after: int = Field(
+        default=3,
+        ge=1,
+        description="A prompt abandoned on read timeouts this many times is named in the log and the summary",
+    )
     max_response_mb: float = Field(
         default=64.0, gt=0, description="A response body larger than this is refused (a broken or hostile server)"
     )
