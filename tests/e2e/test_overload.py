@@ -53,7 +53,8 @@ def test_a_full_server_with_a_short_read_timeout_finishes_with_no_server_set_asi
     assert last["servers"][0]["timeouts"] == last["client"]["abandoned"]
     assert last["servers"][0]["limit"] < 64  # backed off
     summary = (out / "summary.md").read_text()
-    assert "| abandoned on read timeouts (overload) | " in summary and "tokens wasted" in summary
+    assert "| abandoned on read timeouts | " in summary and "tokens wasted" in summary
+    assert "waited in a queue" in summary
 
 
 TWIN = ["--model", "qwen3.6-27b", "--gpu", "rtx-pro-6000", "--flags", "--mamba-scheduler-strategy extra_buffer",
@@ -98,3 +99,31 @@ def test_concurrency_256_on_a_twin_wastes_at_most_2_percent_of_what_the_server_d
     ticks = [r for r in read_events(out / EVENTS_FILE) if r["kind"] == "tick"]
     assert all(row["usable"] for t in ticks for row in t["servers"])
     assert max(row["limit"] for t in ticks[2:] for row in t["servers"]) < 64  # what it runs plus a queue, not 256
+
+
+# 8 running at the cap, 60-token answers at ~65 ms a step: ~4 s each, against a read timeout of 3 s.
+SLOW = ["--time-scale", "1", "--max-running-requests", "8", "--output-len-mean", "60", "--output-len-sigma", "0",
+        "--step-base-ms", "65", "--step-per-req-ms", "0"]  # fmt: skip
+
+
+@pytest.mark.parametrize("fleet", [(1, SLOW)], indirect=True)
+def test_answers_longer_than_the_read_timeout_grow_it_instead_of_livelocking(
+    fleet: list[SimProcess], tmp_path: Path
+) -> None:
+    n = 24
+    data = write_prompts(tmp_path / "in.jsonl", n)
+    out = tmp_path / "out"
+    job = write_job(
+        tmp_path / "job.yaml", [fleet[0].url], data, out, concurrency=8, sampling={"max_tokens": 60},
+        monitor=FAST_MONITOR, retry={"read_timeout_s": 3.0, "max_attempts": 2},
+    )  # fmt: skip
+    res = run_cli("run", str(job), "--no-live", timeout=300)
+    assert res.returncode == 0, res.stderr
+    done, failed = read_records(out)
+    assert not failed and sorted(r["id"] for r in done) == [f"p{i:05d}" for i in range(n)]
+    assert "while the server ran it (nothing queued): read timeout 3 s -> 6 s" in res.stderr
+    assert "setting server" not in res.stderr
+    summary = (out / "summary.md").read_text()
+    assert "ran longer than the timeout" in summary and "read timeout grown to" in summary
+    assert "answers outlive the read timeout" in summary  # the doctor's verdict: the timeout grew
+    assert "queue wait exceeds the read timeout" not in summary

@@ -117,6 +117,8 @@ class Tracker:
             conversation_turns=mon.conversation_turns if mon is not None else None,
             abandoned=st.abandoned,
             abandoned_tokens=st.abandoned_tokens,
+            outlived=st.outlived,
+            repeatedly_abandoned=st.repeatedly_abandoned,
             held=st.held,
             upload_pending=up.pending if up is not None else None,
             upload_pending_bytes=up.pending_bytes if up is not None else 0,
@@ -157,6 +159,7 @@ class Tracker:
                 limit_reason=s.limit_reason,
                 timeouts=s.timeouts,
                 abandoned_tokens=s.abandoned_tokens,
+                read_timeout_s=s.read_timeout_s,
             )
             v = views.get(s.url)
             if v is not None and v.scrapes:

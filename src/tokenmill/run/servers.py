@@ -32,6 +32,8 @@ from typing import Literal
 
 log = logging.getLogger(__name__)
 
+TimeoutKind = Literal["queue", "work"]  # where a busy server's request outlived the read timeout
+
 
 @dataclass(slots=True)
 class ServerState:
@@ -66,6 +68,7 @@ class ServerState:
     work_timeouts: int = 0  # of ``timeouts``, those while it ran the request (no queue): the work outlived it
     timeout_grown_at: float | None = None  # when its read timeout last grew
     work_cuts: int = 0  # in-flight cuts because the work outlived the read timeout at its ceiling
+    last_timeout: TimeoutKind | None = None  # the kind of its last busy timeout
 
     def saw(self, queued: float | None, running: float | None, decode_tok_s: float | None) -> None:
         """The latest scrape's gauges (None: no healthy scrape). A server whose decode counter stands still
@@ -88,9 +91,6 @@ class ServerState:
     def take_back(self) -> None:
         """Usable again, with a clean record of failures."""
         self.usable, self.problem, self.consecutive_failures = True, None, 0
-
-
-TimeoutKind = Literal["queue", "work"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,8 +168,10 @@ class ServerPool:
         server.last_timeout_at = now
         if server.queued is not None and server.queued <= 0 and (server.running or 0) > 0:
             server.work_timeouts += 1
+            server.last_timeout = "work"
             self._outlived(server, sent, now)
             return "work"
+        server.last_timeout = "queue"
         if server.cut_at is not None and sent <= server.cut_at:
             return "queue"  # sent before the last cut: that cut already answered this queue
         current = min(server.limit, server.timeout_cap or server.limit)

@@ -173,6 +173,13 @@ class RunMonitor:
                 timeout_age_s=None if s.last_timeout_at is None else max(0.0, now - s.last_timeout_at),
                 read_timeout_s=self._job.retry.read_timeout_s,
                 abandoned_tokens=s.abandoned_tokens,
+                work_timeouts=s.work_timeouts,
+                last_timeout=s.last_timeout,
+                read_timeout_now_s=s.read_timeout_s or self._job.retry.read_timeout_s,
+                read_timeout_max_s=max(self._job.retry.read_timeout_s, self._job.retry.read_timeout_max_s),
+                work_cuts=s.work_cuts,
+                errors=s.errors,
+                completed_age_s=None if s.last_completed_at is None else max(0.0, now - s.last_completed_at),
             )
             servers.append(ServerObs(v, side))
         snap = self.last

@@ -245,6 +245,7 @@ def test_every_rule_is_covered() -> None:
     # (tests/unit/run/test_overload.py), uploads-behind the upload backlog (tests/unit/run/test_upload_health.py)
     covered = set(FIRES.values()) | {"server-down", "flapping", "client-bound", "compute-bound", "truncated"}
     covered |= {"queue-timeout", "uploads-behind"}
+    covered |= {"work-timeout", "monitoring-gap"}  # tests/unit/run/test_overload.py, test_monitoring_gap.py
     assert covered == set(RULE_IDS)
 
 

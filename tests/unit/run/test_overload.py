@@ -17,7 +17,7 @@ from tokenmill.errors import RequestTimeout
 from tokenmill.monitor.fleet import ServerView
 from tokenmill.records import Prompt
 from tokenmill.run.control import ConcurrencyController
-from tokenmill.run.servers import ServerPool
+from tokenmill.run.servers import ReadTimeouts, ServerPool
 
 URL = "http://a"
 
@@ -124,3 +124,89 @@ def test_the_doctor_names_queue_wait_beyond_the_read_timeout_with_the_fix() -> N
     stale = {**client, "timeout_age_s": 3600.0}
     assert "queue-timeout" not in verdicts(observe("kv_bound", client=stale))
     assert "queue-timeout" not in verdicts(observe("kv_bound", client={"inflight": 250, "limit": 256}))
+
+
+# ---- answers that outlive the read timeout while the server runs them (nothing queued) ----------------------
+
+
+def test_a_timeout_while_running_grows_the_read_timeout_to_its_ceiling_then_cuts_the_running() -> None:
+    pool = ServerPool([URL], 8, timeouts=ReadTimeouts(start_s=3.0, max_s=12.0), backoff=0.5)
+    s = pool.servers[0]
+    s.saw(queued=0.0, running=8.0, decode_tok_s=400.0)  # running what it was sent, nothing waits
+    assert pool.overloaded(s, sent=0.0, now=3.0) == "work"
+    assert s.read_timeout_s == 6.0 and s.limit == 8 and s.timeout_cap is None  # the timeout grows first
+    assert pool.overloaded(s, sent=1.0, now=4.0) == "work" and s.read_timeout_s == 6.0  # sent before it grew
+    assert pool.overloaded(s, sent=4.0, now=10.0) == "work" and s.read_timeout_s == 12.0  # the ceiling
+    assert pool.overloaded(s, sent=11.0, now=23.0) == "work"
+    assert s.read_timeout_s == 12.0 and s.limit == 4 and s.timeout_cap == 4 and s.work_cuts == 1  # fewer run
+    assert s.limit_reason == "answers outlive the read timeout's ceiling: fewer running"
+    assert s.work_timeouts == 4 and s.timeouts == 4 and s.last_timeout == "work"
+    s.saw(queued=30.0, running=4.0, decode_tok_s=400.0)
+    assert pool.overloaded(s, sent=30.0, now=42.0) == "queue" and s.last_timeout == "queue"
+
+
+async def test_a_livelock_of_answers_longer_than_the_read_timeout_ends_with_every_prompt_answered() -> None:
+    """8 running at the cap, answers that take 5 s against a 3 s read timeout: the same prompts used to time out
+    and be sent again for ever. Now the read timeout grows past the work and every prompt is answered once."""
+    clock = itertools.count(0.0, 0.5).__next__
+
+    def script(server: str, p: Prompt, b: ScriptedBackend) -> Any:
+        if (b.timeouts[-1] or 3.0) < 5.0:
+            return RequestTimeout("no response within the read timeout", server=server)
+        return None
+
+    sink = Sink()
+    backend = ScriptedBackend(script)
+    d = factories.dispatcher(
+        [URL], backend, sink, retry(max_attempts=2, read_timeout_s=3.0), 8, sampling={"max_tokens": 60},
+        clock=clock,
+    )  # fmt: skip
+    server = d.servers[0]
+    server.saw(queued=0.0, running=8.0, decode_tok_s=160.0)
+    assert await d.run(prompts(40))
+    assert not sink.failed and sorted(int(c.id) for c in sink.done) == list(range(40))
+    assert server.read_timeout_s == 6.0 and server.work_timeouts == d.stats.outlived > 0
+    assert server.usable and server.limit == 8  # no cut needed: the timeout grew past the work
+    assert len(backend.calls) < 40 + 3 * 8  # each prompt at most a few times, not without end
+
+
+async def test_an_answer_that_outlives_the_ceiling_is_failed_and_reported_never_retried_without_end(
+    caplog: Any,
+) -> None:
+    def script(server: str, p: Prompt, b: ScriptedBackend) -> Any:
+        return RequestTimeout("no response within the read timeout", server=server)
+
+    sink = Sink()
+    backend = ScriptedBackend(script)
+    d = factories.dispatcher(
+        [URL], backend, sink, retry(max_attempts=3, read_timeout_s=3.0, read_timeout_max_s=12.0), 4,
+        sampling={"max_tokens": 60}, clock=itertools.count(0.0, 0.5).__next__,
+    )  # fmt: skip
+    d.servers[0].saw(queued=0.0, running=4.0, decode_tok_s=160.0)
+    caplog.set_level("WARNING")
+    assert await d.run(prompts(4))
+    assert sorted(f.id for f in sink.failed) == ["0", "1", "2", "3"] and not sink.done
+    failure = sink.failed[0]
+    assert "read timeout's ceiling (12 s, retry.read_timeout_max_s)" in failure.error
+    assert "raise retry.read_timeout_max_s or lower sampling.max_tokens" in failure.error
+    assert len(backend.calls) <= 4 * (3 + 3)  # growth rounds plus max_attempts at the ceiling, each
+    assert d.stats.repeatedly_abandoned == 4 and set(d.stats.repeated_ids) == {"0", "1", "2", "3"}
+    assert "prompt 0 was abandoned on read timeouts 3 times" in caplog.text
+
+
+def test_the_doctor_says_the_read_timeout_grew_when_answers_outlive_it_while_running() -> None:
+    client = {"inflight": 8, "limit": 8, "timeouts": 12, "work_timeouts": 12, "last_timeout": "work",
+              "timeout_age_s": 2.0, "read_timeout_s": 3.0, "read_timeout_now_s": 6.0,
+              "read_timeout_max_s": 7200.0}  # fmt: skip
+    found = verdicts(observe("compute_bound", client=client))
+    assert "queue-timeout" not in found  # nothing was queued: not a queue wait
+    v = found["work-timeout"]
+    assert v.title == "answers outlive the read timeout"
+    assert "tokenmill raised its read timeout from 3 s to 6 s (ceiling 7,200 s" in v.summary
+    assert dict(v.evidence)["read timeout: job / now / ceiling"] == "3 s / 6 s / 7,200 s"
+    assert "shorter than the work" in v.advice
+    at_top = {**client, "read_timeout_now_s": 7200.0, "work_cuts": 2, "limit": 4}
+    cut = verdicts(observe("compute_bound", client=at_top))["work-timeout"]
+    assert (
+        "at the ceiling (7,200 s, retry.read_timeout_max_s), so tokenmill cut the requests it runs to 4" in cut.summary
+    )
