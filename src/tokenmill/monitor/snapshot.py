@@ -172,6 +172,7 @@ class ServerRow:
     limit_reason: str | None = None  # why the in-flight target is what it is (concurrency: auto)
     timeouts: int = 0  # its requests that outlived the read timeout while it was busy (overload)
     read_timeout_s: float | None = None  # its read timeout now, when grown past the job's (None: the job's)
+    missed_scrapes: int = 0  # its scrapes in a row that timed out (a monitoring gap, not a server down)
     abandoned_tokens: float = 0.0  # their estimated output tokens
     # what the planner expects of this server (its flags, GPU, the workload so far) and the roofline's ceiling,
     # decode tok/s on the server's own clock (a twin's time scale applied), so decode_tok_s compares directly

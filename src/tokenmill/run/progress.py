@@ -168,6 +168,7 @@ class Tracker:
                 row.kv_usage, row.state_usage = v.kv_usage, v.state_usage
                 row.decode_tok_s, row.prompt_tok_s = v.decode_tok_s, v.prompt_tok_s
                 row.gpus, row.decoded_tokens = v.gpus, v.decoded_tokens
+                row.missed_scrapes = v.missed_scrapes
             exp = mon.expected.get(s.url) if mon is not None else None
             if exp is not None:
                 row.expected_tok_s, row.ceiling_tok_s, row.gpu = exp.tok_s, exp.ceiling_tok_s, exp.gpu
