@@ -43,6 +43,7 @@ from tokenmill.errors import (
     TransientError,
 )
 from tokenmill.records import Generation, Prompt, RequestOutcome
+from tokenmill.run.abandon import note_abandoned, past_ceiling, wasted_tokens
 from tokenmill.run.collector import collect_less
 from tokenmill.run.servers import ReadTimeouts, ServerPool, ServerState
 from tokenmill.run.work import DispatchStats, RecordMaker, Sink, Work
@@ -342,11 +343,8 @@ class Dispatcher:
         self, work: Work, server: ServerState, exc: RequestTimeout, spent_s: float, ran: bool, timeout: float | None
     ) -> None:
         """A read timeout on a busy server: its tokens counted as abandoned, retried without spending an attempt,
-        unless it ran with the read timeout at its ceiling (``ran``: nothing was queued)."""
-        rate = server.request_rate() or self._fleet_request_rate()
-        tokens = spent_s * rate if rate is not None else 0.0
-        if self._max_tokens is not None:
-            tokens = min(tokens, float(self._max_tokens))
+        unless it ran with the read timeout at its ceiling (``ran``: nothing was queued; :mod:`.abandon`)."""
+        tokens = wasted_tokens(spent_s, server.request_rate() or self._fleet_request_rate(), self._max_tokens)
         server.abandoned_tokens += tokens
         server.errors += 1
         self.stats.abandoned += 1
@@ -356,37 +354,13 @@ class Dispatcher:
         what = "ran longer than the read timeout" if ran else "queue wait; overloaded, backing off"
         self.stats.recent_failures.append(f"{server.url}: {exc.message} ({what})")
         work.last_server = server.url
-        self._note_abandoned(work)
+        note_abandoned(work, self.stats, self.retry)
         ceiling = self.pool.timeouts.max_s if self.pool.timeouts is not None else self.retry.read_timeout_s
-        if ran and (timeout or self.retry.read_timeout_s) >= ceiling:
-            work.strikes += 1  # the answer outlives even the ceiling: it must not be retried without end
-        if work.strikes >= self.retry.max_attempts:
-            why = RequestTimeout(
-                f"no answer within the read timeout's ceiling ({ceiling:,.0f} s, retry.read_timeout_max_s) while the "
-                f"server ran it, {work.strikes} times: raise retry.read_timeout_max_s or lower sampling.max_tokens, "
-                "then run `tokenmill retry-failed`",
-                server=server.url,
-            )
-            self._record_failure(work, why, server)
-            return
-        if work.attempts >= HARD_ATTEMPT_FACTOR * self.retry.max_attempts:
-            self._record_failure(work, exc, server)
+        failed = past_ceiling(work, server.url, ran, timeout or self.retry.read_timeout_s, ceiling, self.retry)
+        if failed is not None or work.attempts >= HARD_ATTEMPT_FACTOR * self.retry.max_attempts:
+            self._record_failure(work, failed or exc, server)
             return
         self._requeue(work, self.retry.backoff_s(1) * self.rng.uniform(0.5, 1.5))
-
-    def _note_abandoned(self, work: Work) -> None:
-        work.abandoned += 1
-        if work.abandoned != self.retry.abandoned_report_after:
-            return
-        self.stats.repeatedly_abandoned += 1
-        self.stats.repeated_ids.append(work.prompt.id)
-        log.warning(
-            "prompt %s was abandoned on read timeouts %d times (its answer may be longer than the read timeout "
-            "allows); it is sent again, and failed once it outlives retry.read_timeout_max_s %d times",
-            work.prompt.id,
-            work.abandoned,
-            self.retry.max_attempts,
-        )
 
     def _fleet_request_rate(self) -> float | None:
         tokens = sum(s.completion_tokens for s in self.servers)
