@@ -27,22 +27,26 @@ SIM = ["--max-running-requests", str(CAP), "--output-len-mean", "64", "--output-
 FAST_MONITOR = {"scrape_interval_s": 0.2, "event_interval_s": 0.2, "rate_window_s": 1.0}
 
 
+RETRY = {"read_timeout_s": 0.4, "max_attempts": 2, "quarantine_after": 3, "backoff_base_s": 0.01,
+         "backoff_max_s": 0.2, "probe_interval_s": 0.2}  # fmt: skip
+
+
 @pytest.mark.parametrize("fleet", [(1, SIM)], indirect=True)
-def test_a_full_server_with_a_short_read_timeout_finishes_with_no_server_set_aside(
+def test_a_full_server_whose_queue_outgrows_the_read_timeout_is_cut_to_what_it_runs_never_set_aside(
     fleet: list[SimProcess], tmp_path: Path
 ) -> None:
+    """A queue of 60 kept on purpose (control.queue_min): its tail waits ~1 s against a read timeout of 0.4 s."""
     n = 400
     data = write_prompts(tmp_path / "in.jsonl", n)
     out = tmp_path / "out"
     job = write_job(
-        tmp_path / "job.yaml", [fleet[0].url], data, out, concurrency=64, monitor=FAST_MONITOR,
-        retry={"read_timeout_s": 0.4, "max_attempts": 2, "quarantine_after": 3, "backoff_base_s": 0.01,
-               "backoff_max_s": 0.2, "probe_interval_s": 0.2},
+        tmp_path / "job.yaml", [fleet[0].url], data, out, concurrency=64, monitor=FAST_MONITOR, retry=RETRY,
+        control={"queue_min": 60, "queue_max": 60},
     )  # fmt: skip
     res = run_cli("run", str(job), "--no-live", timeout=300)
     assert res.returncode == 0, res.stderr
     assert "setting server" not in res.stderr and "not usable" not in res.stderr, res.stderr
-    assert "concurrency 64 asks for 64 requests at once from servers that run 4" in res.stderr  # said at start
+    assert "waited longer than the read timeout in its queue; in-flight cap 64 -> 4 (what it runs)" in res.stderr
     done, failed = read_records(out)
     assert not failed  # timeouts in the queue spent no attempt (max_attempts 2)
     assert sorted(r["id"] for r in done) == [f"p{i:05d}" for i in range(n)]
@@ -51,10 +55,31 @@ def test_a_full_server_with_a_short_read_timeout_finishes_with_no_server_set_asi
     last = ticks[-1]
     assert last["client"]["abandoned"] > 0 and last["client"]["abandoned_tokens"] > 0
     assert last["servers"][0]["timeouts"] == last["client"]["abandoned"]
-    assert last["servers"][0]["limit"] < 64  # backed off
+    assert last["servers"][0]["limit"] <= CAP  # cut at once to what it runs
     summary = (out / "summary.md").read_text()
     assert "| abandoned on read timeouts | " in summary and "tokens wasted" in summary
     assert "waited in a queue" in summary
+
+
+@pytest.mark.parametrize("fleet", [(1, SIM)], indirect=True)
+def test_a_fixed_concurrency_far_above_the_cap_keeps_what_the_server_holds_and_abandons_nothing(
+    fleet: list[SimProcess], tmp_path: Path
+) -> None:
+    n = 400
+    data = write_prompts(tmp_path / "in.jsonl", n)
+    out = tmp_path / "out"
+    job = write_job(
+        tmp_path / "job.yaml", [fleet[0].url], data, out, concurrency=64, monitor=FAST_MONITOR, retry=RETRY
+    )  # fmt: skip
+    res = run_cli("run", str(job), "--no-live", timeout=300)
+    assert res.returncode == 0, res.stderr
+    assert "concurrency 64 asks for 64 requests at once from servers that run 4" in res.stderr  # said at start
+    done, failed = read_records(out)
+    assert not failed and len(done) == n
+    ticks = [r for r in read_events(out / EVENTS_FILE) if r["kind"] == "tick"]
+    assert ticks[-1]["client"]["abandoned"] == 0  # nothing waited out the read timeout in its queue
+    assert max(row["limit"] for t in ticks for row in t["servers"]) == 2 * CAP  # its cap plus a queue of 4
+    assert "| abandoned on read timeouts | - |" in (out / "summary.md").read_text()
 
 
 TWIN = ["--model", "qwen3.6-27b", "--gpu", "rtx-pro-6000", "--flags", "--mamba-scheduler-strategy extra_buffer",

@@ -157,6 +157,7 @@ class FleetMonitor:
         self._window_s = window_s
         self._tracks = [_Track(u, window_s) for u in urls]
         self.rounds = 0
+        self.polled = asyncio.Event()  # set once every server has been looked at (the first round is in)
         self.loop_lag_s: float | None = None  # how late the last round started (event-loop congestion)
 
     @property
@@ -196,6 +197,7 @@ class FleetMonitor:
         """Scrape every server once (concurrently) and update the views."""
         await asyncio.gather(*(self._poll(session, t) for t in self._tracks))
         self.rounds += 1
+        self.polled.set()
         return self.views
 
     async def sample(self, rounds: int, interval_s: float) -> list[ServerView]:

@@ -160,6 +160,7 @@ async def run_job(
         if run.reopened and uploader is not None:
             monitor.events.write("reopen", prefix=uploader.store.shown, reason=run.reopen)
         controller = _controller(job, dispatcher)
+        await _first_look(job, monitor, controller)
         housekeeping = Housekeeping(run, out, feed, dispatcher, controller, monitor, tracker, display, on_tick)
         if uploader is not None:
             tracker.upload = uploader.status
@@ -320,6 +321,16 @@ def _controller(job: JobSpec, dispatcher: Dispatcher) -> ConcurrencyController |
     if not job.monitor.enabled:
         return None
     return ConcurrencyController(dispatcher.servers, job.control, ceiling=dispatcher.pool.first_limit)
+
+
+async def _first_look(job: JobSpec, monitor: RunMonitor, controller: ConcurrencyController | None) -> None:
+    """Before the first request, the monitor's first look at the servers (their caps, bounded by the scrape's
+    timeouts), so the first burst is what each server holds, not a queue that may outwait the read timeout."""
+    if controller is None or not job.monitor.enabled:
+        return
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(monitor.fleet.polled.wait(), 3 * job.monitor.scrape_timeout_s + 1)
+    controller.follow(monitor.fleet)
 
 
 async def _start_watch(
