@@ -23,7 +23,9 @@ a burst is still being prefilled must not shrink the target below what the serve
 The standing queue is the latest one or the window mean, whichever is larger.
 
 A server whose requests time out in its queue (:meth:`~tokenmill.run.servers.ServerPool.overloaded`) carries a
-``timeout_cap``: the target never exceeds it.
+``timeout_cap``: the target never exceeds it. That cap is what the server ran when it was cut, and follows what it
+runs from then on (a pool that frees up admits more: it may be sent more, still with no queue above it); a cap set
+because answers outlived the read timeout's ceiling stays where it was cut.
 
 With a fixed ``concurrency: N`` the same rules run with N as the ceiling (``ceiling``): a server that says what it
 holds is sent at most that plus the small queue, never N requests of which most would wait in its queue and
@@ -159,6 +161,8 @@ class ConcurrencyController:
             target, why = next_target(state.limit, obs, self.spec)
             if self.ceiling is not None:
                 target, why = self._fixed(target, why, view)
+            if state.timeout_cap is not None and state.cap_from == "queue" and running is not None:
+                state.timeout_cap = max(state.timeout_cap, round(running))  # what it runs, no queue above it
             if state.timeout_cap is not None and target > state.timeout_cap:
                 target, why = state.timeout_cap, f"queue wait > read timeout: capped at {state.timeout_cap}"
             if target != state.limit:

@@ -69,6 +69,7 @@ class ServerState:
     timeout_grown_at: float | None = None  # when its read timeout last grew
     work_cuts: int = 0  # in-flight cuts because the work outlived the read timeout at its ceiling
     last_timeout: TimeoutKind | None = None  # the kind of its last busy timeout
+    cap_from: TimeoutKind | None = None  # which kind set ``timeout_cap``
 
     def saw(self, queued: float | None, running: float | None, decode_tok_s: float | None) -> None:
         """The latest scrape's gauges (None: no healthy scrape). A server whose decode counter stands still
@@ -186,11 +187,11 @@ class ServerPool:
                 current,
                 cap,
             )
-        self._cap(server, cap, now, "queue wait > read timeout: cut to what it runs")
+        self._cap(server, cap, now, "queue wait > read timeout: cut to what it runs", "queue")
         return "queue"
 
-    def _cap(self, server: ServerState, cap: int, now: float, why: str) -> None:
-        server.timeout_cap, server.cut_at = cap, now
+    def _cap(self, server: ServerState, cap: int, now: float, why: str, kind: TimeoutKind) -> None:
+        server.timeout_cap, server.cut_at, server.cap_from = cap, now, kind
         server.limit = min(server.limit, cap)
         server.limit_reason = why
 
@@ -228,7 +229,7 @@ class ServerPool:
                 cap,
             )
             server.work_cuts += 1
-        self._cap(server, cap, now, "answers outlive the read timeout's ceiling: fewer running")
+        self._cap(server, cap, now, "answers outlive the read timeout's ceiling: fewer running", "work")
 
     def to_probe(self) -> list[ServerState]:
         """Servers set aside for failures (a misconfigured server stays aside until the fleet takes it back)."""

@@ -210,3 +210,30 @@ def test_the_doctor_says_the_read_timeout_grew_when_answers_outlive_it_while_run
     assert (
         "at the ceiling (7,200 s, retry.read_timeout_max_s), so tokenmill cut the requests it runs to 4" in cut.summary
     )
+
+
+def test_a_queue_cut_follows_what_the_server_runs_and_a_ceiling_cut_stays() -> None:
+    pool = ServerPool([URL], 256, start=64)
+    s = pool.servers[0]
+    ctl = ConcurrencyController(pool.servers, ControlSpec(), ceiling=256)
+    s.saw(queued=40.0, running=10.0, decode_tok_s=500.0)  # caught while its KV pool admitted only 10
+    assert pool.overloaded(s, sent=0.0, now=5.0) == "queue" and s.limit == 10
+    ctl.update([ServerView(URL, None, None, True, None, running=30.0, queued=0.0, max_running=72)])
+    assert s.timeout_cap == 30 and s.limit == 30  # its pool freed up: it runs 30, and is sent 30
+    s.timeout_cap, s.cap_from = 8, "work"  # cut because answers outlived the ceiling: fewer on purpose
+    ctl.update([ServerView(URL, None, None, True, None, running=30.0, queued=0.0, max_running=72)])
+    assert s.limit == 8
+
+
+def test_a_fixed_concurrency_is_a_ceiling_of_what_the_server_holds() -> None:
+    pool = ServerPool([URL, "http://b", "http://c"], 256, start=64)
+    ctl = ConcurrencyController(pool.servers, ControlSpec(), ceiling=256)
+    a, b, c = pool.servers
+    assert a.limit == 64  # before its first scrape: min(256, control.initial)
+    held = ServerView(URL, None, None, True, None, running=72.0, queued=150.0, max_running=72)
+    big = ServerView("http://b", None, None, True, None, running=900.0, queued=0.0, max_running=1024)
+    blind = ServerView("http://c", None, None, False, "GET /metrics answered HTTP 404", scrapes=1)
+    ctl.update([held, big, blind])
+    assert a.limit == 76 and a.limit_reason == "server cap 72, within concurrency 256"  # 72 + a queue of 4
+    assert b.limit == 256 and b.limit_reason == "concurrency 256"  # it holds more than 256: 256
+    assert c.limit == 256 and c.limit_reason == "concurrency 256 (no metrics)"
