@@ -131,15 +131,16 @@ SLOW = ["--time-scale", "1", "--max-running-requests", "8", "--output-len-mean",
         "--step-base-ms", "65", "--step-per-req-ms", "0"]  # fmt: skip
 
 
+@pytest.mark.parametrize("concurrency", [8, "auto"])
 @pytest.mark.parametrize("fleet", [(1, SLOW)], indirect=True)
 def test_answers_longer_than_the_read_timeout_grow_it_instead_of_livelocking(
-    fleet: list[SimProcess], tmp_path: Path
+    fleet: list[SimProcess], tmp_path: Path, concurrency: int | str
 ) -> None:
     n = 24
     data = write_prompts(tmp_path / "in.jsonl", n)
     out = tmp_path / "out"
     job = write_job(
-        tmp_path / "job.yaml", [fleet[0].url], data, out, concurrency=8, sampling={"max_tokens": 60},
+        tmp_path / "job.yaml", [fleet[0].url], data, out, concurrency=concurrency, sampling={"max_tokens": 60},
         monitor=FAST_MONITOR, retry={"read_timeout_s": 3.0, "max_attempts": 2},
     )  # fmt: skip
     res = run_cli("run", str(job), "--no-live", timeout=300)
