@@ -177,7 +177,7 @@ class RetrySpec(Model):
 
 
 class ControlSpec(Model):
-    """How ``concurrency: auto`` sets each server's in-flight target."""
+    """How each server's in-flight target is set: ``concurrency: auto``'s, and a fixed concurrency's below it."""
 
     initial: int = Field(default=64, ge=1, description="Target before a server's capacity is known")
     min: int = Field(default=1, ge=1)
@@ -246,7 +246,8 @@ class JobSpec(Model):
     concurrency: int | Literal["auto"] = Field(
         default="auto",
         description="In-flight requests per server: auto learns each server's capacity from its metrics; "
-        "a number fixes it",
+        "a number is the most per server (a server that says what it holds is sent no more than that plus a small "
+        "queue, so nothing waits out the read timeout in its queue)",
     )
     control: ControlSpec = Field(default_factory=lambda: ControlSpec())
     output: OutputSpec
