@@ -11,13 +11,15 @@ Overload is not death: a request that times out on a server that holds a queue o
 scrape says so, with its decode counter moving) or that answered another request since this one was sent is the
 server's work outgrowing the read timeout, in one of two ways (:meth:`ServerPool.overloaded`):
 
-- **in its queue** (the latest scrape shows requests waiting): the server's in-flight cap (``timeout_cap``) is
-  cut at once to what it runs, so nothing waits in its queue any more (once per round trip: requests sent
-  before the last cut do not cut again); without a queue gauge, by the backoff factor, never below what it was
-  seen running. The concurrency controller respects the cap too;
-- **while it ran** (no queue): the client's timeout is shorter than the work. The server's read timeout grows by
-  ``growth`` (once per round trip) up to the ceiling (``retry.read_timeout_max_s``); at the ceiling its in-flight
-  cap drops instead (fewer running, a faster step, each answer sooner).
+- **in its queue** (the latest scrape shows a queue that can hold a request that long: queued / running x the
+  mean latency of its completions, at least half the read timeout): the server's in-flight cap
+  (``timeout_cap``) is cut at once to what it runs, so nothing waits in its queue any more (once per round trip:
+  requests sent before the last cut do not cut again); without a queue gauge, by the backoff factor, never below
+  what it was seen running. The concurrency controller respects the cap too;
+- **while it ran** (no queue, or one too short for that wait): the client's timeout is shorter than the work.
+  The server's read timeout grows by ``growth`` (once per round trip) up to the ceiling
+  (``retry.read_timeout_max_s``); at the ceiling its in-flight cap drops instead (fewer running, a faster step,
+  each answer sooner).
 
 Either way the server stays in use.
 """
@@ -84,6 +86,18 @@ class ServerState:
         if (self.queued or 0) > 0 or (self.running or 0) > 0:
             return True
         return self.last_completed_at is not None and self.last_completed_at > sent
+
+    def queue_holds(self, waited_s: float) -> bool:
+        """Whether its queue can have held a request for ``waited_s``: a queue at its latest scrape whose wait
+        (queued / running x the mean latency of its completions) is at least half of that. True when that is not
+        known (no queue gauge, or no completion yet): the timeout is then read as a queue wait."""
+        if self.queued is None:
+            return True
+        if self.queued <= 0:
+            return False
+        if not self.completed or not self.running:
+            return True
+        return self.queued / self.running * (self.latency_s / self.completed) >= waited_s / 2
 
     def request_rate(self) -> float | None:
         """Output tokens per second of one of its requests, as its completions showed (None before one)."""
@@ -167,7 +181,7 @@ class ServerPool:
             return None
         server.timeouts += 1
         server.last_timeout_at = now
-        if server.queued is not None and server.queued <= 0 and (server.running or 0) > 0:
+        if (server.running or 0) > 0 and not server.queue_holds(now - sent):
             server.work_timeouts += 1
             server.last_timeout = "work"
             self._outlived(server, sent, now)
@@ -177,15 +191,16 @@ class ServerPool:
             return "queue"  # sent before the last cut: that cut already answered this queue
         current = min(server.limit, server.timeout_cap or server.limit)
         if server.queued is not None and server.running is not None:
-            cap = max(1, round(server.running))  # what it runs: nothing waits in its queue any more
+            cap, how = max(1, round(server.running)), "what it runs"  # nothing waits in its queue any more
         else:
-            cap = max(max(1, round(server.running or 0)), math.floor(current * self.backoff))
+            cap, how = max(max(1, round(server.running or 0)), math.floor(current * self.backoff)), "backed off"
         if cap < current:
             log.warning(
-                "%s: requests waited longer than the read timeout in its queue; in-flight cap %d -> %d (what it runs)",
+                "%s: requests waited longer than the read timeout in its queue; in-flight cap %d -> %d (%s)",
                 server.url,
                 current,
                 cap,
+                how,
             )
         self._cap(server, cap, now, "queue wait > read timeout: cut to what it runs", "queue")
         return "queue"

@@ -237,3 +237,15 @@ def test_a_fixed_concurrency_is_a_ceiling_of_what_the_server_holds() -> None:
     assert a.limit == 76 and a.limit_reason == "server cap 72, within concurrency 256"  # 72 + a queue of 4
     assert b.limit == 256 and b.limit_reason == "concurrency 256"  # it holds more than 256: 256
     assert c.limit == 256 and c.limit_reason == "concurrency 256 (no metrics)"
+
+
+def test_a_timeout_beside_a_short_queue_is_the_work_outliving_it_not_a_queue_wait() -> None:
+    """The queue the controller keeps (72 running, 4 queued, answers of ~120 s) waits ~7 s: a request that timed
+    out after 1,800 s was running, however the queue gauge reads."""
+    pool = ServerPool([URL], 76, timeouts=ReadTimeouts(start_s=1800.0, max_s=7200.0))
+    s = pool.servers[0]
+    s.completed, s.latency_s = 100, 12_000.0
+    s.saw(queued=4.0, running=72.0, decode_tok_s=900.0)
+    assert pool.overloaded(s, sent=0.0, now=1800.0) == "work" and s.read_timeout_s == 3600.0 and s.limit == 76
+    s.saw(queued=240.0, running=72.0, decode_tok_s=900.0)  # a deep queue: ~400 s of wait, the tail waits longer
+    assert pool.overloaded(s, sent=2000.0, now=2700.0) == "queue" and s.limit == 72
