@@ -18,6 +18,9 @@ Sections (each comparison is measured side by side within one run):
 * ``autotune`` — 8 twins of a state-bound 27B hybrid with SGLang's default flags and long outputs: the job with
   and without ``--autotune``, the best static configuration of the planner's what-if, the time to reach 95 % of
   it, and a change that does not pay rolled back (bench/autotune.py; about 6 minutes);
+* ``overload`` — the waste of overload: twins of the seed's card sent ``concurrency: 256`` with ~2,700-token
+  answers and a read timeout of 36 s and 20 s at time scale 0.02 (1,800 s and 1,000 s of GPU time): tokens the
+  servers decoded (their own counters), delivered, wasted (bench/overload.py; a few minutes);
 * ``quality``  — what the quality signals cost: microseconds per 8 KB answer (prose, code, a loop, the canned
   answer) and tokenmill's client CPU per completion with the signals and with them replaced by a constant
   (bench/quality.py).
@@ -48,7 +51,7 @@ from rich.table import Table
 from bench.common import CLIENT_CORES, HERE, SERVER_CORES
 
 console = Console(width=None if sys.stdout.isatty() else 150)
-SECTIONS = ("overhead", "fleet", "resume", "remote", "sim", "memory", "autotune", "quality")
+SECTIONS = ("overhead", "fleet", "resume", "remote", "sim", "memory", "autotune", "overload", "quality")
 
 
 def _f(x: float | None, nd: int = 0) -> str:
@@ -257,6 +260,46 @@ def autotune(quick: bool) -> dict[str, Any]:
     return res
 
 
+def overload(quick: bool) -> dict[str, Any]:
+    from bench import overload as mod
+
+    res = mod.run(quick)
+    setup = res["setup"]
+    t = Table(
+        title=f"Overload waste: {setup['servers']} twin(s) of {setup['model']} on {setup['gpu']} ({setup['flags']}), "
+        f"concurrency {setup['concurrency']}, ~{setup['output_mean']:,}-token answers, time scale {setup['time_scale']}"
+    )
+    for col in (
+        "read timeout",
+        "decoded",
+        "delivered",
+        "wasted",
+        "abandoned",
+        "failed",
+        "down/flapping/aside",
+        "run s",
+    ):
+        t.add_column(col, justify="left" if col == "read timeout" else "right")
+    for key in (f"{x:g}" for x in mod.READ_TIMEOUTS_S):
+        r = res[key]
+        t.add_row(
+            f"{r['read_timeout_s']:g} s ({r['read_timeout_gpu_s']:,.0f} s GPU)",
+            _f(r["decoded"]),
+            _f(r["delivered"]),
+            _pct(r["waste_share"]),
+            f"{r['abandoned']:,} ({r['outlived']:,} while running)",
+            f"{r['failed']:,}",
+            "yes" if r["called_down_or_flapping"] or r["set_aside"] else "no",
+            _f(r["wall_s"], 1),
+        )
+    console.print(t)
+    console.print(
+        f"  wasted: decoded (the servers' realtime_tokens_total{{mode=decode}}) minus delivered, of decoded; goal "
+        f"<= {_pct(setup['goal'])}, nothing failed, no server called down, flapping or set aside"
+    )
+    return res
+
+
 def quality(quick: bool) -> dict[str, Any]:
     from bench import quality as mod
 
@@ -371,6 +414,15 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
         rolled = any(s["step"] == "rolled-back" for s in at["fault"]["steps"])
         add("autotune: a change that does not pay is rolled back", 1.0 if rolled else 0.0, "yes", lambda v: v == 1,
             "yes" if rolled else "no")  # fmt: skip
+    over = results.get("overload")
+    if over:
+        for key, row in over.items():
+            if key == "setup":
+                continue
+            add(f"overload: tokens wasted, concurrency 256, read timeout {row['read_timeout_gpu_s']:,.0f} s GPU",
+                row["waste_share"], "<= 2 %", lambda v: v <= 0.02, "{:.1%}")  # fmt: skip
+            bad = row["failed"] + int(row["set_aside"]) + int(row["called_down_or_flapping"])
+            add(f"overload: failed + servers set aside or called down ({key} s)", bad, "0", lambda v: v == 0, "{:.0f}")
     q = results.get("quality")
     if q:
         add("quality: signals' share of the client's CPU per completion", q["signals_share_of_client_cpu"], "< 10 %",
@@ -405,6 +457,7 @@ def main() -> None:
         "sim": sim,
         "memory": memory,
         "autotune": autotune,
+        "overload": overload,
         "quality": quality,
     }
     results: dict[str, Any] = {}

@@ -11,6 +11,7 @@ import subprocess
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
@@ -119,7 +120,7 @@ def twin() -> Iterator[SimProcess]:
         proc.stop()
 
 
-def load_job(tmp_path: Path, url: str, concurrency: int) -> tuple[Path, Path]:
+def load_job(tmp_path: Path, url: str, concurrency: int, **extra: Any) -> tuple[Path, Path]:
     data = tmp_path / "in.jsonl"
     with data.open("wb") as f:
         for i in range(4000):
@@ -127,13 +128,14 @@ def load_job(tmp_path: Path, url: str, concurrency: int) -> tuple[Path, Path]:
     out = tmp_path / "out"
     job = write_job(
         tmp_path / "job.yaml", [url], data, out, concurrency=concurrency, model="qwen3.6-35b-a3b",
-        sampling={"max_tokens": 512}, monitor=FAST_MONITOR, output={"dir": str(out), "shard_size": 500},
+        sampling={"max_tokens": 512}, monitor=FAST_MONITOR, output={"dir": str(out), "shard_size": 500}, **extra,
     )  # fmt: skip
     return job, out
 
 
 def test_doctor_names_the_state_pool_of_a_state_bound_twin(twin: SimProcess, tmp_path: Path) -> None:
-    job, out = load_job(tmp_path, twin.url, concurrency=300)
+    # a fixed concurrency is a ceiling (the server's cap plus a small queue): a deep queue is asked for as such
+    job, out = load_job(tmp_path, twin.url, concurrency=300, control={"queue_min": 64, "queue_max": 64})
     proc = start_run(job)
     try:
         wait_for("a queue at the twin", lambda: (out / EVENTS_FILE).exists() and _queued(out) > 50)

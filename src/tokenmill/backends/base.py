@@ -154,12 +154,16 @@ class Backend(ABC):
             chunks.append(chunk)
         return b"".join(chunks)
 
-    async def generate(self, session: aiohttp.ClientSession, server: str, prompt: Prompt) -> Generation:
-        """POST one prompt to ``server`` and return its generation, or raise a RequestError subclass."""
+    async def generate(
+        self, session: aiohttp.ClientSession, server: str, prompt: Prompt, *, read_timeout_s: float | None = None
+    ) -> Generation:
+        """POST one prompt to ``server`` and return its generation, or raise a RequestError subclass.
+        ``read_timeout_s`` replaces the session's read timeout for this request (None: the session's)."""
         sent = self.body(prompt)
         payload = orjson.dumps(sent)
+        timeout = _timeout(session.timeout, read_timeout_s)
         try:
-            async with session.post(self.target(server), data=payload, headers=self.headers) as resp:
+            async with session.post(self.target(server), data=payload, headers=self.headers, timeout=timeout) as resp:
                 status = resp.status
                 raw = await self._read_limited(resp, server)
         except aiohttp.SocketTimeoutError as exc:
@@ -183,6 +187,14 @@ class Backend(ABC):
         except (ValueError, KeyError, TypeError, IndexError, AttributeError) as exc:
             snippet = raw[:120].decode("utf-8", "replace")
             raise TransientError(f"malformed response body ({exc}): {snippet!r}", server=server) from exc
+
+
+def _timeout(base: aiohttp.ClientTimeout, read_s: float | None) -> aiohttp.ClientTimeout:
+    """The session's timeouts with another read timeout (the whole request's bound moved with it)."""
+    if read_s is None or read_s == base.sock_read:
+        return base
+    total = None if base.total is None else base.total - (base.sock_read or 0.0) + read_s
+    return aiohttp.ClientTimeout(total=total, connect=base.connect, sock_connect=base.sock_connect, sock_read=read_s)
 
 
 PROBE_PROMPT = Prompt(id="tokenmill-probe", text="Say hello.")

@@ -147,6 +147,17 @@ class RetrySpec(Model):
     backoff_max_s: float = Field(default=30.0, gt=0)
     connect_timeout_s: float = Field(default=10.0, gt=0)
     read_timeout_s: float = Field(default=1800.0, gt=0, description="Per request; long generations take time")
+    read_timeout_max_s: float = Field(
+        default=7200.0,
+        gt=0,
+        description="The ceiling a server's read timeout grows to (doubling) when answers take longer than it while "
+        "the server runs them (nothing queued); at the ceiling that server runs fewer at once instead",
+    )
+    abandoned_report_after: int = Field(
+        default=3,
+        ge=1,
+        description="A prompt abandoned on read timeouts this many times is named in the log and the summary",
+    )
     max_response_mb: float = Field(
         default=64.0, gt=0, description="A response body larger than this is refused (a broken or hostile server)"
     )
@@ -166,7 +177,7 @@ class RetrySpec(Model):
 
 
 class ControlSpec(Model):
-    """How ``concurrency: auto`` sets each server's in-flight target."""
+    """How each server's in-flight target is set: ``concurrency: auto``'s, and a fixed concurrency's below it."""
 
     initial: int = Field(default=64, ge=1, description="Target before a server's capacity is known")
     min: int = Field(default=1, ge=1)
@@ -235,7 +246,8 @@ class JobSpec(Model):
     concurrency: int | Literal["auto"] = Field(
         default="auto",
         description="In-flight requests per server: auto learns each server's capacity from its metrics; "
-        "a number fixes it",
+        "a number is the most per server (a server that says what it holds is sent no more than that plus a small "
+        "queue, so nothing waits out the read timeout in its queue)",
     )
     control: ControlSpec = Field(default_factory=lambda: ControlSpec())
     output: OutputSpec

@@ -27,6 +27,13 @@ class ClientSide:
     timeout_age_s: float | None = None  # seconds since the last of them
     read_timeout_s: float | None = None  # the job's retry.read_timeout_s
     abandoned_tokens: float = 0.0  # their output tokens, estimated, thrown away
+    work_timeouts: int = 0  # of ``timeouts``, those while the server ran the request (nothing queued)
+    last_timeout: str | None = None  # the last one's kind: "queue" or "work"
+    read_timeout_now_s: float | None = None  # this server's read timeout now (grown when answers outlived it)
+    read_timeout_max_s: float | None = None  # its ceiling (retry.read_timeout_max_s)
+    work_cuts: int = 0  # in-flight cuts because answers outlived the read timeout at its ceiling
+    errors: int | None = None  # failed requests to it this run (None: the client is not known)
+    completed_age_s: float | None = None  # seconds since its last completion (None: none, or not known)
 
 
 @dataclass(frozen=True, slots=True)

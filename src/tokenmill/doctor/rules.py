@@ -14,8 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from tokenmill.config import DoctorSpec
-from tokenmill.doctor.checks.availability import flapping, server_down
-from tokenmill.doctor.checks.client import client_bound, client_underfeeding, queue_timeout
+from tokenmill.doctor.checks.availability import flapping, monitoring_gap, server_down
+from tokenmill.doctor.checks.client import client_bound, client_underfeeding, queue_timeout, work_timeout
 from tokenmill.doctor.checks.corpus import truncation, uploads_behind
 from tokenmill.doctor.checks.load import idle, under_fed
 from tokenmill.doctor.checks.pools import kv_bound, retractions, scheduler_conservative, state_pool_bound
@@ -47,13 +47,20 @@ RULES: tuple[Rule, ...] = (
     Rule("server-down", "server down", "server availability",
          "unreachable for down_after_s, or set aside by the client", check=server_down),
     Rule("flapping", "server flapping", "server availability",
-         "flap_transitions up/down changes within flap_window_s", check=flapping),
+         "flap_transitions up/down changes within flap_window_s (scrape timeouts are no change), and the client "
+         "saw a failed request from it", check=flapping),
+    Rule("monitoring-gap", "monitoring gap", "",  # its numbers are missing, the server works: binds nothing
+         "its /metrics scrapes time out for down_after_s while the client's requests to it succeed",
+         check=monitoring_gap),
     Rule("truncated", "answers cut at max_tokens", "",  # the corpus's loss, not a throughput limit
          "at least truncated_share of the answers hit max_tokens (finish reason length), once "
          "truncated_min_answers answers are in", check_client=truncation),
     Rule("queue-timeout", "queue wait exceeds the read timeout", "client concurrency",
          "a request outlived retry.read_timeout_s on a server that held a queue or kept answering (overload), "
          "within timeout_recent_s", check=queue_timeout),
+    Rule("work-timeout", "answers outlive the read timeout", "client read timeout",
+         "a request outlived the read timeout while its server ran it with nothing queued, within timeout_recent_s",
+         check=work_timeout),
     Rule("uploads-behind", "uploads behind", "",  # the durable copy's lag, not a throughput limit
          "sealed shards wait for upload, the oldest for upload_behind_s, or generation is paused for the backlog",
          check_client=uploads_behind),

@@ -8,8 +8,9 @@ meanwhile and retry its requests elsewhere (a reset connection does not spend a 
 :class:`Watchdog` is the decision alone, over two seams (a health probe and a metrics reader) and a clock; the
 keeper calls :meth:`Watchdog.check` from its thread, and one look is taken every ``watchdog.interval_s``:
 
-- a health probe without an answer within ``probe_timeout_s`` is a miss; ``probe_failures`` misses in a row
-  make the server hung (a slow answer now and then does not);
+- a health probe without an answer within ``probe_timeout_s`` is a miss, unless the server's token counter moved
+  since the last look (a busy server, or a busy machine, answers its work before its probes: it is not hung);
+  ``probe_failures`` misses in a row make the server hung (a slow answer now and then does not);
 - the generated-token counter (SGLang's live decode counter, else ``generation_tokens_total``) is read with the
   running requests: when it has not moved for ``stall_s`` while requests were running at every look, the
   server is hung. A scrape that fails says nothing either way (the probe covers a server that does not answer).
@@ -79,6 +80,8 @@ class Watchdog:
         self.misses = 0
         self._next = clock() + spec.interval_s
         self._tokens: float | None = None
+        self._last_tokens: float | None = None  # the counter at the last reading (any look)
+        self.busy_misses = 0  # probes missed while the counter moved (not counted against the server)
         self._busy_since: float | None = None  # running requests at every look since then, counter unchanged
 
     def check(self) -> str | None:
@@ -87,19 +90,31 @@ class Watchdog:
         if now < self._next:
             return None
         self._next = now + self.spec.interval_s
-        if not self.probe(self.health_url, self.spec.probe_timeout_s):
+        answered = self.probe(self.health_url, self.spec.probe_timeout_s)
+        reading = self.read(self.url, self.spec.probe_timeout_s) if not answered or self.spec.stall_s > 0 else None
+        moved = self._moved(reading)
+        if not answered and not moved:
             self.misses += 1
             if self.misses >= self.spec.probe_failures:
                 return (
                     f"its health probe got no answer {self.misses} times in a row "
-                    f"(each within {self.spec.probe_timeout_s:g} s)"
+                    f"(each within {self.spec.probe_timeout_s:g} s) and its token counter did not move"
                 )
             return None
+        if not answered:
+            self.busy_misses += 1  # no answer, but generating: busy, never killed for it
         self.misses = 0
-        return self._stalled(now) if self.spec.stall_s > 0 else None
+        return self._stalled(now, reading) if self.spec.stall_s > 0 else None
 
-    def _stalled(self, now: float) -> str | None:
-        reading = self.read(self.url, self.spec.probe_timeout_s)
+    def _moved(self, reading: Reading | None) -> bool:
+        """Whether the token counter moved since the last reading of it (a new reading becomes the last)."""
+        if reading is None or reading.tokens is None:
+            return False
+        moved = self._last_tokens is not None and reading.tokens != self._last_tokens
+        self._last_tokens = reading.tokens
+        return moved
+
+    def _stalled(self, now: float, reading: Reading | None) -> str | None:
         if reading is None or reading.tokens is None or reading.running is None:
             return None
         if reading.running <= 0 or reading.tokens != self._tokens:

@@ -28,7 +28,8 @@ _LOG = re.compile(r"events(?:\.p\d{3,})?\.jsonl")
 # client numbers that add up over clients; the others are handled one by one below
 _SUMMED = ("completed", "failed", "skipped", "retries", "inflight", "comp_s", "client_tok_s", "prompt_tokens",
            "client_tokens", "limit", "cpu", "answers", "truncated", "rows_read", "multi_turn_rows", "abandoned",
-           "abandoned_tokens", "upload_pending", "upload_pending_bytes")  # fmt: skip
+           "abandoned_tokens", "outlived", "repeatedly_abandoned", "upload_pending",
+           "upload_pending_bytes")  # fmt: skip
 _ROW_SUMMED = ("inflight", "limit", "completed", "errors", "client_tok_s", "client_tokens", "inflight_avg")
 
 

@@ -44,6 +44,8 @@ def _usage_style(x: float | None) -> str:
 def _health(r: ServerRow) -> Text:
     if not r.usable:
         return Text(f"set aside: {r.problem or ''}"[:60], style="red")
+    if r.healthy is False and r.missed_scrapes:  # its scrapes time out: a monitoring gap, the server works
+        return Text(f"metrics late ({r.missed_scrapes} scrapes timed out)", style="yellow")
     if r.healthy is False:
         return Text("metrics down", style="yellow")
     if r.healthy is None:
@@ -107,7 +109,7 @@ def _table(snap: Snapshot) -> Table:
     caps = [r.max_running for r in rows if r.max_running]
     queued = [r.queued for r in rows if r.queued is not None]
     fleet_tok = snap.decode_tok_s if snap.decode_tok_s is not None else snap.client_tok_s
-    up = sum(1 for r in rows if r.usable and r.healthy is not False)
+    up = sum(1 for r in rows if r.usable and (r.healthy is not False or r.missed_scrapes))
     table.add_row(
         Text(f"fleet ({len(rows)} servers, {snap.gpus} GPUs)", style="bold"),
         Text(num(fleet_tok), style="bold"),

@@ -1,7 +1,9 @@
 """Polling every server of a fleet: one scrape per server per round, rates and gauge means over a window.
 
 :class:`FleetMonitor` owns its own HTTP session (the dispatcher's connection pool is never shared), bounds
-every scrape by a timeout, and keeps per server only what the window needs. Its :meth:`~FleetMonitor.run`
+every scrape by a timeout, and keeps per server only what the window needs. A scrape that times out is a gap in
+the monitoring, not a server going down: it counts no up/down change (``transitions``), only ``missed_scrapes``
+and ``gap_s`` (what the doctor weighs against the client's completions). Its :meth:`~FleetMonitor.run`
 loop is meant to be its own asyncio task: nothing on the request path ever waits for it. The latest
 :class:`ServerView` of each server is a plain immutable value that displays, the doctor, the exporter and
 the event log read at any time.
@@ -52,6 +54,8 @@ class ServerView:
     down_for_s: float | None = None  # how long it has been unreachable (None while it answers)
     decoded_tokens: float = 0.0  # tokens the server decoded while watched (restarts accounted for)
     scrapes: int = 0
+    missed_scrapes: int = 0  # scrapes in a row that timed out (0: the last one answered, or was refused)
+    gap_s: float | None = None  # since the first of them
 
     @property
     def engine(self) -> Engine:
@@ -102,6 +106,8 @@ class _Track:
         self.last_out: float | None = None
         self.decoded_tokens = 0.0
         self.scrapes = 0
+        self.missed = 0  # scrapes in a row that timed out
+        self.gap_since: float | None = None
 
 
 def _hybrid(info: ServerInfo | None, snap: ServerSnapshot) -> bool | None:
@@ -151,6 +157,7 @@ class FleetMonitor:
         self._window_s = window_s
         self._tracks = [_Track(u, window_s) for u in urls]
         self.rounds = 0
+        self.polled = asyncio.Event()  # set once every server has been looked at (the first round is in)
         self.loop_lag_s: float | None = None  # how late the last round started (event-loop congestion)
 
     @property
@@ -190,6 +197,7 @@ class FleetMonitor:
         """Scrape every server once (concurrently) and update the views."""
         await asyncio.gather(*(self._poll(session, t) for t in self._tracks))
         self.rounds += 1
+        self.polled.set()
         return self.views
 
     async def sample(self, rounds: int, interval_s: float) -> list[ServerView]:
@@ -232,7 +240,11 @@ class FleetMonitor:
             )
         except TimeoutError:
             snap = ServerSnapshot(
-                engine="unknown", taken_at=self.clock(), healthy=False, error=f"{track.url}/metrics timed out"
+                engine="unknown",
+                taken_at=self.clock(),
+                healthy=False,
+                error=f"{track.url}/metrics timed out",
+                timed_out=True,
             )
         if snap.engine == "vllm":
             track.want_info = False  # vLLM has neither /server_info nor /v1/loads
@@ -241,13 +253,19 @@ class FleetMonitor:
     def _update(self, track: _Track, snap: ServerSnapshot) -> None:
         now = snap.taken_at
         track.scrapes += 1
-        if track.healthy is not None and track.healthy != snap.healthy:
+        if snap.timed_out:  # no answer in time: a gap, not a change of state (its last state stands)
+            track.missed += 1
+            track.gap_since = now if track.gap_since is None else track.gap_since
+        else:
+            track.missed, track.gap_since = 0, None
+        if not snap.timed_out and track.healthy is not None and track.healthy != snap.healthy:
             track.flips.append(now)
             if snap.healthy:
                 track.want_info = True  # it may have been restarted with other flags
         while track.flips and now - track.flips[0] > self.flap_window_s:
             track.flips.popleft()
-        track.healthy = snap.healthy
+        if not snap.timed_out:
+            track.healthy = snap.healthy
         if snap.healthy:
             track.down_since = None
             track.running.add(now, snap.running)
@@ -291,8 +309,8 @@ class FleetMonitor:
             state_usage=track.state.mean(),
             max_running=snap.max_running or (track.info.max_running if track.info else None),
             # a server that does not answer produces nothing: its rates drop to 0 at once (the window's last
-            # good rate would go on counting in the fleet's totals)
-            decode_tok_s=track.out.rate_or_none() if snap.healthy else 0.0,
+            # good rate would go on counting in the fleet's totals); a scrape that timed out says nothing
+            decode_tok_s=track.out.rate_or_none() if snap.healthy else None if snap.timed_out else 0.0,
             prompt_tok_s=track.prompt.rate_or_none() if snap.healthy else 0.0,
             prefix_hit_rate=_hit_rate(track.prefill_cached.rate_or_none(), track.prefill_compute.rate_or_none()),
             requests_s=track.requests.rate_or_none() if snap.healthy else 0.0,
@@ -301,4 +319,6 @@ class FleetMonitor:
             down_for_s=None if track.down_since is None else now - track.down_since,
             decoded_tokens=track.decoded_tokens,
             scrapes=track.scrapes,
+            missed_scrapes=track.missed,
+            gap_s=None if track.gap_since is None else now - track.gap_since,
         )

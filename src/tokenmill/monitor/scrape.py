@@ -115,6 +115,7 @@ class ServerSnapshot:
     decode_tokens_total: float | None = None  # live decode counter (SGLang realtime_tokens_total)
     prefill_tokens_total: float | None = None  # live prefill-compute counter
     prefill_cache_tokens_total: float | None = None  # prompt tokens served from the prefix cache (SGLang)
+    timed_out: bool = False  # the scrape got no answer in time (a busy server or machine, not a refusal)
 
     @property
     def kv_pool_usage(self) -> float | None:
@@ -309,6 +310,7 @@ async def scrape(
             taken_at=taken_at,
             healthy=False,
             error=f"cannot reach {base_url}/metrics: {reason} (is the server up?)",
+            timed_out=isinstance(exc, TimeoutError),
         )
     if status != 200:
         hint = " (start SGLang with --enable-metrics)" if status == 404 else ""

@@ -171,6 +171,8 @@ class ServerRow:
     decoded_tokens: float = 0.0  # tokens the server decoded while watched (its counters)
     limit_reason: str | None = None  # why the in-flight target is what it is (concurrency: auto)
     timeouts: int = 0  # its requests that outlived the read timeout while it was busy (overload)
+    read_timeout_s: float | None = None  # its read timeout now, when grown past the job's (None: the job's)
+    missed_scrapes: int = 0  # its scrapes in a row that timed out (a monitoring gap, not a server down)
     abandoned_tokens: float = 0.0  # their estimated output tokens
     # what the planner expects of this server (its flags, GPU, the workload so far) and the roofline's ceiling,
     # decode tok/s on the server's own clock (a twin's time scale applied), so decode_tok_s compares directly
@@ -233,6 +235,8 @@ class Snapshot:
     conversation_turns: str | None = None  # what the job does with them (input.conversation_turns)
     abandoned: int = 0  # requests given up on a read timeout while their server was overloaded
     abandoned_tokens: float = 0.0  # their estimated output tokens, thrown away
+    outlived: int = 0  # of them, requests that timed out while their server ran them (nothing queued)
+    repeatedly_abandoned: int = 0  # prompts abandoned retry.abandoned_report_after times or more
     upload_pending: int | None = None  # sealed shards waiting for upload (None: no output.remote)
     upload_pending_bytes: int = 0
     upload_oldest_s: float | None = None  # how long the oldest of them has waited

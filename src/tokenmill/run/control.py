@@ -1,4 +1,5 @@
-"""Adaptive concurrency (``concurrency: auto``): each server's in-flight target, learned from its metrics.
+"""Each server's in-flight target, learned from its metrics: ``concurrency: auto``, and a fixed ``concurrency: N``
+as its ceiling.
 
 The right number of requests in flight at a server is what it can actually run plus a small queue that
 hides the round trip. Too few and its GPU idles; too many and requests wait in its queue, adding latency and
@@ -22,7 +23,14 @@ a burst is still being prefilled must not shrink the target below what the serve
 The standing queue is the latest one or the window mean, whichever is larger.
 
 A server whose requests time out in its queue (:meth:`~tokenmill.run.servers.ServerPool.overloaded`) carries a
-``timeout_cap``: the target never exceeds it.
+``timeout_cap``: the target never exceeds it. That cap is what the server ran when it was cut, and follows what it
+runs from then on (a pool that frees up admits more: it may be sent more, still with no queue above it); a cap set
+because answers outlived the read timeout's ceiling stays where it was cut.
+
+With a fixed ``concurrency: N`` the same rules run with N as the ceiling (``ceiling``): a server that says what it
+holds is sent at most that plus the small queue, never N requests of which most would wait in its queue and
+outlive the read timeout there. Until a server's first scrape it gets ``min(N, initial)``; a server with no
+metrics at all gets N.
 """
 
 from __future__ import annotations
@@ -101,10 +109,14 @@ class ConcurrencyController:
     """Sets ``ServerState.limit`` (and ``limit_reason``) of every server after each monitor round.
 
     ``servers`` is the dispatcher's own list, read afresh each round: servers the fleet adds later start at
-    ``initial`` and are steered from their first scrape on.
+    ``initial`` and are steered from their first scrape on. ``ceiling``: a fixed concurrency N (see the module
+    docstring); None for ``concurrency: auto``.
     """
 
-    def __init__(self, servers: Sequence[ServerState], spec: ControlSpec) -> None:
+    def __init__(self, servers: Sequence[ServerState], spec: ControlSpec, ceiling: int | None = None) -> None:
+        self.ceiling = ceiling
+        if ceiling is not None:
+            spec = spec.model_copy(update={"max": ceiling, "initial": min(ceiling, spec.initial)})
         self.spec = spec
         self._servers = servers
         self._throttled_seen = {s.url: s.throttled for s in servers}
@@ -128,7 +140,11 @@ class ConcurrencyController:
         states = {s.url: s for s in self._servers}
         for view in views:
             state = states.get(view.url)
-            if state is None or not view.healthy:
+            if state is None:
+                continue
+            if not view.healthy:
+                if self.ceiling is not None and view.snapshot is None and view.scrapes:  # no metrics to be had
+                    state.limit, state.limit_reason = self.ceiling, f"concurrency {self.ceiling} (no metrics)"
                 continue
             throttled = state.throttled - self._throttled_seen.get(view.url, state.throttled)
             self._throttled_seen[view.url] = state.throttled
@@ -143,6 +159,10 @@ class ConcurrencyController:
                 client_full=state.inflight >= state.limit,
             )
             target, why = next_target(state.limit, obs, self.spec)
+            if self.ceiling is not None:
+                target, why = self._fixed(target, why, view)
+            if state.timeout_cap is not None and state.cap_from == "queue" and running is not None:
+                state.timeout_cap = max(state.timeout_cap, round(running))  # what it runs, no queue above it
             if state.timeout_cap is not None and target > state.timeout_cap:
                 target, why = state.timeout_cap, f"queue wait > read timeout: capped at {state.timeout_cap}"
             if target != state.limit:
@@ -150,6 +170,17 @@ class ConcurrencyController:
                 state.limit = target
             self.reasons[view.url] = why
             state.limit_reason = why
+
+    def _fixed(self, target: int, why: str, view: ServerView) -> tuple[int, str]:
+        """A fixed concurrency: N for a server without metrics, else the adaptive target (N at most)."""
+        assert self.ceiling is not None
+        snap = view.snapshot
+        metrics = view.max_running or (snap is not None and (snap.running is not None or snap.queued is not None))
+        if not metrics:
+            return self.ceiling, f"concurrency {self.ceiling} (no metrics)"
+        if target >= self.ceiling:
+            return self.ceiling, f"concurrency {self.ceiling}"
+        return target, f"{why}, within concurrency {self.ceiling}"
 
     def _gauges(self, view: ServerView) -> tuple[float | None, float | None, float | None]:
         """What the server runs now and at its recent peak, and its standing queue."""

@@ -8,9 +8,12 @@ transient error, schedules a retry after an exponential backoff with jitter. A s
 while no server is usable the loop waits and says so, so prompts are never burned as failures. Whether a
 failure spends one of the prompt's attempts is a property of its type (:mod:`tokenmill.errors`): the servers'
 state (refused or dropped connections, 429, 503) does not. Nor does a read timeout on a server that is busy
-(:meth:`ServerPool.overloaded`): that is its queue outgrowing the read timeout, so the server's in-flight cap is
-lowered, the server is not set aside, and the request's output tokens are counted as abandoned (estimated: its
-time x the per-request rate of that server's completions, at most ``max_tokens``).
+(:meth:`ServerPool.overloaded`): in its queue, that server's in-flight cap is cut to what it runs; while it ran
+the request (nothing queued), its read timeout grows towards ``retry.read_timeout_max_s`` (at the ceiling, fewer
+run at once, and those timeouts do spend attempts: an answer that outlives the ceiling is failed, never retried
+without end). The server is not set aside, and the request's output tokens are counted as abandoned (estimated:
+its time x the per-request rate of that server's completions, at most ``max_tokens``). A prompt abandoned
+``retry.abandoned_report_after`` times is named in the log.
 
 :meth:`Dispatcher.hold` (the runner's housekeeping) pauses taking new prompts and says why (uploads too far
 behind); meanwhile retries, requests in flight and the one prompt already waiting for a slot go on, and the
@@ -40,8 +43,9 @@ from tokenmill.errors import (
     TransientError,
 )
 from tokenmill.records import Generation, Prompt, RequestOutcome
+from tokenmill.run.abandon import note_abandoned, past_ceiling, wasted_tokens
 from tokenmill.run.collector import collect_less
-from tokenmill.run.servers import ServerPool, ServerState
+from tokenmill.run.servers import ReadTimeouts, ServerPool, ServerState
 from tokenmill.run.work import DispatchStats, RecordMaker, Sink, Work
 
 log = logging.getLogger(__name__)
@@ -87,6 +91,8 @@ class Dispatcher:
         self._tasks: set[asyncio.Task[None]] = set()
         self._wake = asyncio.Event()
         pool.on_change = self._wake.set
+        if pool.timeouts is None:
+            pool.timeouts = ReadTimeouts(retry.read_timeout_s, max(retry.read_timeout_s, retry.read_timeout_max_s))
         self._stopping = False
         self._fatal: BaseException | None = None
         self._session: aiohttp.ClientSession | None = None
@@ -132,7 +138,7 @@ class Dispatcher:
 
     async def run(self, source: AsyncIterator[Prompt]) -> bool:
         """Dispatch until the source is exhausted and every prompt is recorded (True) or a stop (False)."""
-        limit = 0 if self.pool.adaptive else sum(s.limit for s in self.servers) + 4 * len(self.servers)
+        limit = 0 if self.pool.adaptive else (self.pool.first_limit + 4) * len(self.servers)
         with collect_less():
             async with open_session(self.retry, limit) as session:
                 self._session = session
@@ -256,8 +262,9 @@ class Dispatcher:
 
     async def _attempt_once(self, work: Work, server: ServerState, start: float) -> None:
         assert self._session is not None
+        timeout = server.read_timeout_s
         try:
-            gen = await self.backend.generate(self._session, server.url, work.current)
+            gen = await self.backend.generate(self._session, server.url, work.current, read_timeout_s=timeout)
         except MisconfiguredError as exc:
             self.pool.set_aside(server, exc.message, self.clock(), misconfigured=True)
             work.attempts -= 1
@@ -269,10 +276,11 @@ class Dispatcher:
             self._record_failure(work, exc, server)
         except RequestTimeout as exc:
             self._observe(server, start, None, exc)
-            if self.pool.overloaded(server, start, self.clock()):
-                self._on_overload(work, server, exc, self.clock() - start)
-            else:
+            kind = self.pool.overloaded(server, start, self.clock())
+            if kind is None:
                 self._on_transient(work, server, exc)
+            else:
+                self._on_overload(work, server, exc, self.clock() - start, kind == "work", timeout)
         except TransientError as exc:
             self._observe(server, start, None, exc)
             self._on_transient(work, server, exc)
@@ -331,21 +339,26 @@ class Dispatcher:
             return
         self._requeue(work, self.retry.backoff_s(work.attempts) * self.rng.uniform(0.5, 1.5))
 
-    def _on_overload(self, work: Work, server: ServerState, exc: RequestTimeout, spent_s: float) -> None:
-        """A read timeout on a busy server: retried without spending an attempt, its tokens counted as abandoned."""
-        rate = server.request_rate() or self._fleet_request_rate()
-        tokens = spent_s * rate if rate is not None else 0.0
-        if self._max_tokens is not None:
-            tokens = min(tokens, float(self._max_tokens))
+    def _on_overload(
+        self, work: Work, server: ServerState, exc: RequestTimeout, spent_s: float, ran: bool, timeout: float | None
+    ) -> None:
+        """A read timeout on a busy server: its tokens counted as abandoned, retried without spending an attempt,
+        unless it ran with the read timeout at its ceiling (``ran``: nothing was queued; :mod:`.abandon`)."""
+        tokens = wasted_tokens(spent_s, server.request_rate() or self._fleet_request_rate(), self._max_tokens)
         server.abandoned_tokens += tokens
         server.errors += 1
         self.stats.abandoned += 1
         self.stats.abandoned_tokens += tokens
         self.stats.retries += 1
-        self.stats.recent_failures.append(f"{server.url}: {exc.message} (queue wait; overloaded, backing off)")
+        self.stats.outlived += ran
+        what = "ran longer than the read timeout" if ran else "queue wait; overloaded, backing off"
+        self.stats.recent_failures.append(f"{server.url}: {exc.message} ({what})")
         work.last_server = server.url
-        if work.attempts >= HARD_ATTEMPT_FACTOR * self.retry.max_attempts:
-            self._record_failure(work, exc, server)
+        note_abandoned(work, self.stats, self.retry)
+        ceiling = self.pool.timeouts.max_s if self.pool.timeouts is not None else self.retry.read_timeout_s
+        failed = past_ceiling(work, server.url, ran, timeout or self.retry.read_timeout_s, ceiling, self.retry)
+        if failed is not None or work.attempts >= HARD_ATTEMPT_FACTOR * self.retry.max_attempts:
+            self._record_failure(work, failed or exc, server)
             return
         self._requeue(work, self.retry.backoff_s(1) * self.rng.uniform(0.5, 1.5))
 

@@ -117,6 +117,8 @@ class Tracker:
             conversation_turns=mon.conversation_turns if mon is not None else None,
             abandoned=st.abandoned,
             abandoned_tokens=st.abandoned_tokens,
+            outlived=st.outlived,
+            repeatedly_abandoned=st.repeatedly_abandoned,
             held=st.held,
             upload_pending=up.pending if up is not None else None,
             upload_pending_bytes=up.pending_bytes if up is not None else 0,
@@ -157,6 +159,7 @@ class Tracker:
                 limit_reason=s.limit_reason,
                 timeouts=s.timeouts,
                 abandoned_tokens=s.abandoned_tokens,
+                read_timeout_s=s.read_timeout_s,
             )
             v = views.get(s.url)
             if v is not None and v.scrapes:
@@ -166,6 +169,7 @@ class Tracker:
                 row.decode_tok_s, row.prompt_tok_s = v.decode_tok_s, v.prompt_tok_s
                 row.gpus, row.decoded_tokens = v.gpus, v.decoded_tokens
                 row.time_scale = v.info.time_scale if v.info is not None else None
+                row.missed_scrapes = v.missed_scrapes
             exp = mon.expected.get(s.url) if mon is not None else None
             if exp is not None:
                 row.expected_tok_s, row.ceiling_tok_s, row.gpu = exp.tok_s, exp.ceiling_tok_s, exp.gpu

@@ -159,7 +159,8 @@ async def run_job(
         monitor, tracker, display = await _start_watch(stack, run, dispatcher, live, tuner, access)
         if run.reopened and uploader is not None:
             monitor.events.write("reopen", prefix=uploader.store.shown, reason=run.reopen)
-        controller = ConcurrencyController(dispatcher.servers, job.control) if dispatcher.adaptive else None
+        controller = _controller(job, dispatcher)
+        await _first_look(job, monitor, controller)
         housekeeping = Housekeeping(run, out, feed, dispatcher, controller, monitor, tracker, display, on_tick)
         if uploader is not None:
             tracker.upload = uploader.status
@@ -295,11 +296,14 @@ async def _ask_origins(stack: contextlib.AsyncExitStack, job: JobSpec, access: A
 def _make_dispatcher(run: RunState, backend: Backend, access: Access, out: OutputDir, origins: Origins) -> Dispatcher:
     job = run.job
     adaptive = job.concurrency == "auto"
+    fixed = None if adaptive else int(job.concurrency)
     pool = ServerPool(
         access.servers,
-        job.control.initial if adaptive else int(job.concurrency),
+        job.control.initial if fixed is None else fixed,
         adaptive=adaptive,
         backoff=job.control.throttle_factor,
+        # a fixed concurrency is a ceiling: until the monitor sees what a server holds, no more than control.initial
+        start=min(fixed, job.control.initial) if fixed is not None and job.monitor.enabled else None,
     )
     pool.on_new_process = origins.forget
     for ep in access.endpoints:  # a server the servers file marks draining or down gets no request
@@ -308,6 +312,25 @@ def _make_dispatcher(run: RunState, backend: Backend, access: Access, out: Outpu
     sampling = job.sampling.as_dict() | ({"samples": job.samples} if job.samples > 1 else {})
     records = RecordMaker(model=job.model, sampling=sampling, wall=time.time, origin=origins.get)
     return Dispatcher(pool, backend, out, job.retry, records, clock=run.clock)
+
+
+def _controller(job: JobSpec, dispatcher: Dispatcher) -> ConcurrencyController | None:
+    """``concurrency: auto``'s controller, or a fixed concurrency's (its ceiling N) when the servers are watched."""
+    if dispatcher.adaptive:
+        return ConcurrencyController(dispatcher.servers, job.control)
+    if not job.monitor.enabled:
+        return None
+    return ConcurrencyController(dispatcher.servers, job.control, ceiling=dispatcher.pool.first_limit)
+
+
+async def _first_look(job: JobSpec, monitor: RunMonitor, controller: ConcurrencyController | None) -> None:
+    """Before the first request, the monitor's first look at the servers (their caps, bounded by the scrape's
+    timeouts), so the first burst is what each server holds, not a queue that may outwait the read timeout."""
+    if controller is None or not job.monitor.enabled:
+        return
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(monitor.fleet.polled.wait(), 3 * job.monitor.scrape_timeout_s + 1)
+    controller.follow(monitor.fleet)
 
 
 async def _start_watch(

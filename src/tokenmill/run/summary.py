@@ -82,6 +82,9 @@ class Summary:
     expected: str | None = None  # the decode rate as a share of the planner's expectation and of the roofline
     abandoned: int = 0  # requests given up on a read timeout while their server was overloaded
     abandoned_tokens: float = 0.0  # their estimated output tokens, decoded and thrown away
+    outlived: int = 0  # of them, requests that timed out while their server ran them (nothing queued)
+    repeatedly_abandoned: int = 0  # prompts abandoned retry.abandoned_report_after times or more
+    read_timeouts: list[str] = field(default_factory=list)  # servers whose read timeout grew: "URL: 6 s"
     upload: str | None = None  # the upload backlog (shards waiting, the oldest, the store's error); None: none
     held: str | None = None  # why generation is paused
     time_scale: str | None = None  # time-scaled twins: the rates (the client's too) are on their clock
@@ -152,6 +155,9 @@ class Summary:
             time_scale=time_scale_text(snap) or None,
             abandoned=snap.abandoned,
             abandoned_tokens=snap.abandoned_tokens,
+            outlived=snap.outlived,
+            repeatedly_abandoned=snap.repeatedly_abandoned,
+            read_timeouts=[f"{r.url}: {r.read_timeout_s:,.0f} s" for r in snap.servers if r.read_timeout_s],
             upload=upload_text(snap) or None,
             held=snap.held,
         )
@@ -175,10 +181,16 @@ class Summary:
         share = ""
         if self.client_tokens:
             share = f", {self.abandoned_tokens / (self.client_tokens + self.abandoned_tokens) * 100:.1f}% of decoded"
-        return (
-            f"{self.abandoned:,} requests, ~{self.abandoned_tokens:,.0f} output tokens wasted{share} (estimated: "
-            "time spent x the server's per-request rate, at most max_tokens)"
+        where = f"{self.abandoned - self.outlived:,} waited in a queue, {self.outlived:,} ran longer than the timeout"
+        text = (
+            f"{self.abandoned:,} requests ({where}), ~{self.abandoned_tokens:,.0f} output tokens wasted{share} "
+            "(estimated: time spent x the server's per-request rate, at most max_tokens)"
         )
+        if self.read_timeouts:
+            text += f"; read timeout grown to {', '.join(self.read_timeouts)}"
+        if self.repeatedly_abandoned:
+            text += f"; {self.repeatedly_abandoned:,} prompts abandoned again and again (named in the log)"
+        return text
 
     def markdown(self) -> str:
         state = self.state or ("finished" if self.finished else "stopped")
@@ -208,7 +220,7 @@ class Summary:
             ("output tok/s (client-effective)", scaled(f"{self.client_tok_s:,.0f}", self.time_scale)),
             ("avg output tokens", f"{self.avg_output_tokens:,.1f}"),
             ("answers cut at max_tokens", cut_text(self.truncated, self.answers, self.max_tokens)),
-            ("abandoned on read timeouts (overload)", self._wasted()),
+            ("abandoned on read timeouts", self._wasted()),
             ("rows with several user turns", self._multi_turn()),
             ("binding resource", self._binding()),
         ]

@@ -176,6 +176,13 @@ class RunMonitor:
                 timeout_age_s=None if s.last_timeout_at is None else max(0.0, now - s.last_timeout_at),
                 read_timeout_s=self._job.retry.read_timeout_s,
                 abandoned_tokens=s.abandoned_tokens,
+                work_timeouts=s.work_timeouts,
+                last_timeout=s.last_timeout,
+                read_timeout_now_s=s.read_timeout_s or self._job.retry.read_timeout_s,
+                read_timeout_max_s=max(self._job.retry.read_timeout_s, self._job.retry.read_timeout_max_s),
+                work_cuts=s.work_cuts,
+                errors=s.errors,
+                completed_age_s=None if s.last_completed_at is None else max(0.0, now - s.last_completed_at),
             )
             servers.append(ServerObs(v, side))
         snap = self.last
@@ -225,8 +232,8 @@ class RunMonitor:
                 state.saw(snap.queued, snap.running, v.decode_tok_s)
 
     def _warn_oversubscribed(self, views: list[ServerView]) -> None:
-        """A fixed concurrency far above what the servers hold (their max running + the queue the adaptive
-        controller would keep): said once, as soon as every server's cap is known."""
+        """A fixed concurrency far above what the servers hold (their max running + the queue the controller
+        keeps): said once, as soon as every server's cap is known (the controller sends no more than they hold)."""
         if self._oversub_checked or self.dispatcher.adaptive:
             return
         caps = [v.max_running for v in views if v.healthy]
@@ -234,18 +241,18 @@ class RunMonitor:
             return
         self._oversub_checked = True
         holds = sum(c + queue_for(c, self._job.control) for c in caps if c)
-        wanted = sum(s.limit for s in self.dispatcher.servers if s.url in {v.url for v in views})
+        wanted = self.dispatcher.pool.first_limit * len(caps)
         if wanted > self._job.control.oversubscribed * holds:
             log.warning(
-                "concurrency %s sends %d requests at once to servers that run %d and keep a queue of %d: the rest "
-                "wait in their queues and may outlive the read timeout (retry.read_timeout_s %.0f s). Lower "
-                "concurrency to about %d per server, or use concurrency: auto",
+                "concurrency %s asks for %d requests at once from servers that run %d and keep a queue of %d: "
+                "tokenmill sends each server at most what it runs plus that queue (about %d), since the rest would "
+                "only wait in their queues and may outlive the read timeout (retry.read_timeout_s %.0f s)",
                 self._job.concurrency,
                 wanted,
                 sum(c for c in caps if c),
                 holds - sum(c for c in caps if c),
-                self._job.retry.read_timeout_s,
                 math.ceil(holds / len(caps)),
+                self._job.retry.read_timeout_s,
             )
 
     async def _round(self, views: list[ServerView], tune: bool = True) -> None:

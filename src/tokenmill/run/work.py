@@ -32,6 +32,7 @@ class Work:
     sending: Prompt | None = None  # a later turn's conversation (regenerate: all); None: the prompt itself
     turns: list[Turn] | None = None  # answered turns so far (regenerate: all)
     affinity: str | None = None  # the server holding this conversation's prefix in its cache
+    abandoned: int = 0  # attempts given up on a read timeout while the server was busy (queue or work)
 
     @property
     def current(self) -> Prompt:
@@ -162,4 +163,7 @@ class DispatchStats:
     abandoned: int = 0  # requests given up on a read timeout while their server was overloaded
     abandoned_tokens: float = 0.0  # their estimated output tokens (decoded by the servers, thrown away)
     held: str | None = None  # why no new prompt is taken now (None: not held)
+    outlived: int = 0  # of ``abandoned``, requests that timed out while their server ran them (no queue)
+    repeatedly_abandoned: int = 0  # prompts abandoned retry.abandoned_report_after times or more
+    repeated_ids: deque[str] = field(default_factory=lambda: deque(maxlen=20))  # the latest of them
     recent_failures: deque[str] = field(default_factory=lambda: deque(maxlen=5))

@@ -270,6 +270,7 @@ def test_every_rule_is_covered() -> None:
     covered = set(FIRES.values()) | {"server-down", "flapping", "client-bound", "compute-bound", "truncated"}
     covered |= {"queue-timeout", "uploads-behind"}
     covered |= {"under-fed"}  # the underfeeding fixture with the client below its limit (test_full_server.py)
+    covered |= {"work-timeout", "monitoring-gap"}  # tests/unit/run/test_overload.py, test_monitoring_gap.py
     assert covered == set(RULE_IDS)
 
 

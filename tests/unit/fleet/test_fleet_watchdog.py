@@ -77,3 +77,22 @@ def test_requests_stopping_resets_the_stall_clock() -> None:
     got = looks(w, clock, 7, 5.0)
     # still since t=5, but idle at t=15: busy again from t=20, so hung at t=35, not at t=20
     assert got[:6] == [None] * 6 and got[6] is not None and "for 15 s" in got[6]
+
+
+def test_a_server_whose_counter_moves_is_never_killed_however_many_probes_it_misses() -> None:
+    """On a busy machine a busy server misses its health probes: its token counter moving says it works."""
+    spec = WatchdogSpec(interval_s=5, probe_timeout_s=2, probe_failures=3, stall_s=300)
+    moving = [Reading(64, 1000 + 500 * i) for i in range(20)]
+    w, clock = dog(spec, [False] * 20, moving)
+    assert looks(w, clock, 20, 5.0) == [None] * 20
+    assert w.misses == 0 and w.busy_misses == 19  # every miss after the first reading was a busy one
+    still = [Reading(64, 1000)] * 4  # the same misses with a counter that stands still: hung
+    w, clock = dog(spec, [False] * 4, still)
+    got = looks(w, clock, 4, 5.0)
+    assert got[:2] == [None, None] and got[2] is not None and "token counter did not move" in got[2]
+
+
+def test_a_server_that_misses_its_probes_with_unreadable_metrics_is_still_hung() -> None:
+    spec = WatchdogSpec(interval_s=5, probe_failures=3, stall_s=0)
+    w, clock = dog(spec, [False] * 3, [None, None, None])
+    assert looks(w, clock, 3, 5.0)[2] is not None

@@ -167,3 +167,12 @@ def test_off_a_terminal_a_run_ends_with_its_status_line_however_short(capsys: py
     tracker.elapsed = 0.4
     display.stop()  # stopping again at the same moment prints nothing more
     assert capsys.readouterr().err == ""
+
+
+def test_a_server_whose_scrapes_time_out_is_shown_as_a_monitoring_gap_and_counted_up() -> None:
+    late = ServerRow(
+        "http://c:1", 40, 48, 300, 0, client_tok_s=800.0, usable=True, problem=None, healthy=False, missed_scrapes=3
+    )
+    out = text_of(snap(servers=[late]))
+    assert "metrics late (3 scrapes timed out)" in out and "metrics down" not in out
+    assert "1/1 ok" in out  # counted up: its requests go on

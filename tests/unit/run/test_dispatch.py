@@ -32,6 +32,7 @@ class ScriptedBackend(Backend):
         self.peak: Counter[str] = Counter()
         self.calls: list[tuple[str, str]] = []
         self.gate: asyncio.Event | None = None
+        self.timeouts: list[float | None] = []  # each request's read timeout (None: the session's)
 
     def body(self, prompt: Prompt) -> dict[str, Any]:
         return {}
@@ -39,8 +40,11 @@ class ScriptedBackend(Backend):
     def parse(self, obj: dict[str, Any], sent: dict[str, Any]) -> Generation:
         raise NotImplementedError
 
-    async def generate(self, session: aiohttp.ClientSession, server: str, prompt: Prompt) -> Generation:
+    async def generate(
+        self, session: aiohttp.ClientSession, server: str, prompt: Prompt, *, read_timeout_s: float | None = None
+    ) -> Generation:
         self.calls.append((server, prompt.id))
+        self.timeouts.append(read_timeout_s)
         self.inflight[server] += 1
         self.peak[server] = max(self.peak[server], self.inflight[server])
         try:

@@ -1,4 +1,9 @@
-"""The client's side: its CPU or event loop, its in-flight limit, requests outliving the read timeout."""
+"""The client's side: its CPU or event loop, its in-flight limit, requests outliving the read timeout.
+
+A request that outlives the read timeout on a busy server did so in one of two places: in its queue (the client
+sends more than it runs: ``queue_timeout``) or while the server ran it with nothing queued (the answer takes
+longer than the timeout allows: ``work_timeout``, which says whether tokenmill grew the timeout or, at its
+ceiling, cut the running count)."""
 
 from __future__ import annotations
 
@@ -7,7 +12,7 @@ import math
 from tokenmill.config import DoctorSpec
 from tokenmill.doctor import advice
 from tokenmill.doctor.checks.signs import rate_text, running_text, waiting
-from tokenmill.doctor.model import Candidate, ClientObs, Finding, Observation, ServerObs
+from tokenmill.doctor.model import Candidate, ClientObs, ClientSide, Finding, Observation, ServerObs
 from tokenmill.fmt import UNKNOWN, num, pct
 
 
@@ -35,9 +40,16 @@ def client_bound(obs: Observation, t: DoctorSpec) -> Finding | None:
     )
 
 
+def _recent(side: ClientSide, t: DoctorSpec, kind: str) -> bool:
+    """Whether the last busy timeout was of ``kind`` ("queue" or "work") and recent."""
+    if not side.timeouts or side.timeout_age_s is None or side.timeout_age_s > t.timeout_recent_s:
+        return False
+    return (side.last_timeout or "queue") == kind
+
+
 def queue_timeout(o: ServerObs, c: ClientObs, t: DoctorSpec) -> Finding | None:
     side, v = o.client, o.view
-    if not side.timeouts or side.timeout_age_s is None or side.timeout_age_s > t.timeout_recent_s:
+    if not _recent(side, t, "queue"):
         return None
     timeout = f"{side.read_timeout_s:,.0f} s" if side.read_timeout_s is not None else UNKNOWN
     return Finding(
@@ -52,11 +64,55 @@ def queue_timeout(o: ServerObs, c: ClientObs, t: DoctorSpec) -> Finding | None:
             ("output tokens thrown away (estimated)", num(side.abandoned_tokens)),
         ),
         advice="The server is full, not down: requests waited in its queue longer than the read timeout and were "
-        "abandoned with the tokens decoded for them. tokenmill lowers its in-flight cap and retries without "
-        "spending an attempt; lower `concurrency` (or use `concurrency: auto`) so the queue stays short, or raise "
-        "`retry.read_timeout_s` if single answers take that long.",
+        "abandoned with the tokens decoded for them. tokenmill cut its in-flight cap to what it runs and retries "
+        "without spending an attempt; lower `concurrency` (or use `concurrency: auto`) so the queue stays short, or "
+        "raise `retry.read_timeout_s` if single answers take that long.",
         severity="warning",
     )
+
+
+def work_timeout(o: ServerObs, c: ClientObs, t: DoctorSpec) -> Finding | None:
+    side, v = o.client, o.view
+    if not _recent(side, t, "work"):
+        return None
+    start, now, top = side.read_timeout_s, side.read_timeout_now_s, side.read_timeout_max_s
+    grown = start is not None and now is not None and now > start
+    at_top = now is not None and top is not None and now >= top
+    if at_top and side.work_cuts:
+        did = (
+            f"its read timeout is at the ceiling ({_s(top)}, retry.read_timeout_max_s), so tokenmill cut the requests "
+            f"it runs to {side.limit if side.limit else UNKNOWN} ({side.work_cuts} cut(s)): fewer at once, each "
+            "answer sooner"
+        )
+    elif grown:
+        did = (
+            f"tokenmill raised its read timeout from {_s(start)} to {_s(now)} (ceiling {_s(top)}, "
+            "retry.read_timeout_max_s)"
+        )
+    else:
+        did = f"its read timeout ({_s(now)}) cannot grow (ceiling {_s(top)}, retry.read_timeout_max_s)"
+    return Finding(
+        summary=f"{side.work_timeouts:,} answers outlived the read timeout while the server ran them "
+        f"({running_text(v)}, {num(v.queued)} queued): {did}",
+        evidence=(
+            ("timed out while running (nothing queued)", f"{side.work_timeouts:,} of {side.timeouts:,}"),
+            ("read timeout: job / now / ceiling", f"{_s(start)} / {_s(now)} / {_s(top)}"),
+            ("running / max running", running_text(v)),
+            ("queued", num(v.queued)),
+            ("client in flight / limit", f"{num(side.inflight)}/{side.limit if side.limit else UNKNOWN}"),
+            ("output tokens thrown away (estimated)", num(side.abandoned_tokens)),
+        ),
+        advice="The client's read timeout is shorter than the work: an answer at this batch takes longer than "
+        f"retry.read_timeout_s allows, with nothing waiting in the queue. {did[0].upper()}{did[1:]}. Set "
+        "`retry.read_timeout_s` above the longest answer's time (max_tokens x the step time at this batch), or "
+        "lower `sampling.max_tokens`; an answer that outlives the ceiling spends the prompt's attempts and is "
+        "failed, never retried without end.",
+        severity="warning",
+    )
+
+
+def _s(seconds: float | None) -> str:
+    return UNKNOWN if seconds is None else f"{seconds:,.0f} s"
 
 
 def client_underfeeding(o: ServerObs, c: ClientObs, t: DoctorSpec) -> Finding | None:
