@@ -116,6 +116,11 @@ def judge(probe: ThinkingProbe, api: str, inline_ok: bool) -> tuple[bool, str]:
         )
     if inline_ok:
         return False, f"thinking: {probe.server} returns the reasoning inline in the answer (thinking_inline: ok)"
+    raise _inline(probe, api, unset)
+
+
+def _inline(probe: ThinkingProbe, api: str, unset: bool) -> ConfigError:
+    """The refusal of inline thinking not intended, with what to change."""
     if api == "openai-chat":
         fix = PARSER_HINT
     else:
@@ -130,7 +135,7 @@ def judge(probe: ThinkingProbe, api: str, inline_ok: bool) -> tuple[bool, str]:
         else f"{probe.server} returned the thinking"
     )
     off = "To answer without thinking, set thinking: off in the job. " if unset else ""
-    raise ConfigError(
+    return ConfigError(
         f"{lead} inline in the answer ({THINK_OPEN}… in the content, no reasoning_content: {probe.excerpt!r}), so "
         f"every record would keep it in its answer. {off}To split it off, {fix}. If inline thinking is what you "
         "want, set thinking_inline: ok in the job"

@@ -311,7 +311,7 @@ class JobSpec(Model):
         mode = self.asked_thinking()
         return mode == "on" or (isinstance(mode, float) and mode > 0) or self.input.thinking_field is not None
 
-    def probe_thinking(self) -> bool | None:
+    def thinking_probe_mode(self) -> bool | None:
         """The mode the start probe asks with: on when any prompt may think, off when the job says off (a share of
         0 too), else None (nothing sent: what the model does by default)."""
         if self.may_think():

@@ -231,7 +231,7 @@ async def _requests(job: JobSpec) -> tuple[Backend, Access]:
         async with open_session(job.retry, limit=PROBE_SERVERS) as session:
             await probe_token_ids(job.api, options, session, servers[:PROBE_SERVERS])
     async with open_session(job.retry, limit=PROBE_SERVERS) as session:  # every job: what does the model do?
-        probe = await probe_thinking(job.api, options, session, servers[:PROBE_SERVERS], job.probe_thinking())
+        probe = await probe_thinking(job.api, options, session, servers[:PROBE_SERVERS], job.thinking_probe_mode())
     if probe is not None:
         fine, message = judge(probe, job.api, job.thinking_inline == "ok")
         log.log(logging.INFO if fine else logging.WARNING, "%s", message)

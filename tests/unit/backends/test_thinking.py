@@ -51,10 +51,10 @@ def test_a_switch_in_extra_body_is_the_jobs_mode_and_the_probe_asks_in_it() -> N
     switch = "sampling: {{extra_body: {{chat_template_kwargs: {{enable_thinking: {}}}}}}}"
     on, off = switch.format("true"), switch.format("false")
     assert job(on).asked_thinking() == "on" and job(on).may_think()
-    assert job(off).asked_thinking() == "off" and job(off).probe_thinking() is False
+    assert job(off).asked_thinking() == "off" and job(off).thinking_probe_mode() is False
     assert job(f"{{thinking: on, {on}}}").asked_thinking() == "on"  # saying it twice is fine
-    assert job("{}").probe_thinking() is None  # unset: the probe sends nothing, the model's default
-    assert job("thinking: 0").probe_thinking() is False and job("thinking: 0.5").probe_thinking() is True
+    assert job("{}").thinking_probe_mode() is None  # unset: the probe sends nothing, the model's default
+    assert job("thinking: 0").thinking_probe_mode() is False and job("thinking: 0.5").thinking_probe_mode() is True
 
 
 @pytest.mark.parametrize("mode", ["off", "0.5"])
