@@ -1,6 +1,7 @@
 """``export --to URL`` from the command line: the export is written to the URL through the store (S3 on a moto
 server on loopback, and ``file://``), its counts beside it, and no local path is ever made of a URL — by export or
-any other command that takes an output path (each one writes to the URL or refuses it, saying what to do)."""
+any other command that takes an output path (``report --to`` writes to the URL too; the others refuse it, saying
+what to do)."""
 
 from __future__ import annotations
 
@@ -101,11 +102,23 @@ def test_an_export_that_cannot_be_written_to_the_url_says_so_and_writes_nothing(
     no_local_url_paths(tmp_path)
 
 
+def test_report_to_a_url_writes_the_page_and_its_figures_there(out: Path, s3: S3, tmp_path: Path) -> None:
+    env = {**TEST_ENV, "AWS_ENDPOINT_URL": s3.endpoint}
+    url = f"s3://{s3.bucket}/reports/run-1.html"
+    res = tm(tmp_path, "report", str(out), "--to", url, env=env)
+    assert res.returncode == 0, res.stderr
+    assert f"report written to {url} (figures as PNG in s3://{s3.bucket}/reports/run-1/)" in res.stdout
+    objects = s3.objects()
+    assert b"<html" in s3.get("reports/run-1.html").lower()
+    figures = [k for k in objects if k.startswith("reports/run-1/") and k.endswith(".png")]
+    assert figures and all(s3.get(k).startswith(b"\x89PNG") for k in figures)
+    assert set(objects) == {"reports/run-1.html", *figures}  # nothing temporary left
+    no_local_url_paths(tmp_path)
+
+
 @pytest.mark.parametrize(
     ("args", "said"),
     [
-        (("report", "{out}", "--to", "s3://b/report.html"), "write it to a local path"),
-        (("report", "{out}", "-o", "s3://b/report.html"), "write it to a local path"),
         (("run", "{job}", "-o", "s3://b/out/"), "the URL as output.remote"),
         (("run", "{url_job}"), "the URL as output.remote"),
         (("doctor", "--servers", "http://127.0.0.1:9", "--output", "s3://b/out/"), "local output directory"),

@@ -3,8 +3,9 @@
 A URL is never turned into a local path (``s3://bucket/x`` is not ``./s3:/bucket/x``): a command that writes to one
 makes its file locally first and then :meth:`RemoteFile.publish` writes it through the store (a temporary object,
 then the final one; :meth:`~tokenmill.storage.store.Store.publish_file`); a command that writes only locally
-refuses it with :func:`refuse_url`, which says what to do instead. Credentials come from the environment, as for
-``output.remote`` (``AWS_*`` variables, profiles, ``AWS_ENDPOINT_URL`` for an S3-compatible server).
+refuses it (``cli/options.py``'s ``LocalPath``), saying what to do instead. Credentials come from the
+environment, as for ``output.remote`` (``AWS_*`` variables, profiles, ``AWS_ENDPOINT_URL`` for an S3-compatible
+server).
 """
 
 from __future__ import annotations
@@ -16,15 +17,7 @@ from typing import Any
 from tokenmill.errors import ConfigError
 from tokenmill.storage.place import is_url
 
-__all__ = ["RemoteFile", "is_url", "refuse_url"]
-
-
-def refuse_url(value: str | Path | None, option: str, instead: str) -> None:
-    """Raise :class:`ConfigError` when ``value`` (given as ``option``) is a URL; ``instead`` says what to do."""
-    if value is not None and is_url(value):
-        from tokenmill.storage.store import display_url
-
-        raise ConfigError(f"{option} {display_url(str(value))}: a URL is not accepted here; {instead}")
+__all__ = ["RemoteFile", "is_url"]
 
 
 @dataclass(frozen=True, slots=True)
