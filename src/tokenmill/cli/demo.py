@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from tokenmill.cli.options import renamed
+from tokenmill.cli.options import LocalPath, renamed
 from tokenmill.cli.run import execute
 from tokenmill.config import JobSpec
 from tokenmill.errors import ConfigError
@@ -37,7 +37,14 @@ def _claim(out: Path, fresh: bool) -> None:
     "--server-count", "n_servers", type=click.IntRange(min=1), help=f"Simulated servers to start [default: {SERVERS}]."
 )
 @renamed("--servers", "--server-count", "n_servers", type=click.IntRange(min=1))
-@click.option("--output", "-o", default="tokenmill-demo", show_default=True, help="Output directory.")
+@click.option(
+    "--output",
+    "-o",
+    default="tokenmill-demo",
+    show_default=True,
+    type=LocalPath("the demo writes a local output directory"),
+    help="Output directory.",
+)
 @click.option("--limit", type=int, default=None, help="Use only the first N sample prompts.")
 @click.option("--fresh/--resume", default=True, show_default=True, help="Start over, or continue a stopped demo.")
 @click.option("--live/--no-live", default=None, help="Force the live display on or off.")

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
 from typing import Any
 
 import click
 
 from tokenmill.cli.options import renamed
+from tokenmill.errors import ConfigError, OutputError
 from tokenmill.export import FORMATS, ExportOptions, counts_path, export
 from tokenmill.quality.registry import selectors_help
+from tokenmill.storage.destination import RemoteFile, is_url
 
 
 @click.command(name="export")
@@ -18,10 +21,12 @@ from tokenmill.quality.registry import selectors_help
 @click.option(
     "--to",
     "dest",
-    type=click.Path(path_type=Path),
-    help="Where (default: OUT/export.<format>.<ext>; for a PREFIX, export.<format>.<ext> here).",
+    metavar="PATH | URL",
+    help="Where: a local path, or a URL (s3://bucket/train.jsonl, file:///srv/x.jsonl; one ending in / gets the "
+    "default name), written through the store (default: OUT/export.<format>.<ext>; for a PREFIX, "
+    "export.<format>.<ext> here).",
 )
-@renamed(("--output", "-o"), "--to", "dest", type=click.Path(path_type=Path))
+@renamed(("--output", "-o"), "--to", "dest")
 @click.option("--reasoning", type=click.Choice(["keep", "drop"]), default="keep", show_default=True)
 @click.option(
     "--drop",
@@ -63,7 +68,7 @@ from tokenmill.quality.registry import selectors_help
 def export_cmd(
     target: str,
     fmt: str,
-    dest: Path | None,
+    dest: str | None,
     no_token_ids: bool,
     drop: str,
     drop_truncated: bool,
@@ -87,10 +92,10 @@ def export_cmd(
     Example:
         tokenmill export out/ --format specforge --to train.jsonl --drop degenerate,duplicate
         tokenmill export s3://bucket/corpora/run-1/ --format sharegpt --to train.jsonl
+        tokenmill export out/ --format specforge --to s3://bucket/train/   # export.specforge.jsonl there
         tokenmill export out/ --format tokens --max-length 4096 --to prompts.jsonl   # input_ids + loss_mask
     """
     from tokenmill.quality.records import parse_selectors
-    from tokenmill.storage.place import is_url
     from tokenmill.tokens import TokenOptions
 
     selectors = parse_selectors(drop, "--drop") if drop else ()
@@ -98,11 +103,34 @@ def export_cmd(
         selectors = ("truncated", *selectors)
     ext = {"parquet": "parquet", "hf": "hf"}.get(fmt, "jsonl")
     name = f"export.{fmt}.{ext}"
-    where = dest or (Path(name) if is_url(target) else Path(target) / name)
     keep: tuple[str, ...] | str = (
         "all" if keep_fields.strip() == "all" else tuple(f.strip() for f in keep_fields.split(",") if f.strip())
     )
     tokens = TokenOptions(str(tokenizer) if tokenizer else None, per_turn, max_length)
     opts = ExportOptions(format=fmt, token_ids=not no_token_ids, drop=selectors, keep_fields=keep, tokens=tokens, **kw)  # type: ignore[arg-type]
+    if dest is not None and is_url(dest):
+        _export_to_url(target, RemoteFile.parse(dest, name), opts)
+        return
+    where = Path(dest) if dest else (Path(name) if is_url(target) else Path(target) / name)
     counts = export(target, where, opts)
     click.echo(f"{where}: {counts.render()}\ncounts in {counts_path(where)}")
+
+
+def _export_to_url(target: str, dest: RemoteFile, opts: ExportOptions) -> None:
+    """The export made in a local temporary directory, then written to the URL through the store: the file, then
+    its counts beside it (a failed export writes nothing there)."""
+    if opts.format == "hf":
+        raise ConfigError(
+            f"--to {dest.url}: --format hf writes a dataset directory, not one file; export --format parquet to the "
+            "URL (datasets reads it: load_dataset('parquet', data_files=URL)), or hf to a local directory"
+        )
+    counts_file = RemoteFile(dest.prefix, counts_path(Path(dest.name)).name)
+    with tempfile.TemporaryDirectory(prefix="tokenmill-export-") as tmp:
+        local = Path(tmp) / dest.name
+        try:
+            counts = export(target, local, opts)
+        except (ConfigError, OutputError) as exc:  # name the URL asked for, not the local staging file
+            raise type(exc)(str(exc).replace(str(local), dest.url)) from exc
+        dest.publish(local)
+        counts_file.publish(counts_path(local))
+    click.echo(f"{dest.url}: {counts.render()}\ncounts in {counts_file.url}")

@@ -11,10 +11,11 @@ from typing import Any
 import click
 import orjson
 
-from tokenmill.cli.options import fleet_file_option
+from tokenmill.cli.options import LocalPath, fleet_file_option
 from tokenmill.errors import ServerError
 
 STATE_DIR_HELP = "The fleet's state directory (default: the profile's state_dir)."
+LOCAL_STATE = LocalPath("the fleet's state (endpoints, state file, server logs) is kept on this machine")
 
 
 def fleet_run_options(fn: Any) -> Any:
@@ -81,7 +82,7 @@ def fleet() -> None:
 
 @fleet.command()
 @click.argument("profile_file", type=click.Path(dir_okay=False, exists=True))
-@click.option("--state-dir", help=STATE_DIR_HELP)
+@click.option("--state-dir", help=STATE_DIR_HELP, type=LOCAL_STATE)
 @click.option("--detach", "-d", is_flag=True, help="Return once the fleet is healthy; it keeps running.")
 @click.option("--ray-address", help="Place the servers as Ray actors on this cluster (host:port, auto, local).")
 @click.option("--log-level", default="INFO", show_default=True)
@@ -132,7 +133,7 @@ def up(profile_file: str, state_dir: str | None, detach: bool, ray_address: str 
 
 @fleet.command()
 @click.argument("profile_file", required=False, type=click.Path(dir_okay=False))
-@click.option("--state-dir", help=STATE_DIR_HELP)
+@click.option("--state-dir", help=STATE_DIR_HELP, type=LOCAL_STATE)
 @click.option("--timeout", default=120.0, show_default=True, help="Seconds to wait for the servers to stop.")
 def down(profile_file: str | None, state_dir: str | None, timeout: float) -> None:
     """Stop the fleet of PROFILE_FILE (or of --state-dir): every server, then its supervisor."""
@@ -147,7 +148,7 @@ def down(profile_file: str | None, state_dir: str | None, timeout: float) -> Non
 
 @fleet.command()
 @click.argument("profile_file", required=False, type=click.Path(dir_okay=False))
-@click.option("--state-dir", help=STATE_DIR_HELP)
+@click.option("--state-dir", help=STATE_DIR_HELP, type=LOCAL_STATE)
 @click.option("--json", "as_json", is_flag=True, help="Print the state as JSON.")
 def status(profile_file: str | None, state_dir: str | None, as_json: bool) -> None:
     """Show each server of the fleet: URL, GPUs, state, restarts, pid, flags. Exits 1 unless all are up."""
@@ -179,7 +180,7 @@ def status(profile_file: str | None, state_dir: str | None, as_json: bool) -> No
 
 @fleet.command()
 @click.argument("profile_file", type=click.Path(dir_okay=False, exists=True))
-@click.option("--state-dir", help=STATE_DIR_HELP)
+@click.option("--state-dir", help=STATE_DIR_HELP, type=LOCAL_STATE)
 @click.option("--wait/--no-wait", default=True, show_default=True, help="Wait until every server is re-flagged.")
 def apply(profile_file: str, state_dir: str | None, wait: bool) -> None:
     """Re-flag the running fleet with PROFILE_FILE, one server at a time, while runs go on.
@@ -213,7 +214,7 @@ def apply(profile_file: str, state_dir: str | None, wait: bool) -> None:
 
 @fleet.command()
 @click.argument("profile_file", type=click.Path(dir_okay=False, exists=True))
-@click.option("--state-dir", help=STATE_DIR_HELP)
+@click.option("--state-dir", help=STATE_DIR_HELP, type=LOCAL_STATE)
 @click.option("--dry-run", is_flag=True, help="Say what would be changed, and change nothing.")
 @click.option("--changes", type=click.IntRange(min=1), help="Changes to try before stopping (autotune.max_changes).")
 @click.option(

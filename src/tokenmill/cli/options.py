@@ -77,9 +77,25 @@ def server_options(fn: F) -> F:
 
 
 def output_option(help: str, exists: bool = False) -> Callable[[F], F]:
-    """``--output/-o OUT``: a run's output directory, stored in ``out``."""
-    kind = click.Path(exists=True, file_okay=False) if exists else click.Path(file_okay=False)
-    return click.option("--output", "-o", "out", type=kind, help=help)
+    """``--output/-o OUT``: a run's output directory, stored in ``out`` (a local directory: a URL is refused)."""
+    instead = "give the run's local output directory (its remote prefix is in the job's output.remote)"
+    return click.option("--output", "-o", "out", type=LocalPath(instead, exists=exists, file_okay=False), help=help)
+
+
+class LocalPath(click.Path):
+    """A local path option; a URL is refused before anything else is checked, saying what to do ``instead``."""
+
+    def __init__(self, instead: str, **path: Any) -> None:
+        super().__init__(**path)
+        self.instead = instead
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        from tokenmill.storage.place import is_url
+        from tokenmill.storage.store import display_url
+
+        if isinstance(value, str) and is_url(value):
+            self.fail(f"{display_url(value)} is a URL, not a local path; {self.instead}", param, ctx)
+        return super().convert(value, param, ctx)
 
 
 def planner_options(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
 
 import click
@@ -17,7 +18,8 @@ from tokenmill.report.data import MAX_POINTS
     "--to",
     "dest",
     type=click.Path(dir_okay=False),
-    help="HTML file to write (default: OUT/report.html; for a PREFIX, report.html here).",
+    help="HTML file to write: a local path, or a URL (s3://..., file://...; the figures go in NAME/ beside it) "
+    "(default: OUT/report.html; for a PREFIX, report.html here).",
 )
 @renamed(("--output", "-o"), "--to", "dest", type=click.Path(dir_okay=False))
 @click.option(
@@ -41,7 +43,26 @@ def report(out: str, dest: str | None, max_points: int, no_quality: bool) -> Non
     Example:
         tokenmill report tokenmill-demo && xdg-open tokenmill-demo/report.html
         tokenmill report s3://bucket/corpora/run-1/ --to run-1.html
+        tokenmill report out/ --to s3://bucket/reports/run-1.html   # run-1/*.png beside it
     """
+    from tokenmill.storage.destination import RemoteFile, is_url
+
+    if dest is not None and is_url(dest):
+        with tempfile.TemporaryDirectory(prefix="tokenmill-report-out-") as tmp:
+            remote = RemoteFile.parse(dest, layout.REPORT)
+            path = _build(out, Path(tmp) / remote.name, max_points, no_quality)
+            figures = path.parent / path.stem
+            for png in sorted(figures.glob("*.png")):  # the figures first, then the page that shows them
+                RemoteFile(remote.prefix, f"{figures.name}/{png.name}").publish(png)
+            remote.publish(path)
+        click.echo(f"report written to {remote.url} (figures as PNG in {remote.prefix}{figures.name}/)")
+        return
+    path = _build(out, Path(dest) if dest else None, max_points, no_quality)
+    click.echo(f"report written to {path} (figures as PNG in {path.parent / path.stem})")
+
+
+def _build(out: str, dest: Path | None, max_points: int, no_quality: bool) -> Path:
+    """The report of ``out`` (a directory, or a remote prefix read into a temporary view) written to ``dest``."""
     from tokenmill.quality.corpus import inspect_output
     from tokenmill.report import build_report
     from tokenmill.storage.place import open_place, records_dir
@@ -49,9 +70,7 @@ def report(out: str, dest: str | None, max_points: int, no_quality: bool) -> Non
     place = open_place(out)
     with records_dir(place) as view:
         if place.remote:
-            target = Path(dest or layout.REPORT).absolute()
+            target = (dest or Path(layout.REPORT)).absolute()
             corpus = None if no_quality else inspect_output(out)
-            path = build_report(view.root, target, max_points, quality=not no_quality, corpus=corpus)
-        else:
-            path = build_report(view.root, Path(dest) if dest else None, max_points, quality=not no_quality)
-    click.echo(f"report written to {path} (figures as PNG in {path.parent / path.stem})")
+            return build_report(view.root, target, max_points, quality=not no_quality, corpus=corpus)
+        return build_report(view.root, dest, max_points, quality=not no_quality)

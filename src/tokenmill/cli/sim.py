@@ -24,7 +24,7 @@ import click
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from tokenmill.cli.options import click_type
+from tokenmill.cli.options import LocalPath, click_type
 from tokenmill.config import FaultSpec, SimSpec, format_validation_error
 from tokenmill.errors import ConfigError
 from tokenmill.fsio import atomic_write
@@ -42,7 +42,11 @@ _ALIASES = {"engine_flags": ("--flags",)}  # SGLang's own word for them
     type=click.Path(exists=True, dir_okay=False),
     help="YAML file of SimSpec fields (command-line options override it).",
 )
-@click.option("--port-file", type=click.Path(dir_okay=False), help="Write the bound port here (atomically).")
+@click.option(
+    "--port-file",
+    type=LocalPath("the port file is a local file on this machine", dir_okay=False),
+    help="Write the bound port here (atomically).",
+)
 def sim(ctx: click.Context, /, config_file: str | None, port_file: str | None, **given: Any) -> None:
     """Run a simulated SGLang server (OpenAI + /generate + /metrics) on 127.0.0.1.
 

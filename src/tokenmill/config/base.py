@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -10,11 +11,22 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from tokenmill.errors import ConfigError
 
+_URL = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*://")  # as storage/place.py tells a URL (config cannot import it)
+
 
 class Model(BaseModel):
     """Every config model: an unknown field is an error (a misspelt key never passes silently)."""
 
     model_config = ConfigDict(extra="forbid", frozen=False)
+
+
+def local_path(value: str, field: str, instead: str) -> str:
+    """``value`` when it is a local path; a URL is a ValueError naming ``field`` and saying what to do instead (a
+    URL is never made into a local path such as ``./s3:/bucket/x``)."""
+    if _URL.match(value):
+        shown = re.sub(r"^([a-zA-Z0-9+.-]+://)[^/@]*@", r"\1", value)  # no user:password@
+        raise ValueError(f"{field} is a local directory, not a URL ({shown}); {instead}")
+    return value
 
 
 def normalize_url(url: str) -> str:

@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 
-from tokenmill.config.base import Model, format_validation_error, read_mapping
+from tokenmill.config.base import Model, format_validation_error, local_path, read_mapping
 from tokenmill.errors import ConfigError
 
 # Launch flags --autotune may change unless a profile says otherwise: how SGLang schedules and splits its memory,
@@ -231,6 +231,11 @@ class FleetSpec(Model):
         if len(set(ids)) != len(ids) or min(ids) < 0:
             raise ValueError("GPU ids must be distinct and not negative")
         return ids
+
+    @field_validator("state_dir")
+    @classmethod
+    def _local_state(cls, v: str) -> str:
+        return local_path(v, "state_dir", "the fleet's state (endpoints, state file, server logs) stays here")
 
     @model_validator(mode="after")
     def _one_parser(self) -> FleetSpec:

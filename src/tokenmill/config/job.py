@@ -49,6 +49,21 @@ def thinking_mode(value: Any) -> ThinkingMode:
     raise ValueError(f"thinking must be on, off, a share between 0 and 1, or null (the model's default); got {value!r}")
 
 
+def thinking_switch(extra_body: dict[str, Any]) -> bool | None:
+    """The thinking switch a job sets by hand in ``sampling.extra_body.chat_template_kwargs.enable_thinking`` (None:
+    it sets none); anything but true or false there is a ValueError."""
+    kwargs = extra_body.get("chat_template_kwargs")
+    if not isinstance(kwargs, dict) or kwargs.get("enable_thinking") is None:
+        return None
+    value = kwargs["enable_thinking"]
+    if not isinstance(value, bool):
+        raise ValueError(
+            f"sampling.extra_body.chat_template_kwargs.enable_thinking must be true or false, got {value!r}; "
+            "or leave it out and set the job's thinking: on / off"
+        )
+    return value
+
+
 class HFInputSpec(Model):
     """A Hugging Face dataset, read with ``datasets`` in streaming mode."""
 
@@ -261,14 +276,16 @@ class JobSpec(Model):
         default=None,
         description="The thinking mode sent with every request (chat_template_kwargs.enable_thinking, or the "
         "client-side chat template's enable_thinking): on, off, a share in 0..1 of the prompts with thinking on "
-        "(chosen by a hash of the row's id, the same in every run), or null: nothing sent, the model's default. "
-        "Recorded on every record as `thinking`",
+        "(chosen by a hash of the row's id, the same in every run), or null: nothing sent, the model's default "
+        "(a switch in sampling.extra_body.chat_template_kwargs.enable_thinking then counts as the mode). Recorded "
+        "on every record as `thinking`",
     )
     thinking_inline: ThinkingInline = Field(
         default="stop",
-        description="With thinking on, a probe at start checks where the reasoning comes back: stop = a run "
-        "whose server leaves it inline in the answer (<think>... in content, no reasoning_content) stops, "
-        "naming --reasoning-parser; ok = inline thinking is intended (e.g. raw text from a completion API)",
+        description="A probe at start, in the job's thinking mode (unset: nothing sent, the model's default), checks "
+        "where the reasoning comes back: stop = a run whose server leaves it inline in the answer (<think>... in "
+        "content, no reasoning_content) stops, naming --reasoning-parser; ok = inline thinking is intended (e.g. "
+        "raw text from a completion API). With thinking: off, any thinking in the answer stops the run",
     )
     regenerate: Literal["first", "all"] | None = Field(
         default=None,
@@ -293,12 +310,37 @@ class JobSpec(Model):
     def _thinking(cls, v: Any) -> ThinkingMode:
         return thinking_mode(v)
 
+    def asked_thinking(self) -> ThinkingMode:
+        """The thinking mode the job asks for: ``thinking``, else the switch set by hand in
+        ``sampling.extra_body.chat_template_kwargs.enable_thinking`` (the two never disagree: refused at load)."""
+        if self.thinking is not None:
+            return self.thinking
+        switch = thinking_switch(self.sampling.extra_body)
+        return None if switch is None else ("on" if switch else "off")
+
     def may_think(self) -> bool:
         """Whether any prompt may be sent with thinking on (the mode, a share above 0, or a row column)."""
-        return (
-            self.thinking == "on"
-            or (isinstance(self.thinking, float) and self.thinking > 0)
-            or self.input.thinking_field is not None
+        mode = self.asked_thinking()
+        return mode == "on" or (isinstance(mode, float) and mode > 0) or self.input.thinking_field is not None
+
+    def thinking_probe_mode(self) -> bool | None:
+        """The mode the start probe asks with: on when any prompt may think, off when the job says off (a share of
+        0 too), else None (nothing sent: what the model does by default)."""
+        if self.may_think():
+            return True
+        mode = self.asked_thinking()
+        return False if mode == "off" or mode == 0.0 else None
+
+    @model_validator(mode="after")
+    def _one_thinking_mode(self) -> JobSpec:
+        switch = thinking_switch(self.sampling.extra_body)
+        if switch is None or self.thinking is None or self.thinking == ("on" if switch else "off"):
+            return self
+        said = "true" if switch else "false"
+        raise ValueError(
+            f"thinking: {self.thinking} and sampling.extra_body.chat_template_kwargs.enable_thinking: {said} "
+            "disagree: set the mode in one place, the job's thinking (on, off or a share; tokenmill sends it as "
+            "chat_template_kwargs.enable_thinking), and remove enable_thinking from extra_body"
         )
 
     @model_validator(mode="after")
@@ -312,7 +354,7 @@ class JobSpec(Model):
                 "input_ids (set tokenizer to the model's path, or use an openai-* api)"
             )
         client_template = self.api != "openai-chat"
-        if (self.thinking is not None or self.input.thinking_field) and client_template and not self.tokenizer:
+        if (self.asked_thinking() is not None or self.input.thinking_field) and client_template and not self.tokenizer:
             raise ValueError(
                 f"thinking with api: {self.api} needs a tokenizer: the mode is passed to the model's chat template, "
                 "which this api renders client-side (set tokenizer to the model's path, or use api: openai-chat, "

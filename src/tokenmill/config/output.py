@@ -10,7 +10,7 @@ from typing import Any
 
 from pydantic import Field, field_serializer, field_validator
 
-from tokenmill.config.base import Model
+from tokenmill.config.base import Model, local_path
 
 
 class UploadSpec(Model):
@@ -122,6 +122,16 @@ class OutputSpec(Model):
         default=False, description="Delete a local shard once its upload is verified (sha256 of the remote copy)"
     )
     upload: UploadSpec = Field(default_factory=UploadSpec)
+
+    @field_validator("dir")
+    @classmethod
+    def _local_dir(cls, v: str) -> str:
+        return local_path(
+            v,
+            "output.dir",
+            "give a local directory here, and the URL as output.remote: every sealed shard is "
+            "uploaded there as the run goes",
+        )
 
     @field_serializer("storage_options")
     def _masked(self, value: dict[str, Any]) -> dict[str, Any]:

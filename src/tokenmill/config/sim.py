@@ -52,6 +52,11 @@ class SimSpec(Model):
         description="Answer like a thinking model: a <think> block of reasoning before the answer, unless the request "
         "turns it off (chat_template_kwargs.enable_thinking: false, or a prompt ending in an empty thinking block)",
     )
+    thinking_switch: bool = Field(
+        default=True,
+        description="With thinking: the model's chat template honours enable_thinking; false: it thinks whatever "
+        "the request says (a thinking-only model, or a chat template without the switch)",
+    )
     reasoning_share: float = Field(
         default=0.6, gt=0, lt=1, description="With thinking: the share of an answer's tokens spent reasoning"
     )

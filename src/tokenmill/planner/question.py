@@ -51,24 +51,31 @@ class WorkloadQuestion:
         return config.workload_output_len
 
     def workload(self, config: PlannerSpec) -> Workload:
-        """The workload planned for, saying where its numbers come from."""
-        prompts, input_len, sources = self.prompts, self.input_len, []
-        if self.dataset is not None:
-            from tokenmill.planner.sample import count_prompts, measure_prompts
-
-            if input_len is None:
-                rows = self.sample_rows or config.dataset_sample_rows
-                measured = measure_prompts(self.dataset, rows=rows, tokenizer=self.tokenizer)
-                input_len = measured.mean_tokens
-                sources.append(f"input measured on {measured.rows} rows of {_name(self.dataset)}, {measured.method}")
-                total = measured.total_rows
-            else:
-                total = count_prompts(self.dataset) if prompts is None else None
-            if prompts is None and total:
-                prompts = total * self.answers_per_row
-                per_row = f" x {self.answers_per_row} answers each" if self.answers_per_row > 1 else ""
-                sources.append(f"{total:,} prompts counted in the dataset{per_row}")
+        """The workload planned for, saying where its numbers come from: with a dataset, one request per user turn
+        answered (``conversation_turns: all``) and per answer (``samples``), each turn's history counted."""
+        prompts, input_len = self.prompts, self.input_len
+        sources: list[str] = []
         output_len = self._output(config, sources)
+        if self.dataset is not None:
+            from tokenmill.planner.sample import measure_prompts
+
+            rows = self.sample_rows or config.dataset_sample_rows
+            measured = measure_prompts(self.dataset, rows=rows, tokenizer=self.tokenizer)
+            if input_len is None:
+                input_len = measured.input_len(output_len)
+                history = (
+                    f" (later turns with their history, {measured.history_answers:.2f} answers of "
+                    f"{output_len:,.0f} tokens in it on average)"
+                    if measured.history_answers
+                    else ""
+                )
+                sources.insert(
+                    0, f"input measured on {measured.rows} rows of {_name(self.dataset)}, {measured.method}{history}"
+                )
+            total = measured.total_rows
+            if prompts is None and total:
+                prompts = round(total * measured.requests_per_row * self.answers_per_row)
+                sources.append(_request_count(total, measured.requests_per_row, self.answers_per_row, prompts))
         output_defaulted = self.output_len is None and not (self.ignore_eos and self.max_tokens)
         if prompts is None or input_len is None or output_defaulted:
             sources.append("defaults for what was not given")
@@ -80,6 +87,16 @@ class WorkloadQuestion:
             max_tokens=self.max_tokens,
             ignore_eos=self.ignore_eos,
         )
+
+
+def _request_count(rows: int, turns: float, answers: int, requests: int) -> str:
+    """How the requests were counted from the dataset's rows."""
+    if turns == 1 and answers == 1:
+        return f"{rows:,} prompts counted in the dataset"
+    per_row = f"{turns:.2f} user turns answered per row" if turns != 1 else ""
+    each = f"{answers} answers each" if answers > 1 else ""
+    factors = " x ".join(p for p in (per_row, each) if p)
+    return f"{requests:,} requests: {rows:,} rows counted in the dataset x {factors}"
 
 
 def _name(dataset: str | InputSpec) -> str:

@@ -6,9 +6,9 @@ error at any point unwinds exactly what was started, newest first:
 
 1. **requests**: where the prompt ids come from (``input.id_field``; as recorded in ``OUT/job.json`` when the
    output holds a job), the servers, the API key and the request shapes; with ``save_token_ids``, one server is
-   asked for a one-token completion to see that it returns token ids; when prompts may be sent with thinking on,
-   one is asked a question with thinking on to see where its reasoning comes back (inline in the answer stops the
-   run, :mod:`tokenmill.backends.thinking`). Nothing is written before this is done.
+   asked for a one-token completion to see that it returns token ids; one is asked a question in the job's thinking
+   mode to see whether and where its reasoning comes back (inline in the answer, or any with thinking off, stops
+   the run, :mod:`tokenmill.backends.thinking`). Nothing is written before this is done.
 2. **lock**: the writer lock on ``OUT`` is taken (the directory created). Cleanup: close the output, sealing the
    open shard only when the run finished (or only give the lock up, when it was never opened).
 3. **remote**: with ``output.remote``, whose prefix it is and what is done there
@@ -231,12 +231,11 @@ async def _requests(job: JobSpec) -> tuple[Backend, Access]:
     if job.save_token_ids:
         async with open_session(job.retry, limit=PROBE_SERVERS) as session:
             await probe_token_ids(job.api, options, session, servers[:PROBE_SERVERS])
-    if job.may_think():
-        async with open_session(job.retry, limit=PROBE_SERVERS) as session:
-            probe = await probe_thinking(job.api, options, session, servers[:PROBE_SERVERS])
-        if probe is not None:
-            fine, message = judge(probe, job.api, job.thinking_inline == "ok")
-            log.log(logging.INFO if fine else logging.WARNING, "%s", message)
+    async with open_session(job.retry, limit=PROBE_SERVERS) as session:  # every job: what does the model do?
+        probe = await probe_thinking(job.api, options, session, servers[:PROBE_SERVERS], job.thinking_probe_mode())
+    if probe is not None:
+        fine, message = judge(probe, job.api, job.thinking_inline == "ok")
+        log.log(logging.INFO if fine else logging.WARNING, "%s", message)
     return backend, access
 
 
@@ -274,11 +273,11 @@ def _start_feed(stack: contextlib.AsyncExitStack, run: RunState, out: OutputDir,
         log.info("%s", run.split.describe())
     if run.job.input.mapping != "prompt":
         log.info("conversations: %s", conversation_policy(run.job.input.conversation_turns))
-    said = describe_thinking(run.job.thinking, run.job.input.thinking_field)
+    said = describe_thinking(run.job.asked_thinking(), run.job.input.thinking_field)
     if said is not None:
         log.info("%s", said)
     rows = _input_rows(run.job, run.split)
-    feed = PromptFeed(lambda: with_thinking(rows(), run.job.thinking), state.done, out.skip)
+    feed = PromptFeed(lambda: with_thinking(rows(), run.job.asked_thinking()), state.done, out.skip)
     stack.callback(feed.close)
     return feed
 

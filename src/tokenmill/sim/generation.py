@@ -111,7 +111,7 @@ class Generation:
             sigma=cfg.output_len_sigma,
             stop=spec.stop,
             degeneration=degeneration(key, degeneration_rates(cfg, spec.penalized)),
-            think_share=cfg.reasoning_share if cfg.thinking and spec.thinking is not False else None,
+            think_share=cfg.reasoning_share if thinks(cfg, spec) else None,
         )
         ids = spec.prompt_ids() if self.prefix_cache is not None else []
         timing = await self.engine.generate(
@@ -160,6 +160,12 @@ class Generation:
         for item, (_, timing, _) in zip(items, results, strict=True):
             item["meta_info"]["num_retractions"] = timing.retractions
         return items if batch else items[0]
+
+
+def thinks(cfg: SimSpec, spec: api.GenSpec) -> bool:
+    """Whether an answer opens with a thinking block: a thinking model's, unless the request turned thinking off
+    and the model's template honours the switch."""
+    return cfg.thinking and (spec.thinking is not False or not cfg.thinking_switch)
 
 
 def json_response(payload: Any, status: int = 200) -> web.Response:

@@ -30,6 +30,7 @@ import hashlib
 import logging
 import os
 import re
+import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -225,6 +226,12 @@ class Store:
                 ) from exc.__cause__
 
         self._call("put", name, run)
+
+    def publish_file(self, local: Path, name: str) -> None:
+        """Write ``local`` as ``name``, replacing any object there (an export, a report: files the user asked for
+        by name): first whole as a temporary object beside it, then as ``name``, so ``name`` is never partial."""
+        part = f"{check_name(name)}.tokenmill-part-{uuid.uuid4().hex[:12]}"
+        self._call("put", name, lambda: self._writes.publish_file(local, self._path(name), self._path(part)))
 
     def remove(self, name: str) -> None:
         """Delete ``name`` if it exists (used only for this job's own objects)."""

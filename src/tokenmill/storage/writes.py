@@ -7,6 +7,7 @@ protocol checks for the object right before a put (not atomic: :attr:`Writes.ato
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import uuid
 from collections.abc import Callable
@@ -50,6 +51,18 @@ class Writes:
         """Overwrite ``path`` (while its tag is still ``tag``, where the store has tags: else :class:`Changed`)."""
         self.fs.pipe_file(path, data)
 
+    def publish_file(self, local: Path, path: str, part: str) -> None:
+        """Write ``local`` as ``path``, replacing any object there: uploaded whole as the temporary object ``part``
+        first, then copied to ``path`` (a reader never sees a partial ``path``), and ``part`` removed."""
+        self.fs.put_file(str(local), part)
+        try:
+            self.fs.copy(part, path)
+        except BaseException:
+            with contextlib.suppress(Exception):  # the copy's error is the one to report
+                self.fs.rm_file(part)
+            raise
+        self.fs.rm_file(part)
+
 
 class S3Writes(Writes):
     """S3: conditional puts, ``If-None-Match: *`` to create and ``If-Match`` on the ETag to replace."""
@@ -90,6 +103,12 @@ class LocalWrites(Writes):
         target = Path(path)
         target.parent.mkdir(parents=True, exist_ok=True)
         fsio.atomic_write(target, data, durable=True, tmp=_partial(target))
+
+    def publish_file(self, local: Path, path: str, part: str) -> None:
+        target = Path(path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with fsio.atomic_file(target, durable=True, tmp=_partial(target)) as fh:  # a sibling renamed over it
+            _copy_from(local, fh)
 
     @staticmethod
     def _create(path: Path, write: Callable[[BinaryIO], object]) -> bool:

@@ -107,11 +107,11 @@ async def test_run_completes_every_prompt_once(
     assert (failed["id"], failed["http_status"], failed["attempts"]) == ("too-long", 400, 1)
     assert "maximum context length is 512 tokens" in failed["error"]
 
-    # the engine counted exactly the tokens the corpus records, and the one-token probe that checked at start
-    # that it returns token ids (save_token_ids)
-    after = await settled(http, engine_server, before.requests_total + N_PROMPTS + 1)
-    assert after.requests_total == before.requests_total + N_PROMPTS + 1
-    assert after.generation_tokens_total == before.generation_tokens_total + N_PROMPTS * MAX_TOKENS + 1
+    # the engine counted exactly the tokens the corpus records, the one-token probe that checked at start that it
+    # returns token ids (save_token_ids), and the thinking probe (max_tokens with ignore_eos) every job sends
+    after = await settled(http, engine_server, before.requests_total + N_PROMPTS + 2)
+    assert after.requests_total == before.requests_total + N_PROMPTS + 2
+    assert after.generation_tokens_total == before.generation_tokens_total + (N_PROMPTS + 1) * MAX_TOKENS + 1
 
     verify = await asyncio.to_thread(tokenmill, "verify", str(out), "--input", str(job))
     assert verify.returncode == 0, verify.stdout + verify.stderr

@@ -47,6 +47,24 @@ def test_thinking_reads_yaml_on_and_off_shares_and_null() -> None:
     assert job("thinking: 0.1").may_think() and job("thinking: on").may_think()
 
 
+def test_a_switch_in_extra_body_is_the_jobs_mode_and_the_probe_asks_in_it() -> None:
+    switch = "sampling: {{extra_body: {{chat_template_kwargs: {{enable_thinking: {}}}}}}}"
+    on, off = switch.format("true"), switch.format("false")
+    assert job(on).asked_thinking() == "on" and job(on).may_think()
+    assert job(off).asked_thinking() == "off" and job(off).thinking_probe_mode() is False
+    assert job(f"{{thinking: on, {on}}}").asked_thinking() == "on"  # saying it twice is fine
+    assert job("{}").thinking_probe_mode() is None  # unset: the probe sends nothing, the model's default
+    assert job("thinking: 0").thinking_probe_mode() is False and job("thinking: 0.5").thinking_probe_mode() is True
+
+
+@pytest.mark.parametrize("mode", ["off", "0.5"])
+def test_a_switch_that_disagrees_with_thinking_is_refused(mode: str) -> None:
+    with pytest.raises(ValueError, match="disagree: set the mode in one place"):
+        job(f"{{thinking: {mode}, sampling: {{extra_body: {{chat_template_kwargs: {{enable_thinking: true}}}}}}}}")
+    with pytest.raises(ValueError, match="enable_thinking must be true or false"):
+        job("sampling: {extra_body: {chat_template_kwargs: {enable_thinking: 'yes'}}}")
+
+
 @pytest.mark.parametrize("bad", ["1.5", "-0.1", "maybe", "'0.25'"])
 def test_a_bad_thinking_value_says_what_is_accepted(bad: str) -> None:
     with pytest.raises(ValueError, match="on, off, a share between 0 and 1, or null"):
@@ -141,6 +159,24 @@ def test_the_probe_judges_inline_thinking_unless_intended() -> None:
     assert judge(ThinkingProbe("http://s:1", "separate", "", 9), "openai-chat", inline_ok=False)[0] is True
     fine, said = judge(ThinkingProbe("http://s:1", "unseen", "Hello", 9), "openai-chat", inline_ok=False)
     assert not fine and "shows no reasoning" in said
+
+
+def test_the_probe_with_thinking_unset_catches_a_model_that_thinks_inline_by_default() -> None:
+    with pytest.raises(ConfigError, match="thinks by default") as caught:
+        judge(ThinkingProbe("http://s:1", "inline", "<think> so", 9, None), "openai-chat", inline_ok=False)
+    assert "set thinking: off" in str(caught.value) and "--reasoning-parser qwen3" in str(caught.value)
+    fine, said = judge(ThinkingProbe("http://s:1", "separate", "", 9, None), "openai-chat", inline_ok=False)
+    assert fine and "records say thinking: null" in said
+    assert judge(ThinkingProbe("http://s:1", "unseen", "391", 9, None), "openai-chat", inline_ok=False)[0] is True
+
+
+@pytest.mark.parametrize("where", ["inline", "separate"])
+def test_the_probe_with_thinking_off_stops_a_model_that_thinks_anyway(where: str) -> None:
+    with pytest.raises(ConfigError, match="thinking: off, but http://s:1 thought anyway") as caught:
+        judge(ThinkingProbe("http://s:1", where, "<think> so", 9, False), "openai-chat", inline_ok=True)
+    assert "enable_thinking" in str(caught.value) and "set thinking: on" in str(caught.value)
+    fine, said = judge(ThinkingProbe("http://s:1", "unseen", "391", 9, False), "openai-chat", inline_ok=False)
+    assert fine and "holds no thinking" in said
 
 
 # ---- the simulated server -------------------------------------------------------------------------------------

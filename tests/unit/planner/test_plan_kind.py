@@ -86,6 +86,35 @@ def test_job_gives_the_requests_the_input_and_the_planner_s_model_and_gpu(tmp_pa
     assert ordinary["plan"]["running"] > data["plan"]["running"]
 
 
+def test_job_counts_requests_every_turn_and_sample_with_each_turn_s_history(tmp_path: Path) -> None:
+    """40 conversations of 3 user turns (400 characters each: 100 tokens at 4 characters a token), 2 answers each:
+    regenerated turn by turn, 240 requests, turn k carrying k earlier answers; with `first`, 80 of one turn."""
+    data = tmp_path / "conversations.jsonl"
+    with data.open("wb") as f:
+        for i in range(40):
+            turn = [{"from": "human", "value": "q" * 400}, {"from": "gpt", "value": "a"}]
+            f.write(orjson.dumps({"id": i, "conversations": turn * 3}) + b"\n")
+    monitor = {"planner_model": "llama-3.1-8b", "gpu": "rtx-pro-6000"}
+    flags = ("--output-len", "1000", "--no-what-if")
+    found = {}
+    for turns in ("all", "first"):
+        job = tmp_path / f"{turns}.yaml"
+        job.write_text(yaml.safe_dump({
+            "input": {"path": str(data), "conversation_turns": turns}, "servers": ["http://127.0.0.1:9"],
+            "output": {"dir": str(tmp_path / "out")}, "sampling": {"max_tokens": 2000}, "samples": 2,
+            "monitor": monitor,
+        }))  # fmt: skip
+        found[turns] = run("--job", str(job), *flags)["workload"]
+    assert found["first"]["prompts"] == 80 and found["first"]["input_len"] == 100
+    assert found["all"]["prompts"] == 240  # today: 80, the rows times the samples
+    # turns 1, 2, 3 hold 100, 200, 300 tokens of their own and 0, 1, 2 answers of 1,000 tokens: a mean of 1,200
+    assert found["all"]["input_len"] == 1200
+    assert (
+        "240 requests: 40 rows counted in the dataset x 3.00 user turns answered per row x 2 answers each"
+        in (found["all"]["source"])
+    )
+
+
 def write_profile(tmp: Path, **fields: Any) -> Path:
     path = tmp / "fleet.yaml"
     path.write_text(yaml.safe_dump({"state_dir": str(tmp / "fleet"), **fields}))
