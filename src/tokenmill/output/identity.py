@@ -31,7 +31,7 @@ JOB_FILE = layout.JOB
 # Fields that change what a completion is; a rerun with other values would mix two datasets in one output.
 FINGERPRINT_FIELDS = ("input", "api", "model", "sampling", "save_token_ids")
 # Input fields that only select rows (trial runs): changing them between runs is fine.
-SELECTION_FIELDS = ("offset", "limit", "on_bad_row")
+SELECTION_FIELDS = ("offset", "limit", "on_bad_row", "max_skip_share", "skips_allowed")
 # Input fields that only add to the records beside the completion: changing them between runs is fine too.
 RECORDING_FIELDS = ("keep_fields",)
 

@@ -74,6 +74,7 @@ from tokenmill.run.progress import Display, Tracker
 from tokenmill.run.remote import finish_upload, gate_finished_job, start_upload, take_remote
 from tokenmill.run.runstate import RunState
 from tokenmill.run.servers import ServerPool
+from tokenmill.run.skips import SkipGuard, nothing_completed
 from tokenmill.run.summary import Summary, write_summary
 from tokenmill.run.target import RunTarget, decide_target
 from tokenmill.run.watch import RunMonitor
@@ -156,6 +157,7 @@ async def run_job(
         source = await gate_finished_job(run, uploader, feed)
         origins = await _ask_origins(stack, job, access)
         dispatcher = _make_dispatcher(run, backend, access, out, origins)
+        feed.on_limit = dispatcher.abort  # too many skipped rows: stop, letting the requests in flight finish
         monitor, tracker, display = await _start_watch(stack, run, dispatcher, live, tuner, access)
         if run.reopened and uploader is not None:
             monitor.events.write("reopen", prefix=uploader.store.shown, reason=run.reopen)
@@ -173,6 +175,7 @@ async def run_job(
         except asyncio.CancelledError:
             run.finished = False
         housekeeping.sync_counts()
+        _judge_completed(run, out, feed, dispatcher)
     if run.finished and feed.counts.rows == 0:
         raise InputError(f"the input holds no rows ({job.input.path or job.input.hf}); check input.path / input.hf")
     return await _conclude(run, out, state, uploader, monitor)
@@ -268,6 +271,24 @@ def _open_output(run: RunState, out: OutputDir, remote: RemoteStart | None, allo
     return state
 
 
+def _judge_completed(run: RunState, out: OutputDir, feed: PromptFeed, dispatcher: Dispatcher) -> None:
+    """A run that reached the end with no completion in the job while rows were skipped or failed is not
+    finished: it stops here, inside the stack, so no _SUCCESS is written and the end record says stopped."""
+    if not run.finished or feed.guard is None:
+        return
+    completed = run.before[0] + dispatcher.stats.completed
+    failed = run.before[1] + dispatcher.stats.failed
+    problem = nothing_completed(feed.guard, completed, failed, out.root / out.names.failed)
+    if problem is not None:
+        run.finished = False
+        raise problem
+    if feed.guard.skipped:
+        guard = feed.guard
+        log.warning(
+            "%d of the %d input rows read were skipped as bad rows: %s", guard.skipped, guard.rows, guard.examples()
+        )
+
+
 def _start_feed(stack: contextlib.AsyncExitStack, run: RunState, out: OutputDir, state: ResumeState) -> PromptFeed:
     if run.split is not None:
         log.info("%s", run.split.describe())
@@ -277,7 +298,8 @@ def _start_feed(stack: contextlib.AsyncExitStack, run: RunState, out: OutputDir,
     if said is not None:
         log.info("%s", said)
     rows = _input_rows(run.job, run.split)
-    feed = PromptFeed(lambda: with_thinking(rows(), run.job.thinking), state.done, out.skip)
+    guard = SkipGuard(run.job.input, out.root / out.names.skipped)
+    feed = PromptFeed(lambda: with_thinking(rows(), run.job.thinking), state.done, out.skip, guard)
     stack.callback(feed.close)
     return feed
 
