@@ -39,6 +39,7 @@ from tokenmill.output.identity import (
     new_record,
     read_record,
     refuse_changed,
+    refuse_other_input,
 )
 from tokenmill.output.takeover import TakenOver, holds_records, take_over
 from tokenmill.storage.prefix import RemoteManifest, claim, read_claim, shard_of
@@ -157,6 +158,7 @@ def _owner(
                 )
             record = JobRecord.from_json(remote.job)
             adopted = job_with_ids(original, record=record)
+            refuse_other_input(record, adopted, store.shown, "another output.remote")
             if not allow_changed:
                 refuse_changed(record, adopted, store.shown, "another output.remote")
             return record, adopted
