@@ -1,4 +1,5 @@
-"""One writer per output directory: an advisory ``flock`` on ``OUT/.lock``, released when the process ends."""
+"""One writer per output directory: an advisory ``flock`` on ``OUT/.lock``, released when the process ends; the
+writer's pid, host and start are in the file (:mod:`tokenmill.output.holder`) for ``tokenmill status``."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from tokenmill.errors import OutputError
 from tokenmill.fsio import FileLock, LockHeld
 from tokenmill.output import layout
 from tokenmill.output.fsio import output_error
+from tokenmill.output.holder import Holder
 
 log = logging.getLogger(__name__)
 
@@ -19,7 +21,7 @@ class DirLock:
     def __init__(self, root: Path, name: str = layout.LOCK, shared: bool = False) -> None:
         self.path = root / name
         self.shared = shared  # several holders at once (the partitions of one run), but no exclusive one
-        self._lock = FileLock(self.path, shared=shared)
+        self._lock = FileLock(self.path, shared=shared, about=b"" if shared else Holder.me().about())
 
     @property
     def held(self) -> bool:
