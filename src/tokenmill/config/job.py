@@ -166,6 +166,14 @@ class RetrySpec(Model):
     )
     quarantine_after: int = Field(default=5, ge=1, description="Consecutive failures before quarantine")
     probe_interval_s: float = Field(default=5.0, gt=0, description="How often a quarantined server is probed")
+    startup_wait_s: float = Field(
+        default=300.0,
+        ge=0,
+        description="At start, how long the run waits (probing every probe_interval_s) for a first server to "
+        "answer its health check; when none has, it exits 2 naming each URL and its error (a mistyped or dead "
+        "URL). Once any server has answered, servers that go away are waited for and probed for as long as it "
+        "takes",
+    )
     stop_grace_s: float = Field(
         default=10.0, ge=0, description="After a stop request, how long requests in flight may finish (then: resume)"
     )

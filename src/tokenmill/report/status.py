@@ -59,7 +59,7 @@ def recorded_counts(out: Path) -> tuple[int, int]:
 @dataclass(slots=True)
 class Status:
     summary: Summary
-    state: str  # running / finished / stopped / interrupted
+    state: str  # starting / running / finished / stopped / interrupted
     age_s: float  # seconds since the last event
     why: str = ""  # why it is interrupted (the process is gone; no update for a while)
 
@@ -71,17 +71,20 @@ def read_status(out: Path, now: float | None = None, recorded: tuple[int, int] |
     if not (out / layout.JOB).exists() and not logs:
         raise OutputError(f"{out} is not a tokenmill output directory (no {layout.JOB}): check the path")
     now = time.time() if now is None else now
-    found = [last_events(p, ("start", "tick", "end", "upload")) for p in logs]
-    writers = [
-        (w["start"], _uploaded(w), w.get("end"), _holder(out, p))
-        for p, w in zip(logs, found, strict=True)
-        if "start" in w and "tick" in w
-    ]
-    if not writers:
+    found = [last_events(p, ("starting", "waiting", "start", "tick", "end", "upload")) for p in logs]
+    states: list[tuple[str, float, str]] = []
+    writers = []
+    for path, events in zip(logs, found, strict=True):
+        holder = _holder(out, path)
+        starting = _starting(events, now, holder)
+        if starting is not None:
+            states.append(starting)
+        elif "start" in events and "tick" in events:
+            writers.append((events["start"], _uploaded(events), events.get("end"), holder))
+    if not writers and not states:
         raise OutputError(
             f"{out} has no event log yet ({EVENTS_FILE}); it is written by `tokenmill run` from this version on"
         )
-    states: list[tuple[str, float, str]] = []
     ticks = []
     for start, tick, end, holder in writers:
         states.append(_state(start, tick, end, now, holder))
@@ -89,17 +92,39 @@ def read_status(out: Path, now: float | None = None, recorded: tuple[int, int] |
         # reads any later format unchanged
         ticks.append(upgrade_tick(tick, run_format(start) if tick.get("run") == start.get("run") else 1))
     state, age, why = _job_state(states)
-    start = writers[0][0]
+    first = writers[0][0] if writers else next(e["starting"] for e in found if "starting" in e)
     record = read_record_quietly(out) or JobRecord.from_json({})
     summary = Summary.from_snapshot(
-        Snapshot.from_event(merge_ticks(ticks)),
-        output_dir=str(start.get("output") or record.section("output").get("dir", "")),
-        model=str(start.get("model") or record.setting("model") or "?"),
-        api=str(start.get("api") or record.setting("api") or "?"),
+        Snapshot.from_event(merge_ticks(ticks) if ticks else {}),
+        output_dir=str(first.get("output") or record.section("output").get("dir", "")),
+        model=str(first.get("model") or record.setting("model") or "?"),
+        api=str(first.get("api") or record.setting("api") or "?"),
         recorded=recorded if recorded is not None else recorded_counts(out),
         state=state,
     )
     return Status(summary=summary, state=state, age_s=age, why=why)
+
+
+def _starting(events: dict[str, dict[str, Any]], now: float, holder: Holder | None) -> tuple[str, float, str] | None:
+    """A client that wrote its ``starting`` record but not yet its run's ``start``: starting, and what it waits
+    for (the store, as its last ``waiting`` record says); None for any other client."""
+    starting = events.get("starting")
+    start = events.get("start")
+    if starting is None or (start is not None and float(start.get("t") or 0) >= float(starting.get("t") or 0)):
+        return None
+    age = now - float(starting.get("t") or 0.0)
+    if holder is not None and holder.alive() is False:
+        return "interrupted", age, f"the process is gone ({holder.shown()} no longer runs) while it was starting"
+    wait = events.get("waiting")
+    if wait is None or wait.get("run") != starting.get("run"):
+        return "starting", age, ""
+    since = now - float(wait.get("t") or 0.0)
+    return (
+        "starting",
+        age,
+        f"waiting for the {wait.get('on')} at {wait.get('where')}, which does not answer ({wait.get('error')}; "
+        f"{wait.get('tries')} tries so far, the last failed {duration(since)} ago)",
+    )
 
 
 def _uploaded(events: dict[str, dict[str, Any]]) -> dict[str, Any]:
@@ -142,7 +167,7 @@ def _state(
 
 def _job_state(states: list[tuple[str, float, str]]) -> tuple[str, float, str]:
     """The job's state: running while any client runs, finished once all have, else stopped or interrupted."""
-    for state in ("running", "interrupted", "stopped", "finished"):
+    for state in ("running", "starting", "interrupted", "stopped", "finished"):
         found = sorted((age, why) for s, age, why in states if s == state)
         if found:
             return state, found[0][0], found[0][1]
@@ -152,6 +177,7 @@ def _job_state(states: list[tuple[str, float, str]]) -> tuple[str, float, str]:
 def status_text(st: Status) -> str:
     when = {
         "running": f"running (last update {duration(st.age_s)} ago)",
+        "starting": f"starting ({duration(st.age_s)} ago){': ' + st.why if st.why else ''}",
         "finished": f"finished {duration(st.age_s)} ago",
         "stopped": f"stopped {duration(st.age_s)} ago (rerun the same command to resume)",
         "interrupted": f"interrupted: {st.why or f'no update for {duration(st.age_s)}'}; last update "

@@ -10,13 +10,14 @@ import logging
 from collections.abc import AsyncIterator
 
 from tokenmill.config import JobSpec
-from tokenmill.errors import StoreConflict
+from tokenmill.errors import StoreConflict, StoreUnavailable
 from tokenmill.output import OutputDir, ResumeState, layout
 from tokenmill.records import Prompt
 from tokenmill.run.feed import PromptFeed
 from tokenmill.run.runstate import RunState
 from tokenmill.storage.prefix import MARKER
 from tokenmill.storage.restore import RemoteStart, prepare_remote
+from tokenmill.storage.store import display_url
 from tokenmill.storage.upload import Uploader, UploadStatus
 
 log = logging.getLogger(__name__)
@@ -26,8 +27,30 @@ async def take_remote(
     run: RunState, out: OutputDir, original: JobSpec, allow_changed: bool, allow_existing: bool, repair: bool
 ) -> RemoteStart | None:
     """Whose prefix it is and what is done there (a worker thread: the store is blocking)."""
-    if not run.job.output.remote:
+    spec = run.job.output
+    if not spec.remote:
         return None
+    shown = display_url(spec.remote)
+    tries = 0
+
+    def waiting(exc: StoreUnavailable, delay: float) -> None:
+        nonlocal tries
+        tries += 1
+        if tries == 1:
+            log.warning(
+                "the store at %s does not answer (%s): retrying every %.0f-%.0f s (doubling) for up to "
+                "output.upload.start_wait_s (%.0f s); then the run carries on from %s and uploads retry in the "
+                "background",
+                shown,
+                exc,
+                spec.upload.backoff_base_s,
+                spec.upload.backoff_max_s,
+                spec.upload.start_wait_s,
+                out.root,
+            )
+        if run.events is not None:
+            run.events.write("waiting", on="store", where=shown, error=str(exc), tries=tries, retry_s=delay)
+
     remote = await asyncio.to_thread(
         prepare_remote,
         out.root,
@@ -37,7 +60,10 @@ async def take_remote(
         allow_changed=allow_changed,
         allow_existing=allow_existing,
         repair_remote=repair,
+        on_wait=waiting,
     )
+    if tries and remote.reachable:
+        log.info("the store at %s answers", shown)
     run.job = remote.job
     return remote
 

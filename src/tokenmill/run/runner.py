@@ -5,11 +5,15 @@ run's). Start-up, in this order; each stage registers its own cleanup on one exi
 error at any point unwinds exactly what was started, newest first:
 
 1. **requests**: where the prompt ids come from (``input.id_field``; as recorded in ``OUT/job.json`` when the
-   output holds a job), the servers, the API key and the request shapes; with ``save_token_ids``, one server is
+   output holds a job), the servers (a first one must answer within ``retry.startup_wait_s``:
+   :mod:`tokenmill.run.startup`), the API key and the request shapes; with ``save_token_ids``, one server is
    asked for a one-token completion to see that it returns token ids; when prompts may be sent with thinking on,
    one is asked a question with thinking on to see where its reasoning comes back (inline in the answer stops the
    run, :mod:`tokenmill.backends.thinking`). Nothing is written before this is done.
-2. **lock**: the writer lock on ``OUT`` is taken (the directory created). Cleanup: close the output, sealing the
+2. **lock**: the writer lock on ``OUT`` is taken (the directory created; the lock names this process for
+   ``tokenmill status``), and the event log's ``starting`` record written (``status`` shows the run as starting,
+   and what it waits for: the remote stage writes a ``waiting`` record for each try at a store that does not
+   answer). Cleanup: close the output, sealing the
    open shard only when the run finished (or only give the lock up, when it was never opened).
 3. **remote**: with ``output.remote``, whose prefix it is and what is done there
    (:mod:`tokenmill.storage.restore`): the claim is read or made; a directory holding none of this writer's
@@ -47,7 +51,6 @@ import asyncio
 import contextlib
 import logging
 import time
-import uuid
 from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -58,6 +61,7 @@ from tokenmill.backends.http import open_session
 from tokenmill.backends.thinking import judge, probe_thinking
 from tokenmill.config import JobSpec
 from tokenmill.errors import InputError
+from tokenmill.monitor.events import EventLog
 from tokenmill.monitor.origin import Origins, fetch_origin
 from tokenmill.monitor.snapshot import Snapshot
 from tokenmill.output import OutputDir, ResumeState
@@ -75,6 +79,7 @@ from tokenmill.run.remote import finish_upload, gate_finished_job, start_upload,
 from tokenmill.run.runstate import RunState
 from tokenmill.run.servers import ServerPool
 from tokenmill.run.skips import SkipGuard, nothing_completed
+from tokenmill.run.startup import wait_for_a_server
 from tokenmill.run.summary import Summary, write_summary
 from tokenmill.run.target import RunTarget, decide_target
 from tokenmill.run.watch import RunMonitor
@@ -221,6 +226,8 @@ async def _requests(job: JobSpec) -> tuple[Backend, Access]:
     token ids first."""
     access = resolve_access(job)
     servers = access.servers
+    sendable = [ep.url for ep in access.endpoints if ep.sendable]
+    await wait_for_a_server(sendable, job.retry, access.headers)
     options = BackendOptions(
         model=job.model,
         sampling=job.sampling,
@@ -251,6 +258,9 @@ def _lock_output(stack: contextlib.AsyncExitStack, run: RunState) -> OutputDir:
     )
     stack.callback(lambda: out.close(seal=run.finished))
     out.lock()
+    run.events = EventLog(out.root / out.names.events, run.run_id)
+    stack.callback(run.events.close)
+    run.events.write("starting", output=job.output.dir, model=job.model, api=job.api)  # for `tokenmill status`
     return out
 
 
@@ -346,7 +356,7 @@ async def _start_watch(
         job,
         dispatcher,
         Path(job.output.dir),
-        uuid.uuid4().hex[:12],
+        run.run_id,
         clock=run.clock,
         partition=partition,
         tuner=tuner,
