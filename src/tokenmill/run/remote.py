@@ -8,14 +8,15 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 from tokenmill.config import JobSpec
-from tokenmill.errors import StoreConflict, StoreUnavailable
+from tokenmill.errors import StoreConflict, StoreError, StoreUnavailable
 from tokenmill.output import OutputDir, ResumeState, layout
 from tokenmill.records import Prompt
 from tokenmill.run.feed import PromptFeed
 from tokenmill.run.runstate import RunState
-from tokenmill.storage.prefix import MARKER
+from tokenmill.storage.prefix import MARKER, side_name
 from tokenmill.storage.restore import RemoteStart, prepare_remote
 from tokenmill.storage.store import display_url
 from tokenmill.storage.upload import Uploader, UploadStatus
@@ -151,3 +152,24 @@ async def finish_upload(uploader: Uploader, finished: bool, state: ResumeState) 
     status = await uploader.drain(finished, {"failed": state.failed, "skipped": len(state.skipped_sources)})
     log.log(logging.INFO if status.complete else logging.WARNING, "%s", status.line())
     return status
+
+
+def backlog_text(status: UploadStatus) -> str | None:
+    """The summary's upload backlog as the drain left it (None: every shard is at the prefix)."""
+    if not status.pending:
+        return None
+    size = f" ({status.pending_bytes / 1e6:,.1f} MB)" if status.pending_bytes else ""
+    line = f"upload: {status.pending:,} shard(s) waiting{size} after the end of the run (rerun the same command)"
+    return line + (f"; store error: {status.last_error}" if status.failing and status.last_error else "")
+
+
+async def copy_summary(uploader: Uploader, out: Path, status: UploadStatus) -> None:
+    """Copy the final summary beside the other records at the prefix (the drain copied the one before it); a
+    store that fails now is only logged: the local summary is the one that counts, the next run copies it."""
+    if status.fatal or status.failing:
+        return
+    try:
+        data = (out / layout.SUMMARY_JSON).read_bytes()
+        await asyncio.to_thread(uploader.store.replace_bytes, side_name(layout.SUMMARY_JSON), data, None)
+    except (OSError, StoreError) as exc:
+        log.warning("could not copy the final summary to %s: %s", uploader.store.shown, exc)

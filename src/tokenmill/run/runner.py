@@ -75,7 +75,14 @@ from tokenmill.run.dispatch import Dispatcher
 from tokenmill.run.feed import PromptFeed
 from tokenmill.run.housekeeping import Housekeeping, handle_signals, start_background
 from tokenmill.run.progress import Display, Tracker
-from tokenmill.run.remote import finish_upload, gate_finished_job, start_upload, take_remote
+from tokenmill.run.remote import (
+    backlog_text,
+    copy_summary,
+    finish_upload,
+    gate_finished_job,
+    start_upload,
+    take_remote,
+)
 from tokenmill.run.runstate import RunState
 from tokenmill.run.servers import ServerPool
 from tokenmill.run.skips import SkipGuard, nothing_completed
@@ -190,7 +197,8 @@ async def _conclude(
     run: RunState, out: OutputDir, state: ResumeState, uploader: Uploader | None, monitor: RunMonitor
 ) -> RunResult:
     """After the stack: the summary written (a partitioned run's is its driver's), the uploads drained and where
-    they ended recorded for ``tokenmill status`` (after the monitor's end record)."""
+    they ended recorded for ``tokenmill status`` (after the monitor's end record), and the summary written again
+    with the upload as it ended (its last version is the one after the last upload, at the prefix too)."""
     job = run.job
     assert run.final is not None
     final = run.final
@@ -203,9 +211,13 @@ async def _conclude(
         state="finished" if run.finished else "stopped",
     )
     if run.partition is None:
-        write_summary(out.root, summary)
+        write_summary(out.root, summary)  # as the run ended; rewritten below once the uploads are drained
     upload = await finish_upload(uploader, run.finished, state) if uploader is not None else None
-    if upload is not None:
+    if upload is not None and uploader is not None:
+        summary.upload = backlog_text(upload)
+        if run.partition is None:
+            write_summary(out.root, summary)
+            await copy_summary(uploader, out.root, upload)
         monitor.events.write(
             "upload",
             pending=upload.pending,
