@@ -168,6 +168,16 @@ class FileLock:
         self._fd = fd
         return locked
 
+    def rewrite(self, about: bytes) -> None:
+        """Replace what an exclusive holder wrote after its pid line (best effort: readers only show it)."""
+        self.about = about
+        if self._fd is None or self.shared:
+            return
+        with contextlib.suppress(OSError):
+            data = f"{os.getpid()}\n".encode() + about
+            os.pwrite(self._fd, data, 0)
+            os.ftruncate(self._fd, len(data))
+
     def release(self) -> None:
         """Give the lock up (closing the descriptor releases the ``flock``)."""
         if self._fd is not None:

@@ -1,9 +1,11 @@
 """Who writes an output directory: the pid, host and process start its writer lock holds, and whether it lives.
 
 The writer (:class:`~tokenmill.output.lock.DirLock`) writes its pid on the lock file's first line and this record
-(JSON) on the second. ``tokenmill status`` reads it without taking the lock: on the writer's own host the process is
-alive when its pid exists and started when the record says (a pid reused by another process started later, and a
-reboot changes the boot id); on another host nothing can be asked, and the caller judges by the event log's age.
+(JSON) on the second, with the phase of its run: ``starting`` from the lock to the start of its monitor (and what
+it waits for meanwhile: a store that does not answer), then ``running``. ``tokenmill status`` reads it without
+taking the lock: on the writer's own host the process is alive when its pid exists and started when the record
+says (a pid reused by another process started later, and a reboot changes the boot id); on another host nothing
+can be asked, and the caller judges by the event log's age.
 """
 
 from __future__ import annotations
@@ -43,6 +45,9 @@ class Holder:
     host: str
     started: int | None = None  # its start in clock ticks since boot (None: unknown)
     boot: str = ""  # the host's boot id when it started
+    phase: str = ""  # "starting" until the run's monitor starts, then "running" ("": an older lock)
+    since: float = 0.0  # the wall clock when the phase was last noted
+    waiting: dict[str, object] | None = None  # while starting: what it waits for (the store), and why
 
     @classmethod
     def me(cls) -> Holder:
@@ -51,7 +56,8 @@ class Holder:
 
     def about(self) -> bytes:
         """The second line of the lock file."""
-        data = {"host": self.host, "started": self.started, "boot": self.boot}
+        data: dict[str, object] = {"host": self.host, "started": self.started, "boot": self.boot}
+        data |= {"phase": self.phase, "since": self.since, "waiting": self.waiting}
         return orjson.dumps(data) + b"\n"
 
     @property
@@ -93,10 +99,14 @@ def read_holder(path: Path) -> Holder | None:
         data = orjson.loads(rest.split(b"\n", 1)[0])
     if not isinstance(data, dict) or not isinstance(data.get("host"), str):
         return None
-    started, boot = data.get("started"), data.get("boot")
+    started, boot, phase = data.get("started"), data.get("boot"), data.get("phase")
+    since, waiting = data.get("since"), data.get("waiting")
     return Holder(
         int(first),
         data["host"],
         started if isinstance(started, int) else None,
         boot if isinstance(boot, str) else "",
+        phase if isinstance(phase, str) else "",
+        float(since) if isinstance(since, int | float) else 0.0,
+        waiting if isinstance(waiting, dict) else None,
     )

@@ -3,7 +3,9 @@ writer's pid, host and start are in the file (:mod:`tokenmill.output.holder`) fo
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+import time
 from pathlib import Path
 
 from tokenmill.errors import OutputError
@@ -48,6 +50,12 @@ class DirLock:
                 self.path.parent,
                 self._lock.unlocked,
             )
+
+    def note(self, phase: str, waiting: dict[str, object] | None = None) -> None:
+        """Say in the lock file where the holder's run stands (``starting``, ``running``) and what it waits for."""
+        if not self.shared and self._lock.held:
+            me = dataclasses.replace(Holder.me(), phase=phase, since=time.time(), waiting=waiting)
+            self._lock.rewrite(me.about())
 
     def release(self) -> None:
         """Give the lock up (closing the descriptor releases the ``flock``)."""

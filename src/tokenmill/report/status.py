@@ -34,6 +34,7 @@ from tokenmill.run.summary import Summary
 # no event for this long while no end record is written: the run was interrupted (events come every 10 s)
 STALE_AFTER_S = 120.0
 _PARTITION_LOG = re.compile(r"events\.p(\d{3,})\.jsonl")
+_PARTITION_LOCK = re.compile(r"\.lock\.p(\d{3,})")
 
 
 def _lines(path: Path) -> int:
@@ -67,19 +68,21 @@ class Status:
 def read_status(out: Path, now: float | None = None, recorded: tuple[int, int] | None = None) -> Status:
     """The current :class:`Status` of the run(s) in ``out``; ``recorded`` (completed, failed) when the counts come
     from elsewhere (a remote prefix)."""
-    logs = event_logs(out)
-    if not (out / layout.JOB).exists() and not logs:
+    logs = {_log_writer(p): p for p in event_logs(out)}
+    locks = _writer_locks(out)
+    if not (out / layout.JOB).exists() and not logs and not locks:
         raise OutputError(f"{out} is not a tokenmill output directory (no {layout.JOB}): check the path")
     now = time.time() if now is None else now
-    found = [last_events(p, ("starting", "waiting", "start", "tick", "end", "upload")) for p in logs]
     states: list[tuple[str, float, str]] = []
     writers = []
-    for path, events in zip(logs, found, strict=True):
-        holder = _holder(out, path)
-        starting = _starting(events, now, holder)
+    for writer in sorted(set(logs) | set(locks), key=lambda w: -1 if w is None else w):
+        holder = locks.get(writer)
+        starting = _starting(holder, now)
         if starting is not None:
             states.append(starting)
-        elif "start" in events and "tick" in events:
+            continue
+        events = last_events(logs[writer], ("start", "tick", "end", "upload")) if writer in logs else {}
+        if "start" in events and "tick" in events:
             writers.append((events["start"], _uploaded(events), events.get("end"), holder))
     if not writers and not states:
         raise OutputError(
@@ -92,11 +95,11 @@ def read_status(out: Path, now: float | None = None, recorded: tuple[int, int] |
         # reads any later format unchanged
         ticks.append(upgrade_tick(tick, run_format(start) if tick.get("run") == start.get("run") else 1))
     state, age, why = _job_state(states)
-    first = writers[0][0] if writers else next(e["starting"] for e in found if "starting" in e)
+    first: dict[str, Any] = writers[0][0] if writers else {}
     record = read_record_quietly(out) or JobRecord.from_json({})
     summary = Summary.from_snapshot(
         Snapshot.from_event(merge_ticks(ticks) if ticks else {}),
-        output_dir=str(first.get("output") or record.section("output").get("dir", "")),
+        output_dir=str(first.get("output") or record.section("output").get("dir") or out),
         model=str(first.get("model") or record.setting("model") or "?"),
         api=str(first.get("api") or record.setting("api") or "?"),
         recorded=recorded if recorded is not None else recorded_counts(out),
@@ -105,20 +108,39 @@ def read_status(out: Path, now: float | None = None, recorded: tuple[int, int] |
     return Status(summary=summary, state=state, age_s=age, why=why)
 
 
-def _starting(events: dict[str, dict[str, Any]], now: float, holder: Holder | None) -> tuple[str, float, str] | None:
-    """A client that wrote its ``starting`` record but not yet its run's ``start``: starting, and what it waits
-    for (the store, as its last ``waiting`` record says); None for any other client."""
-    starting = events.get("starting")
-    start = events.get("start")
-    if starting is None or (start is not None and float(start.get("t") or 0) >= float(starting.get("t") or 0)):
+def _log_writer(path: Path) -> int | None:
+    """The partition whose event log ``path`` is (None: the default writer)."""
+    found = _PARTITION_LOG.fullmatch(path.name)
+    return int(found.group(1)) if found else None
+
+
+def _writer_locks(out: Path) -> dict[int | None, Holder]:
+    """The holders the writer locks of ``out`` name (a shared lock, or one of an older version, names none)."""
+    found: dict[int | None, Holder] = {}
+    for path in [out / layout.LOCK, *sorted(out.glob(f"{layout.LOCK}.p*"))]:
+        lock = _PARTITION_LOCK.fullmatch(path.name)
+        holder = read_holder(path) if lock is not None or path.name == layout.LOCK else None
+        if holder is not None:
+            found[int(lock.group(1)) if lock is not None else None] = holder
+    return found
+
+
+def _starting(holder: Holder | None, now: float) -> tuple[str, float, str] | None:
+    """A writer whose lock says its run is starting: starting (and what it waits for: the store), or interrupted
+    when its process is gone (or, on another host, has said nothing for ``STALE_AFTER_S``); None otherwise."""
+    if holder is None or holder.phase != "starting":
         return None
-    age = now - float(starting.get("t") or 0.0)
-    if holder is not None and holder.alive() is False:
+    age = now - holder.since
+    alive = holder.alive()
+    if alive is False:
         return "interrupted", age, f"the process is gone ({holder.shown()} no longer runs) while it was starting"
-    wait = events.get("waiting")
-    if wait is None or wait.get("run") != starting.get("run"):
+    if alive is None and age > STALE_AFTER_S:
+        return "interrupted", age, f"no update for {duration(age)} while it was starting"
+    wait = holder.waiting
+    if not wait:
         return "starting", age, ""
-    since = now - float(wait.get("t") or 0.0)
+    at = wait.get("at")
+    since = now - float(at) if isinstance(at, int | float) else 0.0
     return (
         "starting",
         age,
@@ -142,12 +164,6 @@ def _uploaded(events: dict[str, dict[str, Any]]) -> dict[str, Any]:
         "held": None,
     }
     return {**tick, "client": client}
-
-
-def _holder(out: Path, events: Path) -> Holder | None:
-    """The holder named by the writer lock of the client that writes ``events``."""
-    found = _PARTITION_LOG.fullmatch(events.name)
-    return read_holder(out / layout.Names(int(found.group(1)) if found else None).lock)
 
 
 def _state(

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -49,8 +50,7 @@ async def take_remote(
                 spec.upload.start_wait_s,
                 out.root,
             )
-        if run.events is not None:
-            run.events.write("waiting", on="store", where=shown, error=str(exc), tries=tries, retry_s=delay)
+        out.note("starting", {"on": "store", "where": shown, "error": str(exc), "tries": tries, "at": time.time()})
 
     remote = await asyncio.to_thread(
         prepare_remote,

@@ -10,10 +10,9 @@ error at any point unwinds exactly what was started, newest first:
    asked for a one-token completion to see that it returns token ids; when prompts may be sent with thinking on,
    one is asked a question with thinking on to see where its reasoning comes back (inline in the answer stops the
    run, :mod:`tokenmill.backends.thinking`). Nothing is written before this is done.
-2. **lock**: the writer lock on ``OUT`` is taken (the directory created; the lock names this process for
-   ``tokenmill status``), and the event log's ``starting`` record written (``status`` shows the run as starting,
-   and what it waits for: the remote stage writes a ``waiting`` record for each try at a store that does not
-   answer). Cleanup: close the output, sealing the
+2. **lock**: the writer lock on ``OUT`` is taken (the directory created). The lock file names this process and
+   the run's phase for ``tokenmill status``: ``starting`` (and what it waits for: the remote stage notes each try
+   at a store that does not answer) until the monitor starts, then ``running``. Cleanup: close the output, sealing the
    open shard only when the run finished (or only give the lock up, when it was never opened).
 3. **remote**: with ``output.remote``, whose prefix it is and what is done there
    (:mod:`tokenmill.storage.restore`): the claim is read or made; a directory holding none of this writer's
@@ -51,6 +50,7 @@ import asyncio
 import contextlib
 import logging
 import time
+import uuid
 from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -61,7 +61,6 @@ from tokenmill.backends.http import open_session
 from tokenmill.backends.thinking import judge, probe_thinking
 from tokenmill.config import JobSpec
 from tokenmill.errors import InputError
-from tokenmill.monitor.events import EventLog
 from tokenmill.monitor.origin import Origins, fetch_origin
 from tokenmill.monitor.snapshot import Snapshot
 from tokenmill.output import OutputDir, ResumeState
@@ -171,6 +170,7 @@ async def run_job(
         dispatcher = _make_dispatcher(run, backend, access, out, origins)
         feed.on_limit = dispatcher.abort  # too many skipped rows: stop, letting the requests in flight finish
         monitor, tracker, display = await _start_watch(stack, run, dispatcher, live, tuner, access)
+        out.note("running")
         if run.reopened and uploader is not None:
             monitor.events.write("reopen", prefix=uploader.store.shown, reason=run.reopen)
         controller = ConcurrencyController(dispatcher.servers, job.control) if dispatcher.adaptive else None
@@ -270,9 +270,7 @@ def _lock_output(stack: contextlib.AsyncExitStack, run: RunState) -> OutputDir:
     )
     stack.callback(lambda: out.close(seal=run.finished))
     out.lock()
-    run.events = EventLog(out.root / out.names.events, run.run_id)
-    stack.callback(run.events.close)
-    run.events.write("starting", output=job.output.dir, model=job.model, api=job.api)  # for `tokenmill status`
+    out.note("starting")  # `tokenmill status` shows the run as starting until its monitor starts
     return out
 
 
@@ -368,7 +366,7 @@ async def _start_watch(
         job,
         dispatcher,
         Path(job.output.dir),
-        run.run_id,
+        uuid.uuid4().hex[:12],
         clock=run.clock,
         partition=partition,
         tuner=tuner,

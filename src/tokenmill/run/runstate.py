@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from tokenmill.config import JobSpec
-from tokenmill.monitor.events import EventLog
 from tokenmill.monitor.snapshot import Snapshot
 from tokenmill.run.target import RunTarget
 from tokenmill.sources.partition import Split
@@ -32,5 +30,3 @@ class RunState:
     target: RunTarget | None = None
     reopen: str | None = None  # why this run may add to a job its prefix marks complete (None: it may not)
     reopened: bool = False  # it does: the job's _SUCCESS is withdrawn before the first new shard goes up
-    run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])  # the event log's run id
-    events: EventLog | None = None  # the event log's start-up records (``starting``, ``waiting``), before the monitor
