@@ -18,6 +18,11 @@ from tokenmill.errors import InputError
 from tokenmill.records import Skip
 
 EXAMPLES = 3  # skipped rows named in the messages
+FIX = (
+    "check input.id_field, input.mapping and the *_field names against a row; a fixed input.id_field makes other "
+    "ids (another input): run it in a new output.dir (and output.remote prefix), other fixes rerun here with "
+    "--allow-changed-job"
+)
 
 
 class TooManySkips(InputError):
@@ -48,9 +53,8 @@ class SkipGuard:
         return TooManySkips(
             f"stopped: {self.skipped:,} of the {self.rows:,} input rows read were skipped as bad rows, more than "
             f"input.max_skip_share ({self.share:.0%} of the rows read, judged once more than {self.allowed} are "
-            f"skipped); {self.examples()}. The input does not look like what the job says: check input.id_field, "
-            "input.mapping and the *_field names against a row, fix the job and rerun (what is done is kept); if "
-            "this many bad rows are expected, raise input.max_skip_share"
+            f"skipped); {self.examples()}. The input does not look like what the job says: {FIX}. If this many bad "
+            "rows are expected, raise input.max_skip_share"
         )
 
     def examples(self) -> str:
@@ -73,6 +77,5 @@ def nothing_completed(guard: SkipGuard, completed: int, failed: int, failed_file
             f"{failed:,} prompt(s) failed (see {failed_file}; `tokenmill retry-failed JOB.yaml` re-queues them)"
         )
     return InputError(
-        f"the run completed nothing: {'; '.join(parts)}. It is not marked finished (no _SUCCESS). Fix the job (a "
-        "skip: input.id_field, input.mapping and the *_field names against a row) and rerun"
+        f"the run completed nothing: {'; '.join(parts)}. It is not marked finished (no _SUCCESS). For the skips: {FIX}"
     )
