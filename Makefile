@@ -31,9 +31,12 @@ typecheck: venv
 unit: venv
 	$(VENV)/bin/pytest -q tests/unit
 
-# Debian packages some tests drive (headless Chromium renders the run report); installed only when missing.
+# Debian packages some tests drive (headless Chromium renders the run report and the live page; Prometheus and
+# promtool check the board and the alert rules of observability/); installed only when missing.
 system-deps:
 	test -x /usr/bin/chromium || (apt-get update && apt-get install -y --no-install-recommends chromium)
+	test -x /usr/bin/prometheus -a -x /usr/bin/promtool || \
+		(apt-get update && apt-get install -y --no-install-recommends prometheus)
 
 # The whole suite: lint, types, then every test tier (the real vLLM and SGLang CPU engines included).
 test: venv system-deps engine engine-model sglang sglang-models lint typecheck

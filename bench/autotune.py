@@ -151,8 +151,8 @@ def _steady(ticks: list[Any], n: int, after_s: float = 0.0) -> float | None:
 def best_static(input_len: float, output_len: float, n: int) -> dict[str, Any]:
     """The best what-if row the tuner could reach: flags all in the default allow-list (the checkpoint's weights
     and SSM dtype, SGLang's memory fraction)."""
+    from tokenmill.autotune.actuators import refusal
     from tokenmill.config import AutotuneSpec, PlannerSpec
-    from tokenmill.fleet.autotune import refusal
     from tokenmill.planner import parse_flags
     from tokenmill.planner.catalog import load_model
     from tokenmill.planner.hardware import GpuCatalog
@@ -168,7 +168,7 @@ def best_static(input_len: float, output_len: float, n: int) -> dict[str, Any]:
 
 
 def _profile_flags(command: str) -> dict[str, Any]:
-    from tokenmill.fleet.autotune import parse_change
+    from tokenmill.autotune.actuators import parse_change
 
     return dict(parse_change(command))
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
-from tokenmill.run import endpoints
-from tokenmill.run.endpoints import Endpoint
+from tokenmill.fleet import endpoints
+from tokenmill.fleet.endpoints import Endpoint
 
 POLL_S = 0.05
 

@@ -6,7 +6,9 @@ table the code runs on, so the page cannot say something the code does not do:
 - ``doctor-rules`` in docs/observability.md, from ``tokenmill.doctor.rules.RULES`` (thresholds with their defaults
   from ``DoctorSpec``);
 - ``apis`` in docs/compat.md, from the backends' registry (``tokenmill.backends.Backend.registry``);
-- ``quality-signals`` and ``quality-selectors`` in docs/quality.md, from ``tokenmill.quality.registry``.
+- ``quality-signals`` and ``quality-selectors`` in docs/quality.md, from ``tokenmill.quality.registry``;
+- ``metrics``, ``alerts`` and ``panels`` in docs/observability.md, from ``tokenmill.run.metrics.METRICS`` (what the
+  exporter serves) and the generated rules and board (``tokenmill.observe``).
 """
 
 from __future__ import annotations
@@ -21,8 +23,12 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from tokenmill.backends import Backend  # noqa: E402
 from tokenmill.config import DoctorSpec  # noqa: E402
+from tokenmill.config.observe import AlertSpec  # noqa: E402
 from tokenmill.doctor.rules import RULES  # noqa: E402
+from tokenmill.observe.board import PANELS  # noqa: E402
+from tokenmill.observe.rules import alerts as alert_rules  # noqa: E402
 from tokenmill.quality.registry import SELECTORS, SIGNALS  # noqa: E402
+from tokenmill.run.metrics import METRICS  # noqa: E402
 
 _SETTING = re.compile(r"(?<![\w`])([a-z][a-z0-9]*(?:[_.][a-z0-9]+)+)(?![\w`])")  # max_tokens, retry.read_timeout_s
 
@@ -63,7 +69,34 @@ def quality_selectors() -> list[str]:
     return [f"`--drop` takes any of `{', '.join(SELECTORS)}` (comma-separated)."]
 
 
+def metrics() -> list[str]:
+    rows = ["| name | type | labels | what it is | from | event log |", "|---|---|---|---|---|---|"]
+    for m in METRICS:
+        labels = ", ".join(f"`{n}`" for n in m.labels) or "-"
+        name = m.series()[0] if m.kind == "counter" else m.name
+        tick = f"`{m.tick}`" if m.tick else "-"
+        rows.append(f"| `{name}` | {m.kind} | {labels} | {m.help} | {m.source} | {tick} |")
+    return rows
+
+
+def alerts() -> list[str]:
+    rows = ["| alert | fires when | for | severity |", "|---|---|---|---|"]
+    for a in alert_rules(AlertSpec()):
+        rows.append(f"| `{a.name}` | `{a.expr.replace('|', chr(92) + '|')}` | {a.for_} | {a.severity} |")
+    return rows
+
+
+def panels() -> list[str]:
+    rows = ["| panel | queries |", "|---|---|"]
+    for p in PANELS:
+        rows.append(f"| {p.title} | {len(p.targets)} |")
+    return rows
+
+
 TABLES: dict[str, tuple[Path, Callable[[], list[str]]]] = {
+    "metrics": (ROOT / "docs" / "observability.md", metrics),
+    "alerts": (ROOT / "docs" / "observability.md", alerts),
+    "panels": (ROOT / "docs" / "observability.md", panels),
     "doctor-rules": (ROOT / "docs" / "observability.md", doctor_rules),
     "apis": (ROOT / "docs" / "compat.md", apis),
     "quality-signals": (ROOT / "docs" / "quality.md", quality_signals),

@@ -29,6 +29,7 @@ from tokenmill.errors import ConfigError, PermanentError
 from tokenmill.output.identity import read_record
 from tokenmill.records import Message
 from tokenmill.storage.corpus import Corpus, open_corpus
+from tokenmill.storage.place import is_url
 
 EXCERPT_TOKENS = 8  # tokens shown on each side of a first difference
 EXAMPLES = 5  # differing records shown by the round-trip check
@@ -155,7 +156,7 @@ def job_setting(target: str | Path, key: str) -> str | None:
     """A string setting (`tokenizer`, `api`) of the job an output directory records (None for a prefix, or a
     job without it)."""
     text = str(target)
-    if "://" in text or not Path(text).is_dir():
+    if is_url(text) or not Path(text).is_dir():
         return None
     record = read_record(Path(text))
     return record.setting(key) if record is not None else None

@@ -18,8 +18,8 @@ import yaml
 
 from tests.e2e.conftest import read_records, run_cli, write_job
 from tests.e2e.test_observe import start_run, stop_run, wait_for
+from tokenmill.autotune.actuators import refusal
 from tokenmill.config import AutotuneSpec, PlannerSpec
-from tokenmill.fleet.autotune import refusal
 from tokenmill.fleet.state import read_json
 from tokenmill.monitor.events import EVENTS_FILE, read_events
 from tokenmill.monitor.snapshot import Snapshot

@@ -15,9 +15,9 @@ import pytest
 from tests.waiting import wait_for
 from tokenmill.config import FleetSpec
 from tokenmill.errors import ServerError
+from tokenmill.fleet import endpoints
 from tokenmill.fleet.local import local_fleet
 from tokenmill.fleet.state import STATE, read_json
-from tokenmill.run import endpoints
 
 # A stand-in engine: answers every GET with its CUDA_VISIBLE_DEVICES and arguments; `--exit-after S` makes
 # it die S seconds after it starts (a crashing server).

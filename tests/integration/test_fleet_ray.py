@@ -20,11 +20,11 @@ from tests.integration.test_fleet_local import ENV_SERVER
 from tests.s3server import S3
 from tests.waiting import wait_for
 from tokenmill.config import FleetSpec, JobSpec
-from tokenmill.fleet.partitions import run_partitions
+from tokenmill.fleet import endpoints
 from tokenmill.fleet.ray import ray_fleet
 from tokenmill.output import verify
 from tokenmill.output.layout import list_dir
-from tokenmill.run import endpoints
+from tokenmill.run.partitions import run_partitions
 from tokenmill.sources.partition import partition_of
 
 ray = pytest.importorskip("ray")

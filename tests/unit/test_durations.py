@@ -3,9 +3,9 @@ autotune's warm-up was over, the next scrape round had not come yet)."""
 
 from __future__ import annotations
 
-from tests.unit.run.test_autotune import ScriptedFleet, drive, tuned
+from tests.unit.autotune.test_autotune import ScriptedFleet, drive, tuned
+from tokenmill.autotune.loop import Phase
 from tokenmill.fmt import duration
-from tokenmill.run.autotune import Phase
 
 
 def test_a_duration_in_the_past_reads_zero() -> None:

@@ -141,7 +141,7 @@ def test_the_endpoints_file_and_the_port_file_are_written_through_the_primitive(
 ) -> None:
     from tokenmill.cli.sim import _write_atomically
     from tokenmill.config.servers import Endpoint
-    from tokenmill.run import endpoints
+    from tokenmill.fleet import endpoints
 
     endpoints.write(tmp_path / "endpoints.txt", [Endpoint("http://127.0.0.1:1", "up")])
     _write_atomically(tmp_path / "port", "1234\n")

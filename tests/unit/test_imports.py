@@ -7,9 +7,10 @@ own tier):
     foundations   errors, config, records, fmt, logs, fsio, histogram (and the package root)
     inputs/outputs sources, backends, output, storage, planner
     watching      sim, monitor, quality, tokens
-    diagnosis     doctor
+    diagnosis     doctor, and the servers the run drives: fleet
+    tuning        autotune
     the run       run
-    around it     report, fleet, export
+    around it     report, export, observe
     commands      cli, __main__
 """
 
@@ -28,9 +29,10 @@ TIERS: tuple[tuple[str, ...], ...] = (
     ("tokenmill", "errors", "config", "records", "fmt", "logs", "fsio", "histogram"),
     ("sources", "backends", "output", "storage", "planner"),
     ("sim", "monitor", "quality", "tokens"),
-    ("doctor",),
+    ("doctor", "fleet"),
+    ("autotune",),
     ("run",),
-    ("report", "fleet", "export"),
+    ("report", "export", "observe"),
     ("cli", "__main__"),
 )
 RANK = {unit: (tier, pos) for tier, units in enumerate(TIERS) for pos, unit in enumerate(units)}

@@ -61,5 +61,5 @@ def test_every_module_level_logger_carries_the_module_name() -> None:
 
 def test_the_scan_sees_a_logger_named_after_another_module() -> None:
     bad = ast.parse('import logging\nlog = logging.getLogger("tokenmill.fleet")\n')
-    assert _misnamed("tokenmill.run.endpoints", bad) == ["tokenmill.run.endpoints logs as 'tokenmill.fleet'"]
+    assert _misnamed("tokenmill.fleet.endpoints", bad) == ["tokenmill.fleet.endpoints logs as 'tokenmill.fleet'"]
     assert _misnamed("tokenmill.cli.sim", ast.parse('logging.getLogger("tokenmill.sim")')) == []

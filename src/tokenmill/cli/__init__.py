@@ -26,6 +26,8 @@ _COMMANDS = {
     "export": "export:export_cmd",
     "inspect": "inspect:inspect_cmd",
     "regenerate": "regenerate",
+    "scrape-config": "scrape:scrape_config",
+    "serve": "serve",
 }
 
 

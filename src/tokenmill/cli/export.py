@@ -90,6 +90,7 @@ def export_cmd(
         tokenmill export out/ --format tokens --max-length 4096 --to prompts.jsonl   # input_ids + loss_mask
     """
     from tokenmill.quality.records import parse_selectors
+    from tokenmill.storage.place import is_url
     from tokenmill.tokens import TokenOptions
 
     selectors = parse_selectors(drop, "--drop") if drop else ()
@@ -97,7 +98,7 @@ def export_cmd(
         selectors = ("truncated", *selectors)
     ext = {"parquet": "parquet", "hf": "hf"}.get(fmt, "jsonl")
     name = f"export.{fmt}.{ext}"
-    where = dest or (Path(name) if "://" in target else Path(target) / name)
+    where = dest or (Path(name) if is_url(target) else Path(target) / name)
     keep: tuple[str, ...] | str = (
         "all" if keep_fields.strip() == "all" else tuple(f.strip() for f in keep_fields.split(",") if f.strip())
     )

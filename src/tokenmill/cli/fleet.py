@@ -92,8 +92,8 @@ def up(profile_file: str, state_dir: str | None, detach: bool, ray_address: str 
     (the default) Ctrl-C or `tokenmill fleet down` stops every server; with --detach the fleet runs on
     in the background.
     """
+    from tokenmill.autotune.tuned import newer_tuned
     from tokenmill.config import load_profile
-    from tokenmill.fleet.tuned import newer_tuned
     from tokenmill.logs import setup_logging
 
     profile = load_profile(profile_file)
@@ -114,7 +114,7 @@ def up(profile_file: str, state_dir: str | None, detach: bool, ray_address: str 
         click.echo(f"fleet ready (supervisor pid {ready.pid}); endpoints in {ready.endpoints_file}")
         return
     setup_logging(log_level)
-    from tokenmill.fleet.session import start_fleet
+    from tokenmill.run.with_fleet import start_fleet
 
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -253,9 +253,9 @@ def tune(
     """
     import asyncio
 
+    from tokenmill.autotune.standalone import AUTOTUNE_LOG
+    from tokenmill.autotune.standalone import tune as tune_fleet
     from tokenmill.config import MonitorSpec, load_profile
-    from tokenmill.fleet.tune import AUTOTUNE_LOG
-    from tokenmill.fleet.tune import tune as tune_fleet
     from tokenmill.logs import setup_logging
 
     setup_logging(log_level)
@@ -281,8 +281,8 @@ def tune(
     if not done:
         click.echo("no change was tried")
     if any(c.outcome == "kept" for c in done):
-        from tokenmill.fleet.session import write_kept
         from tokenmill.fleet.state import load_state
+        from tokenmill.run.with_fleet import write_kept
 
         flags = load_state(where).profile.get("flags")
         write_kept(profile_file, flags if isinstance(flags, dict) else profile.flags, done)

@@ -42,23 +42,16 @@ def report(out: str, dest: str | None, max_points: int, no_quality: bool) -> Non
         tokenmill report tokenmill-demo && xdg-open tokenmill-demo/report.html
         tokenmill report s3://bucket/corpora/run-1/ --to run-1.html
     """
+    from tokenmill.quality.corpus import inspect_output
     from tokenmill.report import build_report
+    from tokenmill.storage.place import open_place, records_dir
 
-    if "://" in out:
-        import tempfile
-
-        from tokenmill.quality.corpus import inspect_output
-        from tokenmill.storage.store import Store
-        from tokenmill.storage.view import fetch_view
-
-        with tempfile.TemporaryDirectory(prefix="tokenmill-report-") as tmp:
-            view = fetch_view(Store(out), Path(tmp))
+    place = open_place(out)
+    with records_dir(place) as view:
+        if place.remote:
             target = Path(dest or layout.REPORT).absolute()
             corpus = None if no_quality else inspect_output(out)
             path = build_report(view.root, target, max_points, quality=not no_quality, corpus=corpus)
-        click.echo(f"report written to {path} (figures as PNG in {path.parent / path.stem})")
-        return
-    if not Path(out).is_dir():
-        raise click.BadParameter(f"{out} is not a directory (give OUT, or a remote prefix URL)")
-    path = build_report(Path(out), Path(dest) if dest else None, max_points=max_points, quality=not no_quality)
+        else:
+            path = build_report(view.root, Path(dest) if dest else None, max_points, quality=not no_quality)
     click.echo(f"report written to {path} (figures as PNG in {path.parent / path.stem})")

@@ -14,7 +14,7 @@ from tokenmill.config import JobSpec, load_job
 from tokenmill.logs import setup_logging
 
 if TYPE_CHECKING:
-    from tokenmill.run.autotune import Autotuner
+    from tokenmill.autotune.loop import Autotuner
     from tokenmill.run.target import RunTarget
 
 
@@ -125,8 +125,8 @@ def execute_partitions(
     job: JobSpec, count: int, ray_address: str, allow_changed_job: bool, reopen: str | None = None
 ) -> None:
     """``run --partitions``: run them, print one line each and the combined check; exit 3 if any stopped."""
-    from tokenmill.fleet.partitions import run_partitions
     from tokenmill.output import verify
+    from tokenmill.run.partitions import run_partitions
 
     results = run_partitions(job, count, ray_address, allow_changed_job, reopen)
     for r in results:
@@ -221,8 +221,8 @@ def run(
     import os
 
     from tokenmill.errors import ConfigError
-    from tokenmill.fleet.session import FleetLaunch
     from tokenmill.run.target import AsWritten, decide_target
+    from tokenmill.run.with_fleet import FleetLaunch
     from tokenmill.sources.partition import parse_partition
 
     launch = FleetLaunch.pop_options(fields)

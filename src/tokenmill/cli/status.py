@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import tempfile
-from pathlib import Path
 
 import click
 
@@ -28,19 +26,13 @@ def status(target: str, as_json: bool) -> None:
         tokenmill status s3://bucket/corpora/run-1/
     """
     from tokenmill.report.status import read_status, status_text
+    from tokenmill.storage.place import open_place, records_dir
 
-    if "://" in target:
-        from tokenmill.storage.store import Store
-        from tokenmill.storage.view import fetch_view
-
-        with tempfile.TemporaryDirectory(prefix="tokenmill-status-") as tmp:
-            view = fetch_view(Store(target), Path(tmp))
-            st = read_status(view.root, recorded=view.recorded)
-            st.summary.output_dir = view.shown
-    else:
-        if not Path(target).is_dir():
-            raise click.BadParameter(f"{target} is not a directory (give OUT, or a remote prefix URL)")
-        st = read_status(Path(target))
+    place = open_place(target)
+    with records_dir(place) as view:
+        st = read_status(view.root, recorded=view.recorded)
+    if place.remote:
+        st.summary.output_dir = view.shown
     if as_json:
         data = {"state": st.state, "age_s": round(st.age_s, 1), **dataclasses.asdict(st.summary)}
         click.echo(json.dumps(data, indent=2))

@@ -89,8 +89,9 @@ def verify(target: str | None, job_file: str | None, remote: bool, remote_url: s
         tokenmill verify s3://bucket/corpora/run-1/ --input job.yaml
     """
     from tokenmill.errors import ConfigError
+    from tokenmill.storage.place import is_url
 
-    if target is None or "://" in target:
+    if target is None or is_url(target):
         if target is None and not (remote and job_file):
             raise ConfigError("give the output directory OUT, a remote PREFIX, or --remote with --input JOB.yaml")
         report = _verify_prefix(target or remote_url, job_file)

@@ -1,7 +1,7 @@
 """Job spec, fleet profile, simulated-server, planner and monitor settings: the one home of every default.
 
-Each area has its module (job, output, fleet, sim, planner, monitor; base holds what they share); every name is
-imported from here.
+Each area has its module (job, output, fleet, sim, planner, monitor, observe: the alert rules' thresholds; base
+holds what they share); every name is imported from here.
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ from tokenmill.config.job import (
     parse_job,
 )
 from tokenmill.config.monitor import DoctorSpec, MonitorSpec
+from tokenmill.config.observe import AlertSpec
 from tokenmill.config.output import MASKED, OutputSpec, UploadSpec
 from tokenmill.config.planner import PlannerSpec
 from tokenmill.config.sim import FaultSpec, SimSpec
@@ -47,6 +48,7 @@ __all__ = [
     "MASKED",
     "THINKING_PROBE_MAX_TOKENS",
     "TUNABLE_FLAGS",
+    "AlertSpec",
     "ApiKind",
     "AutotuneSpec",
     "BadRowPolicy",

@@ -1,7 +1,7 @@
 """The servers file (``servers_file``): one base URL a line, each optionally marked ``# draining`` or ``# down``.
 
 The one parser of the format, for the job's servers, the run that follows the fleet's endpoints file
-(:mod:`tokenmill.run.endpoints`, which also writes it) and ``tokenmill doctor --servers-file``::
+(:mod:`tokenmill.fleet.endpoints`, which also writes it) and ``tokenmill doctor --servers-file``::
 
     http://127.0.0.1:30000
     http://127.0.0.1:30001  # draining

@@ -1,6 +1,6 @@
 """The fleet's state directory: what other processes (``fleet status/down/apply``, a run) read and write.
 
-STATE_DIR/endpoints.txt         the servers and their marks (see :mod:`tokenmill.run.endpoints`)
+STATE_DIR/endpoints.txt         the servers and their marks (see :mod:`tokenmill.fleet.endpoints`)
 STATE_DIR/state.json            the supervisor's pid, the profile, every server's status, the last re-flag
                                 (:class:`FleetState`: :func:`write_state` writes it, :func:`load_state` reads it)
 STATE_DIR/apply-request.json    a re-flag asked for by ``fleet apply`` (:class:`ApplyRequest`; the supervisor

@@ -32,7 +32,8 @@ from typing import Any, Protocol
 
 from tokenmill.config import FleetSpec
 from tokenmill.errors import ConfigError, ServerError
-from tokenmill.fleet import health
+from tokenmill.fleet import endpoints, health
+from tokenmill.fleet.endpoints import Endpoint
 from tokenmill.fleet.state import (
     APPLY_REQUEST,
     ENDPOINTS,
@@ -44,8 +45,6 @@ from tokenmill.fleet.state import (
     read_request,
     write_state,
 )
-from tokenmill.run import endpoints
-from tokenmill.run.endpoints import Endpoint
 
 log = logging.getLogger(__name__)
 

@@ -1,13 +1,17 @@
-"""One job on the client's event loop, in data-flow order: the run's output place is settled (``target``), the
-servers and the API key are read once (``access``) and a first server awaited (``startup``), the remote prefix
-is taken and the uploader started (``remote``), the feed streams prompts (``feed``; too many skipped rows stop
-the run: ``skips``), the dispatcher sends them as work items (``work``, one user turn at a time for whole
-conversations) to the servers it picks (``dispatch``, ``servers``), concurrency follows the servers' metrics
-(``control``), uploads too far behind pause generation (``backlog``), the servers file is followed and the
-display ticked (``endpoints``, ``housekeeping``), the run is watched (``watch``, ``progress``, ``exporter``,
-``collector``, ``efficiency``, ``eta``), the doctor's advice is tried on the live fleet and measured
-(``autotune``, ``tuning``, ``measure``), and the run is summed up (``summary``). ``runner.run_job`` puts it
-together on the run's state (``runstate``).
+"""One job on the client's event loop; ``runner.run_job`` puts the stages together on the run's state (``runstate``).
+
+The stages, in data-flow order:
+- where the run writes (``target``); what it reads once from outside: servers and key (``access``); a first
+  server awaited (``startup``);
+- the remote prefix taken and the uploader started (``remote``);
+- the feed (``feed``; too many skipped rows stop the run: ``skips``); work items, one user turn at a time
+  (``work``); the dispatcher and its servers (``dispatch``, ``servers``); in-flight targets from the servers'
+  metrics (``control``);
+- uploads too far behind pause generation (``backlog``); the housekeeping loop (``housekeeping``);
+- the watch (``watch``, ``progress``, ``exporter`` and the table of the numbers it serves, ``metrics``, the live
+  page's samples, ``viewer``, ``collector``, ``efficiency``, ``eta``);
+- the summary (``summary``).
+A run with its own fleet (``with_fleet``) and a job split over N clients (``partitions``) start from here too.
 """
 
 from tokenmill.run.runner import RunResult, run_job, run_sync

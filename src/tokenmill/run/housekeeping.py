@@ -13,12 +13,12 @@ from pathlib import Path
 
 from tokenmill.config import JobSpec
 from tokenmill.errors import OutputError
+from tokenmill.fleet.endpoints import follow
 from tokenmill.monitor.snapshot import Snapshot
 from tokenmill.output import OutputDir
 from tokenmill.run.backlog import Backlog
 from tokenmill.run.control import ConcurrencyController
 from tokenmill.run.dispatch import Dispatcher
-from tokenmill.run.endpoints import follow
 from tokenmill.run.feed import PromptFeed
 from tokenmill.run.progress import Display, Tracker
 from tokenmill.run.runstate import RunState

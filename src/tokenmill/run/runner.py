@@ -56,6 +56,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+from tokenmill.autotune.loop import Autotuner
 from tokenmill.backends import Backend, BackendOptions, make_backend, probe_token_ids
 from tokenmill.backends.http import open_session
 from tokenmill.backends.thinking import judge, probe_thinking
@@ -67,7 +68,6 @@ from tokenmill.output import OutputDir, ResumeState
 from tokenmill.output.identity import check_job_identity, job_with_ids
 from tokenmill.records import Prompt, Skip
 from tokenmill.run.access import Access, resolve_access
-from tokenmill.run.autotune import Autotuner
 from tokenmill.run.backlog import Backlog
 from tokenmill.run.control import ConcurrencyController
 from tokenmill.run.dispatch import Dispatcher

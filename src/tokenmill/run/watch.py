@@ -4,7 +4,7 @@
 the dispatcher only calls :meth:`ClientMetrics.observe` (a few additions per finished request), and the
 display tick hands it each :class:`~tokenmill.monitor.snapshot.Snapshot` for the event log. Doctor rounds run
 in a worker thread so a planner prediction never holds up the event loop. With ``--autotune`` the tuner
-(:mod:`tokenmill.run.autotune`) sees every round's views and confirmed verdicts and writes ``autotune`` records.
+(:mod:`tokenmill.autotune.loop`) sees every round's views and confirmed verdicts and writes ``autotune`` records.
 """
 
 from __future__ import annotations
@@ -32,11 +32,12 @@ from tokenmill.planner.run_files import sends_ignore_eos
 from tokenmill.run.control import queue_for
 from tokenmill.run.efficiency import EtaFit
 from tokenmill.run.exporter import Exporter
+from tokenmill.run.metrics import RunInfo
 
 if TYPE_CHECKING:
+    from tokenmill.autotune.loop import Autotuner
     from tokenmill.doctor.model import Verdict
     from tokenmill.monitor.snapshot import Snapshot
-    from tokenmill.run.autotune import Autotuner
     from tokenmill.run.dispatch import Dispatcher
 
 log = logging.getLogger(__name__)
@@ -109,6 +110,7 @@ class RunMonitor:
         self.compare = self._predictor(spec.compare_gpu) if spec.compare_gpu else None
         self.compared: dict[str, Expected] = {}
         self.events = EventLog(out / events_file(partition), run_id, wall)
+        self.info = RunInfo(run_id, job.model, partition, out, *job.output.upload.backlog_limit())
         self.exporter = Exporter(self, spec.metrics_host, spec.metrics_port) if spec.metrics_port is not None else None
         self.metrics_url: str | None = None
         self.cpu = CpuMeter(clock)
@@ -151,6 +153,7 @@ class RunMonitor:
                 self.exporter = None
             else:
                 log.info("metrics for Prometheus at %s", self.metrics_url)
+                log.info("the run's live page at %s", self.metrics_url.removesuffix("metrics"))
         if self.spec.enabled:
             self._task = asyncio.create_task(self.fleet.run(self._round), name="tokenmill-monitor")
 
@@ -321,6 +324,8 @@ class RunMonitor:
     def tick(self, snap: Snapshot) -> None:
         """Called with every display snapshot; writes a ``tick`` record every ``event_interval_s``."""
         self.last = snap
+        if self.exporter is not None:
+            self.exporter.timeline.add(self.events.wall(), snap)  # the live page's plots
         now = self.clock()
         if now >= self._next_event:
             self._next_event = now + self.spec.event_interval_s

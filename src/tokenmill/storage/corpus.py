@@ -31,6 +31,7 @@ from tokenmill.output.identity import read_record
 from tokenmill.output.records_reader import iter_file, iter_jsonl
 from tokenmill.output.rounds import merge_live, rounds
 from tokenmill.output.scan import scan_bytes
+from tokenmill.storage.place import open_place
 from tokenmill.storage.prefix import DIR, MANIFEST, RemoteManifest, manifest_writers, shard_of, writer_manifest
 from tokenmill.storage.rounds import round_prefixes
 from tokenmill.storage.store import Store, display_url
@@ -114,11 +115,10 @@ def _reader(rnd: Corpus) -> Callable[[], Iterable[dict[str, Any]]]:
 def open_corpus(target: str | Path) -> Corpus:
     """The corpus at ``target``: an output directory, a remote prefix URL, or a local copy of a prefix."""
     text = str(target)
-    if "://" in text:
-        return _remote_corpus(Store(text), text)
+    place = open_place(target)
+    if place.store is not None:
+        return _remote_corpus(place.store, text)
     path = Path(text)
-    if not path.is_dir():
-        raise OutputError(f"{text} is not a directory: give an output directory OUT, or a remote prefix URL")
     if (path / MANIFEST).is_file() and not (path / layout.MANIFEST).exists():
         # a downloaded copy of a prefix: read it as the prefix it is (rounds under _tokenmill/ included)
         return _remote_corpus(Store(path.absolute().as_uri()), text)

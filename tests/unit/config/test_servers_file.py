@@ -10,7 +10,7 @@ import pytest
 from tokenmill.config import JobSpec
 from tokenmill.config.servers import Endpoint, parse_servers
 from tokenmill.errors import ConfigError
-from tokenmill.run import endpoints
+from tokenmill.fleet import endpoints
 from tokenmill.run.access import read_api_key, resolve_access
 
 TEXT = """# tokenmill fleet endpoints

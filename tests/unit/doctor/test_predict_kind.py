@@ -109,7 +109,7 @@ def test_the_doctor_reads_the_kind_of_a_run_s_requests_from_its_job_record(tmp_p
     assert (found.max_tokens, found.ignore_eos) == (1500, True)
     assert with_run_requests(out, ClientObs(max_tokens=900)).max_tokens == 900  # the tick's, when it says
 
-    from tokenmill.fleet.tune import _client
+    from tokenmill.autotune.standalone import _client
 
     _, tuned, _ = _client(out)  # fleet tune --output OUT plans the run's requests too
     assert (tuned.max_tokens, tuned.ignore_eos) == (1500, True)

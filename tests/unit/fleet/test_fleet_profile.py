@@ -10,10 +10,10 @@ import pytest
 
 from tokenmill.config import FleetSpec, load_profile
 from tokenmill.errors import ConfigError
+from tokenmill.fleet import endpoints
+from tokenmill.fleet.endpoints import Endpoint
 from tokenmill.fleet.supervisor import check_reflag
 from tokenmill.fleet.template import Slot, flag_args, redact, render
-from tokenmill.run import endpoints
-from tokenmill.run.endpoints import Endpoint
 
 
 def test_layout_splits_gpus_into_tp_groups() -> None:

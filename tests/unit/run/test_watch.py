@@ -122,7 +122,7 @@ async def test_run_monitor_writes_ticks_and_serves_prometheus_metrics(tmp_path: 
     assert samples["tokenmill_completions_total" + server] == 20
     assert samples["tokenmill_output_tokens_total" + server] == 100
     assert samples["tokenmill_request_latency_seconds_count" + server] == 20
-    assert samples["tokenmill_prompts_total[]"] == 20 and samples["tokenmill_prompts_done[]"] == 20
+    assert samples["tokenmill_input_rows[]"] == 20 and samples["tokenmill_prompts_done[]"] == 20
     assert samples["tokenmill_finish_reasons_total[('reason', 'stop')]"] == 20
     records = list(read_events(tmp_path / "out" / EVENTS_FILE))
     assert records[0]["kind"] == "start" and records[0]["format"] == EVENT_FORMAT and records[-1]["kind"] == "end"

@@ -3,7 +3,7 @@ allow-list, and applied to some servers through the rolling re-flag.
 
 :class:`FleetActuator` drives a :class:`~tokenmill.fleet.supervisor.Fleet` of this process (``run --fleet F
 --autotune``); :class:`RemoteActuator` a fleet whose supervisor is another process (``fleet tune F``), through
-re-flag requests in its state directory. Both are the :class:`~tokenmill.run.autotune.Actuator` the tuner uses.
+re-flag requests in its state directory. Both are the :class:`~tokenmill.autotune.loop.Actuator` the tuner uses.
 """
 
 from __future__ import annotations

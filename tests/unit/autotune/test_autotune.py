@@ -10,12 +10,12 @@ from dataclasses import dataclass, field
 
 import pytest
 
+from tokenmill.autotune.actuators import parse_change, profile_with, refusal
+from tokenmill.autotune.loop import Autotuner, Phase
+from tokenmill.autotune.measure import RateHistory, measure
 from tokenmill.config import AutotuneSpec, FleetSpec
 from tokenmill.doctor.model import MemoryRisk, PlanPoint, Prediction, Verdict
-from tokenmill.fleet.autotune import parse_change, profile_with, refusal
 from tokenmill.monitor.fleet import ServerView
-from tokenmill.run.autotune import Autotuner, Phase
-from tokenmill.run.measure import RateHistory, measure
 
 RADIX_OFF = "--disable-radix-cache --max-running-requests 96"
 SERVERS = ["http://s0", "http://s1", "http://s2"]

@@ -2,8 +2,8 @@
 
 The fleet is started before the run and stopped after it, whatever happens; the run follows the fleet's
 endpoints file (restarts, re-flags). With ``--partitions N`` the input is split in N disjoint parts, each
-run by its own client as a Ray task (see :mod:`tokenmill.fleet.partitions`). With ``--autotune`` the run's
-monitor drives an :class:`~tokenmill.run.autotune.Autotuner` on the fleet (the profile's ``autotune`` section:
+run by its own client as a Ray task (see :mod:`tokenmill.run.partitions`). With ``--autotune`` the run's
+monitor drives an :class:`~tokenmill.autotune.loop.Autotuner` on the fleet (the profile's ``autotune`` section:
 what it may change and how a change is measured).
 """
 
@@ -16,13 +16,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tokenmill.autotune.actuators import FleetActuator
+from tokenmill.autotune.loop import Autotuner, Change
+from tokenmill.autotune.tuned import KeptChange, keep_tuned
 from tokenmill.config import FleetSpec, JobSpec, load_profile
 from tokenmill.errors import ConfigError, OutputError
-from tokenmill.fleet.autotune import FleetActuator
 from tokenmill.fleet.state import ENDPOINTS
 from tokenmill.fleet.supervisor import Fleet
-from tokenmill.fleet.tuned import KeptChange, keep_tuned
-from tokenmill.run.autotune import Autotuner, Change
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +40,7 @@ def start_fleet(profile: FleetSpec, ray_address: str | None = None, state_dir: P
 
 def write_kept(profile_path: str | Path, flags: dict[str, Any], changes: list[Change]) -> None:
     """After a tuner is done: write the flags the fleet ended on beside the profile when it kept a change, and
-    say where (:mod:`tokenmill.fleet.tuned`); a failure to write is said, never raised (the run is over)."""
+    say where (:mod:`tokenmill.autotune.tuned`); a failure to write is said, never raised (the run is over)."""
     kept = [
         KeptChange(c.change, c.predicted_gain, c.measured.gain if c.measured is not None else None)
         for c in changes

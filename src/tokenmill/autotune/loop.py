@@ -18,7 +18,7 @@ ranked by predicted impact. One change at a time:
    then ``cooldown_s`` before the next change, at most ``max_changes`` in all.
 
 Every step goes to ``emit`` (the run's event log: ``autotune`` records) and the log; :meth:`Autotuner.status`
-is the dashboard's line. The fleet is reached through an :class:`Actuator` (``tokenmill.fleet.autotune`` has
+is the dashboard's line. The fleet is reached through an :class:`Actuator` (``tokenmill.autotune.actuators`` has
 the fleet's); its calls block (drains and restarts take minutes) and run on a worker thread, so a round never
 waits. The re-flag drains a server before restarting it and a run retries what was still in flight elsewhere
 without spending an attempt: no prompt is lost or done twice. ``dry_run`` says what it would do and does nothing.
@@ -31,12 +31,12 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from tokenmill.autotune.measure import RateHistory, measure
+from tokenmill.autotune.tuning import Actuator, Background, Change, Phase
 from tokenmill.config import AutotuneSpec
 from tokenmill.doctor.model import MEMORY_LEVELS, Prediction, Verdict
 from tokenmill.fmt import duration
 from tokenmill.monitor.fleet import ServerView
-from tokenmill.run.measure import RateHistory, measure
-from tokenmill.run.tuning import Actuator, Background, Change, Phase
 
 __all__ = ["Actuator", "Autotuner", "Change", "Phase"]
 

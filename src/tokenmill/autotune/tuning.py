@@ -1,4 +1,4 @@
-"""What autotune works with (:mod:`tokenmill.run.autotune`): the fleet as an :class:`Actuator`, the tuner's
+"""What autotune works with (:mod:`tokenmill.autotune.loop`): the fleet as an :class:`Actuator`, the tuner's
 phases, one change tried and what became of it, and the worker thread a blocking re-flag runs on."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Protocol
 
-from tokenmill.run.measure import Measurement
+from tokenmill.autotune.measure import Measurement
 
 Say = Callable[[str], None]
 

@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tokenmill.autotune.actuators import profile_with
+from tokenmill.autotune.loop import Change
+from tokenmill.autotune.measure import Measurement
+from tokenmill.autotune.tuned import KeptChange, flag_diff, keep_tuned, newer_tuned, tuned_path
 from tokenmill.config import load_profile
-from tokenmill.fleet.autotune import profile_with
-from tokenmill.fleet.session import write_kept
-from tokenmill.fleet.tuned import KeptChange, flag_diff, keep_tuned, newer_tuned, tuned_path
-from tokenmill.run.autotune import Change
-from tokenmill.run.measure import Measurement
+from tokenmill.run.with_fleet import write_kept
 
 CHANGE = "--disable-radix-cache --max-running-requests 96"
 NOW = datetime.datetime(2026, 12, 2, 19, 0, tzinfo=datetime.UTC)

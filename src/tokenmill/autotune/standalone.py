@@ -2,8 +2,8 @@
 
 It watches the fleet's servers as a run's monitor does (scrapes, the doctor's confirmed verdicts, with the
 client's side read from a run's event log when ``out`` names its output directory), drives an
-:class:`~tokenmill.run.autotune.Autotuner` through the supervisor's re-flag requests
-(:class:`~tokenmill.fleet.autotune.RemoteActuator`), and records every step in ``STATE_DIR/autotune.jsonl``.
+:class:`~tokenmill.autotune.loop.Autotuner` through the supervisor's re-flag requests
+(:class:`~tokenmill.autotune.actuators.RemoteActuator`), and records every step in ``STATE_DIR/autotune.jsonl``.
 It ends when the tuner has tried ``max_changes`` changes; interrupted, it first leaves the fleet on one profile
 (a re-flag under way finishes, a canary being measured goes back to the fleet's flags).
 """
@@ -16,13 +16,13 @@ import time
 import uuid
 from pathlib import Path
 
+from tokenmill.autotune.actuators import RemoteActuator
+from tokenmill.autotune.loop import Autotuner, Change, Phase
 from tokenmill.config import AutotuneSpec, MonitorSpec
 from tokenmill.doctor import ClientObs, ClientSide, DoctorState, Observation, PlannerPredictor, ServerObs, diagnose
 from tokenmill.doctor.oneshot import client_from_tick, with_run_requests
-from tokenmill.fleet.autotune import RemoteActuator
 from tokenmill.monitor.events import EVENTS_FILE, EventLog, last_events
 from tokenmill.monitor.fleet import FleetMonitor, ServerView
-from tokenmill.run.autotune import Autotuner, Change, Phase
 
 AUTOTUNE_LOG = "autotune.jsonl"
 
