@@ -64,13 +64,16 @@ def test_a_store_that_refuses_is_said_and_status_shows_the_run_waiting_for_it(
     try:
         said = wait_for(
             "the store's refusal in the log",
-            lambda: log.exists() and "WARNING tokenmill.run.remote: the store at" in log.read_text(),
+            lambda: log.exists() and "does not answer (read s3://bkt/run/" in log.read_text(),
             alive=proc,
             log=log,
             timeout=120,
         )
         assert said
         text = log.read_text()
+        assert (
+            "WARNING tokenmill.run.remote: the store at s3://bkt/run/: no answer yet after 3 s (still trying)" in text
+        )
         assert (
             "does not answer (read s3://bkt/run/_tokenmill_manifest.json failed: Could not connect to the endpoint "
             f'URL: "{endpoint}/' in text

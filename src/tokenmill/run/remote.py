@@ -11,7 +11,7 @@ import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-from tokenmill.config import JobSpec
+from tokenmill.config import JobSpec, OutputSpec
 from tokenmill.errors import StoreConflict, StoreError, StoreUnavailable
 from tokenmill.output import OutputDir, ResumeState, layout
 from tokenmill.records import Prompt
@@ -25,46 +25,66 @@ from tokenmill.storage.upload import Uploader, UploadStatus
 log = logging.getLogger(__name__)
 
 
+class StoreWait:
+    """What a run says while the store does not answer at its start: in the log (at the first failed try, or
+    when the first try has taken ``upload.start_notice_s``) and in the writer lock, for ``tokenmill status``."""
+
+    def __init__(self, out: OutputDir, spec: OutputSpec) -> None:
+        assert spec.remote is not None
+        self.out, self.spec, self.shown = out, spec, display_url(spec.remote)
+        self.tries = 0
+
+    def retried(self) -> str:
+        up = self.spec.upload
+        return (
+            f"retrying every {up.backoff_base_s:.0f}-{up.backoff_max_s:.0f} s (doubling) for up to "
+            f"output.upload.start_wait_s ({up.start_wait_s:.0f} s); then the run carries on from {self.out.root} "
+            "and uploads retry in the background"
+        )
+
+    def slow(self) -> None:
+        """The first try has not returned in ``start_notice_s``."""
+        if self.tries:
+            return
+        waited = f"no answer yet after {self.spec.upload.start_notice_s:.0f} s"
+        log.warning("the store at %s: %s (still trying): %s", self.shown, waited, self.retried())
+        self.out.note("starting", {"on": "store", "where": self.shown, "error": waited, "tries": 0, "at": time.time()})
+
+    def failed(self, exc: StoreUnavailable, delay: float) -> None:
+        """A try failed (called from the remote stage's thread)."""
+        self.tries += 1
+        if self.tries == 1:
+            log.warning("the store at %s does not answer (%s): %s", self.shown, exc, self.retried())
+        what = {"on": "store", "where": self.shown, "error": str(exc), "tries": self.tries, "at": time.time()}
+        self.out.note("starting", what)
+
+
 async def take_remote(
     run: RunState, out: OutputDir, original: JobSpec, allow_changed: bool, allow_existing: bool, repair: bool
 ) -> RemoteStart | None:
     """Whose prefix it is and what is done there (a worker thread: the store is blocking)."""
-    spec = run.job.output
-    if not spec.remote:
+    if not run.job.output.remote:
         return None
-    shown = display_url(spec.remote)
-    tries = 0
-
-    def waiting(exc: StoreUnavailable, delay: float) -> None:
-        nonlocal tries
-        tries += 1
-        if tries == 1:
-            log.warning(
-                "the store at %s does not answer (%s): retrying every %.0f-%.0f s (doubling) for up to "
-                "output.upload.start_wait_s (%.0f s); then the run carries on from %s and uploads retry in the "
-                "background",
-                shown,
-                exc,
-                spec.upload.backoff_base_s,
-                spec.upload.backoff_max_s,
-                spec.upload.start_wait_s,
-                out.root,
-            )
-        out.note("starting", {"on": "store", "where": shown, "error": str(exc), "tries": tries, "at": time.time()})
-
-    remote = await asyncio.to_thread(
-        prepare_remote,
-        out.root,
-        run.job,
-        original,
-        out.names.partition,
-        allow_changed=allow_changed,
-        allow_existing=allow_existing,
-        repair_remote=repair,
-        on_wait=waiting,
+    wait = StoreWait(out, run.job.output)
+    task = asyncio.ensure_future(
+        asyncio.to_thread(
+            prepare_remote,
+            out.root,
+            run.job,
+            original,
+            out.names.partition,
+            allow_changed=allow_changed,
+            allow_existing=allow_existing,
+            repair_remote=repair,
+            on_wait=wait.failed,
+        )
     )
-    if tries and remote.reachable:
-        log.info("the store at %s answers", shown)
+    done, _ = await asyncio.wait({task}, timeout=run.job.output.upload.start_notice_s)
+    if not done:
+        wait.slow()
+    remote = await task
+    if wait.tries and remote.reachable:
+        log.info("the store at %s answers", wait.shown)
     run.job = remote.job
     return remote
 
