@@ -127,11 +127,13 @@ class LockHeld(Exception):
 
 class FileLock:
     """An advisory ``flock`` on one file, taken without waiting and released when the process ends. An exclusive
-    holder writes its pid into the file (for the refusal of the next one); shared holders leave it alone."""
+    holder writes its pid into the file's first line (for the refusal of the next one), then ``about``; shared
+    holders leave it alone."""
 
-    def __init__(self, path: Path, *, shared: bool = False) -> None:
+    def __init__(self, path: Path, *, shared: bool = False, about: bytes = b"") -> None:
         self.path = path
         self.shared = shared
+        self.about = about  # written after the pid line by an exclusive holder (who it is, for readers)
         self.unlocked: str | None = None  # why the filesystem could not lock the file held (None: locked)
         self._fd: int | None = None
 
@@ -162,9 +164,19 @@ class FileLock:
         if not self.shared:  # shared holders would overwrite each other's pid
             with contextlib.suppress(OSError):
                 os.ftruncate(fd, 0)
-                os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+                os.pwrite(fd, f"{os.getpid()}\n".encode() + self.about, 0)
         self._fd = fd
         return locked
+
+    def rewrite(self, about: bytes) -> None:
+        """Replace what an exclusive holder wrote after its pid line (best effort: readers only show it)."""
+        self.about = about
+        if self._fd is None or self.shared:
+            return
+        with contextlib.suppress(OSError):
+            data = f"{os.getpid()}\n".encode() + about
+            os.pwrite(self._fd, data, 0)
+            os.ftruncate(self._fd, len(data))
 
     def release(self) -> None:
         """Give the lock up (closing the descriptor releases the ``flock``)."""
@@ -176,7 +188,7 @@ class FileLock:
 
 def _read_pid(fd: int) -> str:
     try:
-        text = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
+        text = os.pread(fd, 32, 0).decode("ascii", "replace").split("\n", 1)[0].strip()
     except OSError:
         return ""
     return text if text.isdigit() else ""

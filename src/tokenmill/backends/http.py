@@ -1,7 +1,11 @@
 """The run's HTTP client: one pooled aiohttp session sized so it never caps the dispatcher's in-flight limits,
-with timeouts that bound a whole request, and the health probe for servers set aside."""
+with timeouts that bound a whole request, the health probe for servers set aside, and whether a server is there at
+all (the start wait)."""
 
 from __future__ import annotations
+
+import os
+from collections.abc import Mapping
 
 import aiohttp
 
@@ -39,3 +43,25 @@ async def probe_health(session: aiohttp.ClientSession, url: str) -> bool:
         except (aiohttp.ClientError, TimeoutError):
             return False
     return False
+
+
+async def server_answers(
+    session: aiohttp.ClientSession, url: str, headers: Mapping[str, str], connect_timeout_s: float
+) -> str | None:
+    """None when something answers at ``url`` (any HTTP status to ``/health``: a server is there, ready or not;
+    a connection made and then slow is a busy server), else why not, in a few words: connection refused, no such
+    host, no connection within ``connect_timeout_s`` (the run's start wait, :mod:`tokenmill.run.startup`)."""
+    timeout = aiohttp.ClientTimeout(total=PROBE_TIMEOUT_S, sock_connect=connect_timeout_s)
+    try:
+        async with session.get(url + "/health", timeout=timeout, headers=dict(headers)):
+            return None
+    except aiohttp.ConnectionTimeoutError:
+        return f"no connection within {connect_timeout_s:.0f} s"
+    except aiohttp.ClientConnectorDNSError as exc:
+        return f"no such host ({exc.os_error.strerror or exc.os_error})"
+    except aiohttp.ClientConnectorError as exc:
+        err = exc.os_error
+        why = os.strerror(err.errno) if err.errno else err.strerror or str(err)
+        return why[:1].lower() + why[1:] if why else "cannot connect"
+    except (aiohttp.ClientError, TimeoutError):
+        return None  # connected, then slow, dropped or odd: there is a server

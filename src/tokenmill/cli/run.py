@@ -60,7 +60,13 @@ def job_options(fn: Any) -> Any:
         for name, key in OVERRIDES.items()
     ]  # fmt: skip
     options += [
-        click.option("--allow-changed-job", is_flag=True, help="Allow a job with other settings in the same output."),
+        click.option(
+            "--allow-changed-job",
+            is_flag=True,
+            help="Carry on in an output (and prefix) whose job differs in how completions are made (api, model, "
+            "sampling, thinking, save_token_ids, the row-to-prompt mapping); never another input (input.path / "
+            "input.hf, input.id_field, samples).",
+        ),
         click.option(
             "--allow-existing-prefix",
             is_flag=True,

@@ -108,6 +108,20 @@ class InputSpec(Model):
     offset: int = Field(default=0, ge=0, description="Skip this many rows first (trial runs)")
     limit: int | None = Field(default=None, ge=1, description="Read at most this many rows (trial runs)")
     on_bad_row: BadRowPolicy = Field(default="error", description="error: stop with file:line; skip: record")
+    max_skip_share: float = Field(
+        default=0.01,
+        ge=0.0,
+        le=1.0,
+        description="Under on_bad_row: skip, the run stops (exit 2, naming the first skipped rows with file:line) "
+        "once more than this share of the rows read so far were skipped, judged from the moment more than "
+        "skips_allowed rows were skipped (so a few bad rows at the start never stop a big job); 1: never stop. "
+        "Whatever the share, a run that completed nothing and skipped rows exits 2 without _SUCCESS",
+    )
+    skips_allowed: int = Field(
+        default=10,
+        ge=0,
+        description="Skipped rows always tolerated before max_skip_share is judged",
+    )
     keep_fields: list[str] | Literal["all"] = Field(
         default="all",
         description="The input's own columns recorded with each completion (record field `fields`; `tokenmill "
@@ -178,6 +192,14 @@ class RetrySpec(Model):
     )
     quarantine_after: int = Field(default=5, ge=1, description="Consecutive failures before quarantine")
     probe_interval_s: float = Field(default=5.0, gt=0, description="How often a quarantined server is probed")
+    startup_wait_s: float = Field(
+        default=300.0,
+        ge=0,
+        description="At start, how long the run waits (probing every probe_interval_s) for a first server to "
+        "answer its health check; when none has, it exits 2 naming each URL and its error (a mistyped or dead "
+        "URL). Once any server has answered, servers that go away are waited for and probed for as long as it "
+        "takes",
+    )
     stop_grace_s: float = Field(
         default=10.0, ge=0, description="After a stop request, how long requests in flight may finish (then: resume)"
     )

@@ -32,6 +32,12 @@ class UploadSpec(Model):
         description="How long a run waits at its start for the store to confirm the prefix is this job's; a "
         "refused prefix stops the run there, a store that does not answer in time is retried in the background",
     )
+    start_notice_s: float = Field(
+        default=3.0,
+        gt=0,
+        description="A store whose first answer at the start takes longer than this is said to be slow at once (in "
+        "the log and in `tokenmill status`), before its client's own retries of a refused connection end",
+    )
     manifest_interval_s: float = Field(
         default=30.0,
         ge=0,

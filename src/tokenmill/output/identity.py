@@ -31,7 +31,10 @@ JOB_FILE = layout.JOB
 # Fields that change what a completion is; a rerun with other values would mix two datasets in one output.
 FINGERPRINT_FIELDS = ("input", "api", "model", "sampling", "save_token_ids")
 # Input fields that only select rows (trial runs): changing them between runs is fine.
-SELECTION_FIELDS = ("offset", "limit", "on_bad_row")
+SELECTION_FIELDS = ("offset", "limit", "on_bad_row", "max_skip_share", "skips_allowed")
+# The job's input identity (dotted prefixes of the identity's leaves): which rows, and the ids made of them. Another
+# value is another input, refused even with --allow-changed-job.
+INPUT_IDENTITY = ("input.path", "input.hf", "input.id_field", "samples")
 # Input fields that only add to the records beside the completion: changing them between runs is fine too.
 RECORDING_FIELDS = ("keep_fields",)
 
@@ -231,23 +234,51 @@ def _differences(record: JobRecord, job: JobSpec) -> str:
     return text
 
 
+# What ``--allow-changed-job`` may change: how a completion is made, never which rows and ids the job holds.
+MAY_CHANGE = "api, model, sampling, thinking, save_token_ids, how a row becomes a prompt"
+MAY_NOT_CHANGE = "the input (input.path or input.hf, input.id_field) and samples"
+
+
+def _input_leaves(record: JobRecord, job: JobSpec) -> list[tuple[str, Any, Any]]:
+    """The differences in the job's input identity (:data:`INPUT_IDENTITY`): another input, other ids."""
+    return [leaf for leaf in _leaves(record.identity, _identity(job)) if leaf[0].startswith(INPUT_IDENTITY)]
+
+
+def refuse_other_input(record: JobRecord, job: JobSpec, where: str, instead: str) -> None:
+    """A :class:`ConfigError` when ``job`` reads another input (or makes other ids of it) than the job of
+    ``record`` that wrote ``where``: refused whatever the flags, since its records would join another input's."""
+    leaves = _input_leaves(record, job)
+    if not leaves:
+        return
+    shown = ", ".join(f"{key} {before!r} -> {now!r}" for key, before, now in leaves)
+    raise ConfigError(
+        f"{where} holds the records of another input ({shown}): a different input never writes where another "
+        f"input's records are, not even with --allow-changed-job (which may change {MAY_CHANGE}; never "
+        f"{MAY_NOT_CHANGE}). Use {instead} for this input; if it is the same rows at another place, make the "
+        "recorded path reach them (e.g. a link) and rerun"
+    )
+
+
 def refuse_changed(record: JobRecord, job: JobSpec, where: str, instead: str) -> None:
     """A :class:`ConfigError` when ``job`` is not the job of ``record`` (the one that wrote ``where``: an output
     directory, a remote prefix), naming what changed and what to use ``instead``."""
+    refuse_other_input(record, job, where, instead)
     changed = changed_fields(record, job)
     if changed is None:
         return
     raise ConfigError(
         f"{where} holds output of a different job (changed: {', '.join(changed) or 'unknown'}"
         f"{_differences(record, job)}). Mixing them would make one corpus from two setups: use {instead}, or "
-        "pass --allow-changed-job if this is intended."
+        f"pass --allow-changed-job if this is intended (it may change {MAY_CHANGE}; never {MAY_NOT_CHANGE})."
     )
 
 
 def check_job_identity(out: Path, job: JobSpec, allow_changed: bool) -> str:
-    """Record the job in ``OUT/job.json`` on the first run; refuse a different job later. Returns the job id."""
+    """Record the job in ``OUT/job.json`` on the first run; refuse a different job later (``allow_changed``: one
+    that differs in how completions are made; another input never). Returns the job id."""
     old = read_record(out)
     if old is not None:
+        refuse_other_input(old, job, str(out), "a new output.dir")
         if not allow_changed:
             refuse_changed(old, job, str(out), "a new output.dir")
         return old.job_id

@@ -1,14 +1,18 @@
-"""One writer per output directory: an advisory ``flock`` on ``OUT/.lock``, released when the process ends."""
+"""One writer per output directory: an advisory ``flock`` on ``OUT/.lock``, released when the process ends; the
+writer's pid, host and start are in the file (:mod:`tokenmill.output.holder`) for ``tokenmill status``."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+import time
 from pathlib import Path
 
 from tokenmill.errors import OutputError
 from tokenmill.fsio import FileLock, LockHeld
 from tokenmill.output import layout
 from tokenmill.output.fsio import output_error
+from tokenmill.output.holder import Holder
 
 log = logging.getLogger(__name__)
 
@@ -19,7 +23,7 @@ class DirLock:
     def __init__(self, root: Path, name: str = layout.LOCK, shared: bool = False) -> None:
         self.path = root / name
         self.shared = shared  # several holders at once (the partitions of one run), but no exclusive one
-        self._lock = FileLock(self.path, shared=shared)
+        self._lock = FileLock(self.path, shared=shared, about=b"" if shared else Holder.me().about())
 
     @property
     def held(self) -> bool:
@@ -46,6 +50,12 @@ class DirLock:
                 self.path.parent,
                 self._lock.unlocked,
             )
+
+    def note(self, phase: str, waiting: dict[str, object] | None = None) -> None:
+        """Say in the lock file where the holder's run stands (``starting``, ``running``) and what it waits for."""
+        if not self.shared and self._lock.held:
+            me = dataclasses.replace(Holder.me(), phase=phase, since=time.time(), waiting=waiting)
+            self._lock.rewrite(me.about())
 
     def release(self) -> None:
         """Give the lock up (closing the descriptor releases the ``flock``)."""

@@ -115,6 +115,10 @@ class OutputDir:
             raise OutputError(f"{self.root} is not open: call open() first")
         return self._state
 
+    def note(self, phase: str, waiting: dict[str, object] | None = None) -> None:
+        """Say in the writer lock where the run stands, for ``tokenmill status`` (:meth:`DirLock.note`)."""
+        self._lock.note(phase, waiting)
+
     def lock(self) -> None:
         """Create the directory if needed and take the writer lock (what :meth:`open` does first; call it alone
         to change the directory before it is opened, e.g. to take records over from the remote copy)."""

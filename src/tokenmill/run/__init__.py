@@ -1,11 +1,12 @@
 """One job on the client's event loop; ``runner.run_job`` puts the stages together on the run's state (``runstate``).
 
 The stages, in data-flow order:
-- where the run writes (``target``); what it reads once from outside: servers and key (``access``);
+- where the run writes (``target``); what it reads once from outside: servers and key (``access``); a first
+  server awaited (``startup``);
 - the remote prefix taken and the uploader started (``remote``);
-- the feed (``feed``); work items, one user turn at a time (``work``); the dispatcher and its servers
-  (``dispatch``, ``servers``; requests given up on read timeouts: ``abandon``); in-flight targets from the
-  servers' metrics (``control``);
+- the feed (``feed``; too many skipped rows stop the run: ``skips``); work items, one user turn at a time
+  (``work``); the dispatcher and its servers (``dispatch``, ``servers``; requests given up on read timeouts:
+  ``abandon``); in-flight targets from the servers' metrics (``control``);
 - uploads too far behind pause generation (``backlog``); the housekeeping loop (``housekeeping``);
 - the watch (``watch``, ``progress``, ``exporter`` and the table of the numbers it serves, ``metrics``, the live
   page's samples, ``viewer``, ``collector``, ``efficiency``, ``eta``);

@@ -4,7 +4,10 @@ Reading (file I/O, JSON decoding, a dataset stream) happens off the event loop; 
 :class:`PromptFeed` as an async iterator. Skipped rows travel the same way so the loop writes them in order.
 A bounded number of batches is in flight, so memory does not grow with the dataset.
 
-The feed also counts the rows with several user turns as they are read (the mapper marks them), for the summary.
+The feed also counts the rows with several user turns as they are read (the mapper marks them), for the summary,
+and hands every row to the :class:`~tokenmill.run.skips.SkipGuard`: when too many are skipped the rows before the
+one that tipped it are still handed out (their skips recorded), then ``on_limit`` gets the error (the runner's
+dispatcher stops, letting requests in flight finish); without ``on_limit`` the error is raised.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 
 from tokenmill.records import Prompt, Skip
+from tokenmill.run.skips import SkipGuard, TooManySkips
 from tokenmill.sources.mapping import USER_TURNS
 
 BATCH = 256
@@ -42,8 +46,11 @@ class PromptFeed:
         rows: Callable[[], Iterator[Prompt | Skip]],
         done: set[str],
         on_skip: Callable[[Skip], None],
+        guard: SkipGuard | None = None,
     ) -> None:
         self._rows = rows
+        self.guard = guard
+        self.on_limit: Callable[[BaseException], None] | None = None  # too many skips: set by the runner
         self._done = done
         self._on_skip = on_skip
         self.counts = FeedCounts()
@@ -69,6 +76,13 @@ class PromptFeed:
                     if self._stop.is_set():
                         return
                     self.counts.rows += 1
+                    tipped = self.guard.see(row) if self.guard is not None else None
+                    if tipped is not None:
+                        batch.append(row)
+                        self._slots.acquire()
+                        put(batch)
+                        put(tipped)
+                        return
                     if isinstance(row, Prompt) and row.meta is not None and USER_TURNS in row.meta:
                         self.counts.multi_turn += 1
                     if isinstance(row, Prompt) and row.id in self._done:
@@ -115,6 +129,9 @@ class PromptFeed:
             item = await self._queue.get()
             if item is None:
                 self.counts.exhausted = True
+                raise StopAsyncIteration
+            if isinstance(item, TooManySkips) and self.on_limit is not None:
+                self.on_limit(item)
                 raise StopAsyncIteration
             if isinstance(item, BaseException):
                 raise item

@@ -23,7 +23,7 @@ from tokenmill.monitor.dashboard import render
 from tokenmill.monitor.snapshot import ServerRow, Snapshot, status_line
 from tokenmill.monitor.stats import History, Window
 from tokenmill.run.dispatch import Dispatcher
-from tokenmill.run.eta import Eta, EtaRule
+from tokenmill.run.eta import Eta, EtaRule, in_flight_s
 from tokenmill.storage.upload import UploadStatus
 
 if TYPE_CHECKING:
@@ -67,6 +67,7 @@ class Tracker:
         self._history_every = history_every_s
         self._next_history = self.started
         self._eta_rule = EtaRule(self._comp.span_s, self.started)
+        self._sent = (0, self.started)  # the dispatcher's requests started, and when that count last grew
 
     def snapshot(self) -> Snapshot:
         now = self.clock()
@@ -128,7 +129,10 @@ class Tracker:
 
     def _eta(self, now: float, done: int, comp_s: float) -> Eta:
         """The ETA by :class:`~tokenmill.run.eta.EtaRule`: measured, or planned at the fitted eta while the measured
-        rate is not yet founded."""
+        rate is not yet founded, and never less than the requests in flight need."""
+        started = self.d.stats.started
+        if started != self._sent[0]:
+            self._sent = (started, now)
         if self.total is None:
             return Eta()
         remaining = max(0, self.total - done - self.skipped)
@@ -136,7 +140,10 @@ class Tracker:
         mon = self.monitor
         planned = mon.planned if mon is not None else {}
         mean_output = mon.client.avg_output_tokens if mon is not None else None
-        return self._eta_rule.estimate(now, remaining, comp_s, usable, planned, mean_output)
+        answered = sum(s.completed for s in self.d.servers)
+        latency = sum(s.latency_s for s in self.d.servers) / answered if answered else None
+        flight = in_flight_s(remaining, self.d.inflight, comp_s, latency, now - self._sent[1])
+        return self._eta_rule.estimate(now, remaining, comp_s, usable, planned, mean_output, flight)
 
     def _rows(self, now: float) -> list[ServerRow]:
         """One row per server: the client's counters, and the monitor's scrape and the planner's expectation."""

@@ -5,11 +5,14 @@ run's). Start-up, in this order; each stage registers its own cleanup on one exi
 error at any point unwinds exactly what was started, newest first:
 
 1. **requests**: where the prompt ids come from (``input.id_field``; as recorded in ``OUT/job.json`` when the
-   output holds a job), the servers, the API key and the request shapes; with ``save_token_ids``, one server is
+   output holds a job), the servers (a first one must answer within ``retry.startup_wait_s``:
+   :mod:`tokenmill.run.startup`), the API key and the request shapes; with ``save_token_ids``, one server is
    asked for a one-token completion to see that it returns token ids; one is asked a question in the job's thinking
    mode to see whether and where its reasoning comes back (inline in the answer, or any with thinking off, stops
    the run, :mod:`tokenmill.backends.thinking`). Nothing is written before this is done.
-2. **lock**: the writer lock on ``OUT`` is taken (the directory created). Cleanup: close the output, sealing the
+2. **lock**: the writer lock on ``OUT`` is taken (the directory created). The lock file names this process and
+   the run's phase for ``tokenmill status``: ``starting`` (and what it waits for: the remote stage notes each try
+   at a store that does not answer) until the monitor starts, then ``running``. Cleanup: close the output, sealing the
    open shard only when the run finished (or only give the lock up, when it was never opened).
 3. **remote**: with ``output.remote``, whose prefix it is and what is done there
    (:mod:`tokenmill.storage.restore`): the claim is read or made; a directory holding none of this writer's
@@ -71,9 +74,18 @@ from tokenmill.run.dispatch import Dispatcher
 from tokenmill.run.feed import PromptFeed
 from tokenmill.run.housekeeping import Housekeeping, handle_signals, start_background
 from tokenmill.run.progress import Display, Tracker
-from tokenmill.run.remote import finish_upload, gate_finished_job, start_upload, take_remote
+from tokenmill.run.remote import (
+    backlog_text,
+    copy_summary,
+    finish_upload,
+    gate_finished_job,
+    start_upload,
+    take_remote,
+)
 from tokenmill.run.runstate import RunState
 from tokenmill.run.servers import ServerPool
+from tokenmill.run.skips import SkipGuard, nothing_completed
+from tokenmill.run.startup import wait_for_a_server
 from tokenmill.run.summary import Summary, write_summary
 from tokenmill.run.target import RunTarget, decide_target
 from tokenmill.run.watch import RunMonitor
@@ -156,7 +168,9 @@ async def run_job(
         source = await gate_finished_job(run, uploader, feed)
         origins = await _ask_origins(stack, job, access)
         dispatcher = _make_dispatcher(run, backend, access, out, origins)
+        feed.on_limit = dispatcher.abort  # too many skipped rows: stop, letting the requests in flight finish
         monitor, tracker, display = await _start_watch(stack, run, dispatcher, live, tuner, access)
+        out.note("running")
         if run.reopened and uploader is not None:
             monitor.events.write("reopen", prefix=uploader.store.shown, reason=run.reopen)
         controller = _controller(job, dispatcher)
@@ -174,6 +188,7 @@ async def run_job(
         except asyncio.CancelledError:
             run.finished = False
         housekeeping.sync_counts()
+        _judge_completed(run, out, feed, dispatcher)
     if run.finished and feed.counts.rows == 0:
         raise InputError(f"the input holds no rows ({job.input.path or job.input.hf}); check input.path / input.hf")
     return await _conclude(run, out, state, uploader, monitor)
@@ -183,7 +198,8 @@ async def _conclude(
     run: RunState, out: OutputDir, state: ResumeState, uploader: Uploader | None, monitor: RunMonitor
 ) -> RunResult:
     """After the stack: the summary written (a partitioned run's is its driver's), the uploads drained and where
-    they ended recorded for ``tokenmill status`` (after the monitor's end record)."""
+    they ended recorded for ``tokenmill status`` (after the monitor's end record), and the summary written again
+    with the upload as it ended (its last version is the one after the last upload, at the prefix too)."""
     job = run.job
     assert run.final is not None
     final = run.final
@@ -196,9 +212,13 @@ async def _conclude(
         state="finished" if run.finished else "stopped",
     )
     if run.partition is None:
-        write_summary(out.root, summary)
+        write_summary(out.root, summary)  # as the run ended; rewritten below once the uploads are drained
     upload = await finish_upload(uploader, run.finished, state) if uploader is not None else None
-    if upload is not None:
+    if upload is not None and uploader is not None:
+        summary.upload = backlog_text(upload)
+        if run.partition is None:
+            write_summary(out.root, summary)
+            await copy_summary(uploader, out.root, upload)
         monitor.events.write(
             "upload",
             pending=upload.pending,
@@ -219,6 +239,8 @@ async def _requests(job: JobSpec) -> tuple[Backend, Access]:
     token ids first."""
     access = resolve_access(job)
     servers = access.servers
+    sendable = [ep.url for ep in access.endpoints if ep.sendable]
+    await wait_for_a_server(sendable, job.retry, access.headers)
     options = BackendOptions(
         model=job.model,
         sampling=job.sampling,
@@ -248,6 +270,7 @@ def _lock_output(stack: contextlib.AsyncExitStack, run: RunState) -> OutputDir:
     )
     stack.callback(lambda: out.close(seal=run.finished))
     out.lock()
+    out.note("starting")  # `tokenmill status` shows the run as starting until its monitor starts
     return out
 
 
@@ -268,6 +291,24 @@ def _open_output(run: RunState, out: OutputDir, remote: RemoteStart | None, allo
     return state
 
 
+def _judge_completed(run: RunState, out: OutputDir, feed: PromptFeed, dispatcher: Dispatcher) -> None:
+    """A run that reached the end with no completion in the job while rows were skipped or failed is not
+    finished: it stops here, inside the stack, so no _SUCCESS is written and the end record says stopped."""
+    if not run.finished or feed.guard is None:
+        return
+    completed = run.before[0] + dispatcher.stats.completed
+    failed = run.before[1] + dispatcher.stats.failed
+    problem = nothing_completed(feed.guard, completed, failed, out.root / out.names.failed)
+    if problem is not None:
+        run.finished = False
+        raise problem
+    if feed.guard.skipped:
+        guard = feed.guard
+        log.warning(
+            "%d of the %d input rows read were skipped as bad rows: %s", guard.skipped, guard.rows, guard.examples()
+        )
+
+
 def _start_feed(stack: contextlib.AsyncExitStack, run: RunState, out: OutputDir, state: ResumeState) -> PromptFeed:
     if run.split is not None:
         log.info("%s", run.split.describe())
@@ -277,7 +318,8 @@ def _start_feed(stack: contextlib.AsyncExitStack, run: RunState, out: OutputDir,
     if said is not None:
         log.info("%s", said)
     rows = _input_rows(run.job, run.split)
-    feed = PromptFeed(lambda: with_thinking(rows(), run.job.asked_thinking()), state.done, out.skip)
+    guard = SkipGuard(run.job.input, out.root / out.names.skipped)
+    feed = PromptFeed(lambda: with_thinking(rows(), run.job.asked_thinking()), state.done, out.skip, guard)
     stack.callback(feed.close)
     return feed
 

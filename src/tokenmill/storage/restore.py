@@ -39,6 +39,7 @@ from tokenmill.output.identity import (
     new_record,
     read_record,
     refuse_changed,
+    refuse_other_input,
 )
 from tokenmill.output.takeover import TakenOver, holds_records, take_over
 from tokenmill.storage.prefix import RemoteManifest, claim, read_claim, shard_of
@@ -78,10 +79,12 @@ def prepare_remote(
     store: Store | None = None,
     clock: Clock = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
+    on_wait: Callable[[StoreUnavailable, float], None] | None = None,
 ) -> RemoteStart:
     """Run the remote stage for the writer ``partition`` of ``out`` (locked by the caller). ``job`` has its ids'
     source decided, ``original`` is the job as given (for a source the owning record decides); the store is
-    retried on ``clock`` until ``upload.start_wait_s`` has passed."""
+    retried on ``clock`` until ``upload.start_wait_s`` has passed, ``on_wait(error, delay)`` told of each failed
+    try of its first read (the claim)."""
     spec = job.output
     assert spec.remote is not None
     store = store or Store(spec.remote, spec.storage_options)
@@ -89,11 +92,11 @@ def prepare_remote(
     local = read_record(out)
     deadline = clock() + spec.upload.start_wait_s
 
-    def retrying(fn: Callable[[], T]) -> T:
-        return retry_until(fn, spec.upload, clock=clock, sleep=sleep, deadline=deadline)
+    def retrying(fn: Callable[[], T], told: Callable[[StoreUnavailable, float], None] | None = None) -> T:
+        return retry_until(fn, spec.upload, clock=clock, sleep=sleep, deadline=deadline, on_failure=told)
 
     try:
-        found = retrying(lambda: read_claim(store))
+        found = retrying(lambda: read_claim(store), on_wait)
     except StoreUnavailable as exc:
         return _unreachable(store, job, local, fresh, partition, exc)
     record, job = _owner(out, store, found, local, job, original, allow_changed, allow_existing)
@@ -157,6 +160,7 @@ def _owner(
                 )
             record = JobRecord.from_json(remote.job)
             adopted = job_with_ids(original, record=record)
+            refuse_other_input(record, adopted, store.shown, "another output.remote")
             if not allow_changed:
                 refuse_changed(record, adopted, store.shown, "another output.remote")
             return record, adopted

@@ -4,13 +4,15 @@ Times come from an injected clock."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pytest
 
-from tests.unit.run.test_dispatch import prompts
+from tests import factories
+from tests.unit.run.test_dispatch import ScriptedBackend, Sink, prompts, retry
 from tests.unit.run.test_watch import dispatcher, job
-from tokenmill.run.eta import MEASURED, PLANNED, EtaRule
+from tokenmill.run.eta import MEASURED, PLANNED, EtaRule, in_flight_s
 from tokenmill.run.progress import Tracker
 from tokenmill.run.watch import RunMonitor
 
@@ -68,3 +70,34 @@ async def test_the_tracker_s_eta_uses_the_monitor_s_planned_rates_on_its_clock(t
     now[0] = 40.0
     later = tracker.snapshot()
     assert later.eta_s == pytest.approx(920 / 2.0)  # measured: 60 prompts done in the last 30 s
+
+
+async def test_the_eta_counts_the_requests_in_flight(tmp_path: Path) -> None:
+    """The end of a run: 20 answers of 30 s each came back in the window, and the last 10 prompts were sent 2 s
+    ago. Their rate says 13.5 s; they need the 28 s left of a request's latency."""
+    now = [0.0]
+    spec = job(tmp_path)
+    backend = ScriptedBackend(lambda *_: None)
+    backend.gate = asyncio.Event()
+    d = factories.dispatcher(spec.servers, backend, Sink(), retry(), 10, clock=lambda: now[0])
+    tracker = Tracker(d, clock=lambda: now[0])
+    tracker.total = 30
+    tracker.snapshot()
+    (server,) = d.servers
+    server.completed, server.latency_s = 20, 20 * 30.0  # 20 answers of 30 s each
+    d.stats.completed = 20
+    now[0] = 25.0
+    task = asyncio.create_task(d.run(prompts(10)))
+    for _ in range(1000):
+        if d.inflight == 10:
+            break
+        await asyncio.sleep(0)
+    assert d.inflight == 10
+    tracker.snapshot()  # the 10 were sent at 25 s
+    now[0] = 27.0
+    snap = tracker.snapshot()
+    assert snap.comp_s == pytest.approx(20 / 27.0)
+    assert snap.eta_s == pytest.approx(28.0)  # not 10 / (20 / 27) = 13.5 s
+    backend.gate.set()
+    assert await task
+    assert in_flight_s(30, 10, 1.0, 30.0, 5.0) == pytest.approx(20 / 1.0 + 30.0)  # 20 to send, then one latency
