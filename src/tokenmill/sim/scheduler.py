@@ -88,20 +88,47 @@ class Scheduler(Batcher):
     def submit(self, req: SimRequest, now: float) -> list[SimRequest]:
         """Queue ``req``, admitting it if it fits; returns requests that finished by ``now``.
 
-        Raises :class:`QueueFullError` (changing nothing) if ``max_queued`` requests already wait; call
-        :meth:`advance` first so that the queue is counted as of ``now``.
+        Raises :class:`QueueFullError` (changing nothing) if ``max_queued`` requests already wait.
         """
-        if self._max_queued is not None and self.waiting >= self._max_queued:
+        done, refused = self.submit_many([req], now)
+        if refused:
             raise QueueFullError("The request queue is full.")
-        req.max_new_tokens = max(req.max_new_tokens, req.output_tokens)
-        done = self.advance(now)  # events before the arrival must not see the new request
-        if self._kv is not None and not self.running and not self.waiting and self._prefill_end is None:
+        return done
+
+    def submit_many(self, reqs: list[SimRequest], now: float) -> tuple[list[SimRequest], list[SimRequest]]:
+        """Queue ``reqs`` together at ``now`` (what one iteration of SGLang's loop receives), then admit what fits
+        as one prefill batch; returns the requests that finished by ``now`` and those refused because
+        ``max_queued`` requests already waited."""
+        done = self.advance(now)  # events before the arrival must not see the new requests
+        refused: list[SimRequest] = []
+        if reqs and self._kv is not None and self.idle():
             # SGLang re-inits the ratio when its scheduler idles, not when a queue is waiting for the next batch
             self._ratio.set(self._kv.init_ratio, self.step)
-        self._queue.append(req)
-        self.waiting += 1
+        for req in reqs:
+            if self._max_queued is not None and self.waiting >= self._max_queued:
+                refused.append(req)
+                continue
+            req.max_new_tokens = max(req.max_new_tokens, req.output_tokens)
+            self._queue.append(req)
+            self.waiting += 1
         done.extend(self.advance(now))
-        return done
+        return done, refused
+
+    def idle(self) -> bool:
+        """Nothing runs, waits or prefills."""
+        return not self.running and not self.waiting and self._prefill_end is None
+
+    def boundary_at_or_after(self, t: float) -> float:
+        """The first iteration boundary at or after ``t``: the end of the prefill or decode step under way, where
+        SGLang's loop next receives requests (``t`` itself when nothing runs)."""
+        if self._paused_at is not None or (self.running == 0 and self._prefill_end is None):
+            return t
+        if self._prefill_end is not None:
+            return max(t, self._prefill_end)
+        dt = self._step_dt()
+        if dt <= 0:
+            return t
+        return self._t_base + max(0, math.ceil((t - self._t_base) / dt - _EPS)) * dt
 
     def advance(self, now: float) -> list[SimRequest]:
         """Run the engine up to ``now`` and admit what fits; returns the requests that finished."""
@@ -170,14 +197,26 @@ class Scheduler(Batcher):
         self.running = self.waiting = self.ctx_tokens = 0
         return live
 
-    def snapshot(self) -> SchedulerSnapshot:
+    def decoded_by(self, t: float) -> int:
+        """Decode tokens the running requests have made by ``t`` beyond :attr:`decode_tokens`, short of the next
+        event (a counter's view between two events; nothing is decided on it)."""
+        if self._paused_at is not None or self._prefill_end is not None or self.running == 0:
+            return 0
+        dt = self._step_dt()
+        if dt <= 0 or self._must_retract():
+            return 0
+        k = min(self._next_target() - self.step - 1, int((t - self._t_base) / dt + _EPS))
+        return self.running * max(0, k)
+
+    def snapshot(self, decoded_since: int = 0) -> SchedulerSnapshot:
+        """The scheduler's state; ``decoded_since`` (:meth:`decoded_by`) is added to the decode counter."""
         return SchedulerSnapshot(
             running=self.running,
             waiting=self.waiting,
             ctx_tokens=self.ctx_tokens,
             usage=self.model.usage(self.running, self.ctx_tokens),
             gen_throughput=self._gen_throughput if self.running else 0.0,
-            decode_tokens=self.decode_tokens,
+            decode_tokens=self.decode_tokens + decoded_since,
             prefill_tokens=self.prefill_tokens,
             prefill_cache_tokens=self.prefill_cache_tokens,
             paused=self._paused_at is not None,
@@ -191,11 +230,11 @@ class Scheduler(Batcher):
             cache_hit_rate=self._hit_rate,
         )
 
-    def published(self) -> SchedulerSnapshot:
+    def published(self, decoded_since: int = 0) -> SchedulerSnapshot:
         """What a ``/metrics`` scrape sees: counters as of now, gauges as SGLang last wrote them (:class:`Gauges`);
         an engine with nothing running or waiting shows its idle state (SGLang writes it as soon as its gauge is
         stale). Only the twin (a :class:`PoolModel`) does this; the plain simulator shows its live state."""
-        live = self.snapshot()
+        live = self.snapshot(decoded_since)
         if self._pool is None:
             return live
         return self._gauges.shown(live, idle=not self.running and not self.waiting and self._prefill_end is None)
