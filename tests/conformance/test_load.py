@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -265,21 +266,26 @@ CHUNK = 256
 
 
 async def test_chunked_prefill_of_a_long_prompt(http: aiohttp.ClientSession, flagged_server: LiveServer) -> None:
-    """A known difference: SGLang prefills a 1,000-token prompt in chunks of --chunked-prefill-size (256: four
-    prefill batches, 256 + 256 + 256 + 232); the twin prices a prefill batch whole and writes one. Both count the
-    same prompt tokens and answer the same."""
-    before = flagged_server.log_text().count("Prefill batch")
+    """SGLang prefills a 1,000-token prompt in chunks of --chunked-prefill-size (256): four prefill batches of
+    256 + 256 + 256 + 232 tokens, each with a log line of its own; the twin writes and prices the same chunks.
+    Tolerance: none (token counts)."""
+    before = len(prefill_tokens(flagged_server.log_text()))
     body = {"input_ids": prompt_ids(5, LONG_PROMPT), "sampling_params": {"max_new_tokens": 4, "ignore_eos": True}}
     status, answer = await post(http, flagged_server, "/generate", **body)
     assert status == 200, answer
     assert answer["meta_info"]["prompt_tokens"] == LONG_PROMPT
 
-    def prefill_lines() -> int:
-        return flagged_server.log_text().count("Prefill batch") - before
+    def chunks() -> list[int]:
+        return prefill_tokens(flagged_server.log_text())[before:]
 
-    expected = -(-LONG_PROMPT // CHUNK) if flagged_server.real else 1  # the twin: chunked prefill is not modeled
-    lines = await until(_async(prefill_lines), lambda n: n >= expected, "the prefill log lines")
-    assert lines == expected
+    expected = [CHUNK] * (LONG_PROMPT // CHUNK) + [LONG_PROMPT % CHUNK]
+    seen = await until(_async(chunks), lambda c: sum(c) >= LONG_PROMPT, "the prefill log lines")
+    assert seen == expected
+
+
+def prefill_tokens(log: str) -> list[int]:
+    """The ``#new-token`` of every ``Prefill batch`` line of a server log, in order."""
+    return [int(m) for m in re.findall(r"Prefill batch, #new-seq: \d+, #new-token: (\d+)", log)]
 
 
 def _async(f: Any) -> Any:

@@ -32,6 +32,7 @@ import heapq
 import math
 
 from tokenmill.sim.batching import Batcher
+from tokenmill.sim.chunks import ChunkQueue
 from tokenmill.sim.gauges import Gauges, SchedulerSnapshot, cuda_graph, hybrid_lines, log_decode, log_prefill
 from tokenmill.sim.prefix import PrefixCache
 from tokenmill.sim.requests import KvPolicy, PoolModel, QueueFullError, SimRequest, State, Timing
@@ -79,6 +80,8 @@ class Scheduler(Batcher):
         self._last_prefill_at = 0.0
         self._hit_rate = 0.0
         self._gauges = Gauges()  # the gauges as last written (SGLang's stats)
+        self._chunks = ChunkQueue(self._pool.chunked_prefill_size if self._pool is not None else None)
+        self._chunk_completed: list[SimRequest] = []  # the prompts the prefill batch under way completes
 
     # ---- driving -------------------------------------------------------------------------------------
 
@@ -194,6 +197,8 @@ class Scheduler(Batcher):
         self._queue.clear()
         self._heap.clear()
         self._prefilling.clear()
+        self._chunks.clear()
+        self._chunk_completed = []
         self.running = self.waiting = self.ctx_tokens = 0
         return live
 
@@ -296,19 +301,25 @@ class Scheduler(Batcher):
             self._admit(self._t_base)  # slots freed at this instant go to waiting requests at this instant
 
     def _end_prefill(self, done: list[SimRequest]) -> None:
+        """The prefill batch under way ends: its completed requests have their first token and their prompt in the
+        prefix cache; the next chunk starts, or (none left) decode resumes."""
         assert self._prefill_end is not None
         t = self._prefill_end
-        self._prefill_end = None
-        self._t_base = t - self._partial
-        self._partial = 0.0
-        if self._blocked_from_idle:  # the batch admitted into an empty engine becomes the running batch
-            self._blocked = self._blocked_from_idle = False
-        for r in self._prefilling:
+        for r in self._chunk_completed:
             if math.isnan(r.first_token):
                 r.first_token = t
             if self._prefix is not None and r.prompt_ids and r.state is State.RUNNING:
                 self._prefix.insert_prompt(r.prompt_ids)
                 self._prefix.lock(r.prompt_ids)
+        self._chunk_completed = []
+        if self._chunks:
+            self._run_chunk(t)
+            return
+        self._prefill_end = None
+        self._t_base = t - self._partial
+        self._partial = 0.0
+        if self._blocked_from_idle:  # the batch admitted into an empty engine becomes the running batch
+            self._blocked = self._blocked_from_idle = False
         self._prefilling.clear()
         self._pop_finished(t, done)
 
@@ -337,35 +348,44 @@ class Scheduler(Batcher):
         return True
 
     def _start_prefill(self, now: float, batch: list[SimRequest], cached: list[int], running_before: int) -> None:
-        """Price ``batch``'s prefill and pause decode for it (a prefill under way is extended); gauges and log line."""
+        """Queue ``batch``'s prompts for prefill and pause decode for it; a prefill under way computes them in the
+        chunks that follow its own (:mod:`tokenmill.sim.chunks`)."""
         fills = [r.prompt_tokens + r.resumed - c for r, c in zip(batch, cached, strict=True)]
+        for r, fill, c in zip(batch, fills, cached, strict=True):
+            self._chunks.add(r, fill, c)
         new_tokens = sum(fills)
-        if self._pool is not None:
-            cost = self._pool.prefill_batch_time_s(fills) * self._scale
-        else:
-            cost = self.model.prefill_time_s(new_tokens) * self._scale
-        if self._prefill_end is None:
-            if running_before:
-                self._partial = max(0.0, now - self._t_base)
-            else:
-                self._partial = 0.0
-                self._window = (now, self.decode_tokens)  # idle time is not part of throughput
-            self._prefill_end = now + cost
-        else:
-            self._prefill_end += cost
-        if not self._prefilling:
-            self._first_batch, self._prefill_start = len(batch), now
-        self._prefilling.extend(batch)
         self.prefill_tokens += new_tokens
         self.prefill_cache_tokens += sum(cached)
         total = new_tokens + sum(cached)
         self._hit_rate = sum(cached) / total if total else 0.0
-        self._gauges.at_prefill(self.snapshot(), running_before)
+        if not self._prefilling:
+            self._first_batch, self._prefill_start = len(batch), now
+        self._prefilling.extend(batch)
+        if self._prefill_end is not None:
+            return
+        if running_before:
+            self._partial = max(0.0, now - self._t_base)
+        else:
+            self._partial = 0.0
+            self._window = (now, self.decode_tokens)  # idle time is not part of throughput
+        self._run_chunk(now)
+
+    def _run_chunk(self, now: float) -> None:
+        """Start the next prefill batch of the chunk queue at ``now``: priced on its own; gauges and log line."""
+        chunk = self._chunks.next()
+        if self._pool is not None:
+            cost = self._pool.prefill_batch_time_s(chunk.fills) * self._scale
+        else:
+            cost = self.model.prefill_time_s(sum(chunk.fills)) * self._scale
+        self._prefill_end = now + cost
+        self._chunk_completed = chunk.completed
+        running = self.running - len(self._prefilling)
+        self._gauges.at_prefill(self.snapshot(), running)
         gap, self._last_prefill_at = now - self._last_prefill_at, now
         usage = self.model.usage(self.running, self.ctx_tokens)
         log_prefill(
-            usage, batch=len(batch), new_tokens=new_tokens, cached_tokens=sum(cached),
-            running=self.running - len(batch), waiting=self.waiting, gap_s=gap, hybrid=hybrid_lines(self._pool),
+            usage, batch=len(chunk.fills), new_tokens=sum(chunk.fills), cached_tokens=chunk.cached,
+            running=running, waiting=self.waiting, gap_s=gap, hybrid=hybrid_lines(self._pool),
         )  # fmt: skip
 
     def _on_log_boundary(self) -> None:
