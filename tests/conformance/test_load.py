@@ -63,19 +63,22 @@ class LoadSeen:
 
 
 async def run_load(http: aiohttp.ClientSession, server: LiveServer, bodies: list[dict[str, Any]]) -> LoadSeen:
-    """Send ``bodies`` to ``/generate`` as separate requests at once (:func:`burst`), scraping /metrics until all
-    answer."""
-    task = asyncio.create_task(burst(server, "/generate", bodies))
+    """Send ``bodies`` to ``/generate`` as separate concurrent requests (as tokenmill sends them: one task each),
+    scraping /metrics until all answer."""
+
+    async def one(body: dict[str, Any]) -> dict[str, Any]:
+        status, answer = await post(http, server, "/generate", **body)
+        assert status == 200, answer
+        return answer
+
+    tasks = [asyncio.create_task(one(b)) for b in bodies]
     running = queued = 0
-    while not task.done():
+    while not all(t.done() for t in tasks):
         fams = await families(http, server)
         running = max(running, int(gauge(fams, "sglang:num_running_reqs")))
         queued = max(queued, int(gauge(fams, "sglang:num_queue_reqs")))
-        await asyncio.wait([task], timeout=SCRAPE_PAUSE_S)
-    answers = []
-    for status, answer in task.result():
-        assert status == 200, answer
-        answers.append(answer)
+        await asyncio.wait(tasks, timeout=SCRAPE_PAUSE_S)
+    answers = [t.result() for t in tasks]
     return LoadSeen(running, queued, answers, await families(http, server))
 
 
