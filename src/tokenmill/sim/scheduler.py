@@ -13,7 +13,10 @@ A request's life, for ``output_tokens = L``::
     submit ─▶ waiting (FIFO) ─▶ admitted: prefill (decode pauses) ─▶ first token ─▶ L-1 decode steps ─▶ done
 
 A prefill that starts while requests are decoding keeps the progress of the step it interrupted, so no
-decode time is lost or counted twice; requests admitted while a prefill runs join it and extend it.
+decode time is lost or counted twice. A prefill is one or more prefill batches: the prompts are computed
+``--chunked-prefill-size`` tokens at a time (:mod:`tokenmill.sim.chunks`), and requests admitted while a prefill
+runs are computed in the batches that follow. :meth:`Scheduler.submit_many` queues what one iteration of SGLang's
+loop receives, so it is admitted as one batch.
 
 With a :class:`PoolModel` (the twin) the KV pool is finite, as in SGLang: admission also keeps room for the
 running requests' future tokens (scaled by the new-token ratio, :class:`KvPolicy`), and when a decode step
