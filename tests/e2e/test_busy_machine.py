@@ -19,10 +19,10 @@ ROOT = Path(__file__).resolve().parents[2]
 HOGS = 2
 BUSY_TESTS = (
     "tests/conformance/test_load.py::test_kv_pressure_without_ignore_eos_admits_on_the_ratio_and_retracts"
-    "[twin-of-sglang-dense-kv2048-x5]",
+    "[twin-of-sglang-dense-kv2048-x10]",
     "tests/conformance/test_load.py::test_separate_concurrent_requests_sharing_a_new_prefix_are_prefilled_together"
     "[twin-dense]",
-    "tests/conformance/test_load.py::test_a_queue_forms_behind_max_running_requests[twin-of-sglang-dense-flagged-x5]",
+    "tests/conformance/test_load.py::test_a_queue_forms_behind_max_running_requests[twin-of-sglang-dense-flagged-x10]",
     "tests/e2e/test_observe.py",
     "tests/e2e/test_autotune.py::test_run_with_autotune_keeps_the_radix_off_change_and_every_server_gets_its_rate",
 )
