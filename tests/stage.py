@@ -125,10 +125,13 @@ class Stage:
             self.t += self.interval_s
         outputs = [n for s in self.servers for n in s.outputs]
         load = self.servers[0].load
+        whole = sorted(n for n in outputs if n < load.limit)  # the answers not cut at max_tokens
         client = ClientObs(
             avg_prompt_tokens=float(load.prompt),
             avg_output_tokens=sum(outputs) / len(outputs) if outputs else None,
             max_tokens=load.limit,
+            completed_p50=whole[len(whole) // 2] if whole else None,
+            completed_p90=whole[int(len(whole) * 0.9)] if whole else None,
         )
         obs = [ServerObs(self.views[s.url], ClientSide(inflight=float(s.load.inflight), limit=s.load.inflight))
                for s in self.servers]  # fmt: skip

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 import aiohttp
+import orjson
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.engines.pool import LiveServer
@@ -24,6 +26,45 @@ async def post(http: aiohttp.ClientSession, server: LiveServer, path: str, **bod
     async with http.post(server.base_url + path, json=body) as resp:
         payload: dict[str, Any] = await resp.json(content_type=None)
         return resp.status, payload
+
+
+async def burst(server: LiveServer, path: str, bodies: Sequence[Mapping[str, Any]]) -> list[tuple[int, Any]]:
+    """POST each JSON body to ``path`` as a request of its own, all at once: every connection is opened first, then
+    the requests are written back to back with nothing awaited between them, so they reach the server together
+    however busy this machine is (aiohttp tasks would each write in turn, and a busy machine spreads those turns
+    over tens of milliseconds). Returns each answer's status and decoded JSON, in order."""
+    url = urlsplit(server.base_url)
+    host, port = url.hostname or "127.0.0.1", url.port or 80
+    conns = await asyncio.gather(*(asyncio.open_connection(host, port) for _ in bodies))
+    for (_, writer), body in zip(conns, bodies, strict=True):
+        data = orjson.dumps(body)
+        head = f"POST {path} HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\n"
+        writer.write(f"{head}Content-Length: {len(data)}\r\nConnection: close\r\n\r\n".encode() + data)
+    answers = []
+    for reader, writer in conns:
+        raw = await reader.read()
+        writer.close()
+        answers.append(_http_response(raw))
+    return answers
+
+
+def _http_response(raw: bytes) -> tuple[int, Any]:
+    """The status and JSON body of one HTTP/1.1 response read to the end (``Connection: close``)."""
+    head, _, body = raw.partition(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    status = int(lines[0].split()[1])
+    headers = {k.strip().lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:])}
+    if headers.get("transfer-encoding", "").lower() == "chunked":
+        chunks, rest = [], body
+        while rest:
+            size_line, _, rest = rest.partition(b"\r\n")
+            size = int(size_line.split(b";")[0], 16)
+            if size == 0:
+                break
+            chunks.append(rest[:size])
+            rest = rest[size + 2 :]
+        body = b"".join(chunks)
+    return status, orjson.loads(body)
 
 
 async def get_json(http: aiohttp.ClientSession, server: LiveServer, path: str) -> Any:

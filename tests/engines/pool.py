@@ -84,9 +84,9 @@ def _sglang(name: str, hybrid: bool, flags: tuple[str, ...]) -> ServerKind:
     return ServerKind(name, "sglang", True, hybrid, model_dir, sglang.CONTEXT_LENGTH, flags, make)
 
 
-def _twin(name: str, of: ServerKind) -> ServerKind:
+def _twin(name: str, of: ServerKind, extra: tuple[str, ...] = ()) -> ServerKind:
     def make(workdir: Path) -> Launch:
-        return twin.launch(name, sglang.SERVED_MODEL, of.model_dir, of.flags)
+        return twin.launch(name, sglang.SERVED_MODEL, of.model_dir, of.flags, extra)
 
     return ServerKind(name, "sglang", False, of.hybrid, of.model_dir, of.max_model_len, of.flags, make)
 
@@ -124,8 +124,11 @@ def sglang_kind(name: str, hybrid: bool, flags: tuple[str, ...]) -> ServerKind:
     return register(_sglang(name, hybrid, flags))
 
 
-def twin_of(kind: ServerKind) -> ServerKind:
-    return register(_twin(f"twin-of-{kind.name}", kind))
+def twin_of(kind: ServerKind, time_scale: float | None = None) -> ServerKind:
+    """The twin of ``kind``; ``time_scale`` paces it (its GPU's steps that many times longer in wall time)."""
+    if time_scale is None:
+        return register(_twin(f"twin-of-{kind.name}", kind))
+    return register(_twin(f"twin-of-{kind.name}-x{time_scale:g}", kind, ("--time-scale", f"{time_scale:g}")))
 
 
 class ServerPool:

@@ -37,6 +37,12 @@ class SimSpec(Model):
     prefill_ms_per_1k: float = Field(default=30.0, ge=0, description="Prefill time per 1,000 prompt tokens")
     time_scale: float = Field(default=1.0, ge=0, description="Multiplies every simulated duration")
     instant: bool = Field(default=False, description="Answer at once (client benchmarks)")
+    max_lag_s: float = Field(
+        default=1.0,
+        gt=0,
+        description="Wall seconds the virtual clock may fall behind and still catch up (steps run back to back); "
+        "beyond it the lag is dropped: a starved simulator runs slower, its decisions unchanged",
+    )
     output_len_mean: int = Field(default=256, ge=1, description="Mean completion length in tokens (log-normal)")
     output_len_sigma: float = Field(default=0.6, ge=0, description="Log-normal sigma of output length")
     seed: int = Field(default=0, description="Seeds output lengths and text (same seed + prompt: same answer)")

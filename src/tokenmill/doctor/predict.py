@@ -17,6 +17,7 @@ server back, from the live servers' own rates.
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable, MutableMapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
@@ -95,6 +96,19 @@ def _or_none(what: str, call: Callable[[], T]) -> T | None:
     return None
 
 
+def length_sigma(client: ClientObs) -> float | None:
+    """The log-normal sigma of the answers' lengths from the median and 90th percentile of those not cut at
+    max_tokens (``ln(p90 / p50) / 1.2816``, rounded to 0.05), None without both: the planner then assumes its
+    default spread. The running set's size in steady state depends on it (long answers run longer)."""
+    p50, p90 = client.completed_p50, client.completed_p90
+    if not p50 or not p90 or p90 <= p50:
+        return None
+    return max(0.05, round(math.log(p90 / p50) / _Z90 / 0.05) * 0.05)
+
+
+_Z90 = 1.2816  # the standard normal's 90th percentile
+
+
 def _two_digits(x: float) -> float:
     return float(f"{x:.2g}")
 
@@ -114,16 +128,22 @@ class _Setting:
     ignore_eos: bool
     version: str | None
     config: PlannerSpec
+    sigma: float | None = None  # the answers' length spread, from the client's quantiles (None: unknown)
 
     @property
     def key(self) -> tuple[object, ...]:
-        return (self.model_name, self.gpu_name, self.inp, self.out, self.max_tokens, self.ignore_eos, self.version)
+        return (
+            self.model_name, self.gpu_name, self.inp, self.out, self.max_tokens, self.ignore_eos, self.version,
+            self.sigma,
+        )  # fmt: skip
 
     def workload(self, prompts: int = STEADY_PROMPTS) -> Workload:
         """The client's requests as the planner plans them: their lengths, limit and kind."""
         from tokenmill.planner.workload import request_workload
 
-        return request_workload(prompts, self.inp, self.out, self.max_tokens, self.ignore_eos, "doctor")
+        return request_workload(
+            prompts, self.inp, self.out, self.max_tokens, self.ignore_eos, "doctor", output_sigma=self.sigma
+        )
 
 
 class PlannerPredictor:
@@ -177,7 +197,8 @@ class PlannerPredictor:
         out = _two_digits(client.avg_output_tokens or _per_request(v.decode_tok_s, v.requests_s) or DEFAULT_OUTPUT_LEN)
         version = info.version if info else None
         kind = (client.max_tokens, client.ignore_eos)
-        return _Setting(model_name, gpu_name, model, gpu, inp, out, *kind, version, self._config(version))
+        config = self._config(version)
+        return _Setting(model_name, gpu_name, model, gpu, inp, out, *kind, version, config, length_sigma(client))
 
     def __call__(self, obs: ServerObs, client: ClientObs, candidate: Candidate) -> Prediction | None:
         setting = self._setting(obs, client)
@@ -259,7 +280,9 @@ class PlannerPredictor:
         cap = replace(cap, roofline=replace(cap.roofline, eta_bw=eta_bw))
         inp = client.avg_prompt_tokens or DEFAULT_INPUT_LEN
         feed = obs.client.limit if obs.client.limit and obs.client.limit > 0 else STEADY_PROMPTS
-        work = request_workload(feed, inp, out, client.max_tokens, client.ignore_eos, "doctor")
+        work = request_workload(
+            feed, inp, out, client.max_tokens, client.ignore_eos, "doctor", output_sigma=length_sigma(client)
+        )
         try:
             return operating_point(cap, work, 1, self.config or PlannerSpec()).output_tok_s
         except DoesNotFitError:

@@ -24,6 +24,7 @@ every answer runs to its limit; :func:`steady_running` into how many admission k
 from __future__ import annotations
 
 import math
+from statistics import NormalDist
 
 from tokenmill.errors import ConfigError
 from tokenmill.planner.flags import EngineFlags
@@ -122,6 +123,36 @@ def mean_clipped_output(max_new_tokens: int, output_tokens: float, clip: int = C
     return ((clip * clip - low * low) / 2 + clip * (high - clip)) / (high - low)
 
 
+def answer_lengths(output_tokens: float, max_new_tokens: int, sigma: float, points: int = 200) -> list[float]:
+    """Answer lengths of mean ``output_tokens`` under a limit of ``max_new_tokens``, as equal-probability points:
+    log-normal with ``sigma``, cut at the limit, the log-normal's mean chosen so that the cut lengths average
+    ``output_tokens`` (sigma 0: every answer that long)."""
+    if sigma <= 0 or output_tokens >= max_new_tokens:
+        return [min(float(output_tokens), float(max_new_tokens))]
+    z = [NormalDist().inv_cdf((i + 0.5) / points) for i in range(points)]
+
+    def cut(mu: float) -> list[float]:
+        return [min(math.exp(mu + sigma * x), float(max_new_tokens)) for x in z]
+
+    low, high = math.log(output_tokens) - 4 * sigma - 5, math.log(max_new_tokens) + 4 * sigma + 5
+    for _ in range(60):  # the cut mean rises with mu: bisect
+        mid = (low + high) / 2
+        if sum(cut(mid)) / points < output_tokens:
+            low = mid
+        else:
+            high = mid
+    return cut((low + high) / 2)
+
+
+def _clipped_integral(length: float, max_new_tokens: int, clip: int) -> float:
+    """The integral of ``min(max_new - w, clip)`` over the tokens written, ``w`` from 0 to ``length``."""
+    turn = max_new_tokens - clip  # below it the clip binds
+    flat = min(length, max(turn, 0.0))
+    rest_from, rest_to = max(turn, 0.0), max(length, max(turn, 0.0))
+    tail = max_new_tokens * (rest_to - rest_from) - (rest_to**2 - rest_from**2) / 2
+    return clip * flat + tail
+
+
 def held_per_request(
     prompt_tokens: float,
     output_tokens: float,
@@ -130,12 +161,28 @@ def held_per_request(
     ignore_eos: bool,
     new_token_ratio: float,
     clip: int = CLIP_MAX_NEW_TOKENS,
+    sigma: float = 0.0,
 ) -> float:
-    """KV tokens one running request counts against admission, on average over its life: what it holds (its
-    prompt and, on average, half its ``output_tokens``) plus what it reserves of the rest (:func:`running_reserve`:
-    all of the clipped rest for ``ignore_eos``, the ratio of it otherwise)."""
-    reserve = mean_clipped_output(max_new_tokens, output_tokens, clip) * reserve_ratio(new_token_ratio, ignore_eos)
-    return prompt_tokens + output_tokens / 2 + reserve
+    """KV tokens one running request counts against admission, on average over the running set in steady state:
+    what it holds (its prompt and what it has written) plus what it reserves of the rest (:func:`running_reserve`:
+    all of the clipped rest for ``ignore_eos``, the ratio of it otherwise).
+
+    The running set is an average over time, so a request counts for as long as it runs: with answer lengths
+    spread (log-normal ``sigma``, :func:`answer_lengths`) long answers are over-represented, and a running request
+    has written ``E[L^2] / (2 E[L])`` on average, not half the mean (sigma 0.6: 1.4 times that); what it reserves is
+    averaged the same way."""
+    lengths = answer_lengths(output_tokens, max_new_tokens, 0.0 if ignore_eos else sigma)
+    total = sum(lengths)
+    written = sum(x * x for x in lengths) / (2 * total) if total else 0.0
+    reserved = sum(_clipped_integral(x, max_new_tokens, clip) for x in lengths) / total if total else float(clip)
+    return prompt_tokens + written + reserved * reserve_ratio(new_token_ratio, ignore_eos)
+
+
+def held_context(prompt_tokens: float, output_tokens: float, max_new_tokens: int, sigma: float = 0.0) -> float:
+    """Tokens a running request holds on average in steady state (:func:`held_per_request` without the reserve)."""
+    lengths = answer_lengths(output_tokens, max_new_tokens, sigma)
+    total = sum(lengths)
+    return prompt_tokens + (sum(x * x for x in lengths) / (2 * total) if total else 0.0)
 
 
 def steady_running(
@@ -147,16 +194,19 @@ def steady_running(
     ignore_eos: bool,
     conservativeness: float = 1.0,
     clip: int = CLIP_MAX_NEW_TOKENS,
+    sigma: float = 0.0,
 ) -> int:
     """Requests of one kind admission keeps running at once in ``kv_tokens``, in steady state (requests at every
     stage of their lives, leaving one at a time): the most N such that N - 1 running requests, each counting
     :func:`held_per_request`, leave room for one more's :func:`admission_need`. ``ignore_eos`` answers run to
     ``max_new_tokens`` and reserve all of what is left (with a limit within the clip each counts its prompt and
-    whole limit); ordinary ones write ``output_tokens`` on average and reserve the settled new-token ratio of the
-    rest. 0 when the pool cannot hold one request."""
+    whole limit); ordinary ones write ``output_tokens`` on average (log-normal ``sigma`` about it, cut at the limit)
+    and reserve the settled new-token ratio of the rest. 0 when the pool cannot hold one request."""
     out = float(max_new_tokens) if ignore_eos else min(output_tokens, max_new_tokens)
     ratio = min_new_token_ratio(conservativeness)
-    per = held_per_request(prompt_tokens, out, max_new_tokens, ignore_eos=ignore_eos, new_token_ratio=ratio, clip=clip)
+    per = held_per_request(
+        prompt_tokens, out, max_new_tokens, ignore_eos=ignore_eos, new_token_ratio=ratio, clip=clip, sigma=sigma
+    )
     need = admission_need(round(prompt_tokens), max_new_tokens, clip=clip)
     if kv_tokens < prompt_tokens + out / 2:
         return 0

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 
 from tokenmill.config import PlannerSpec
 from tokenmill.errors import ConfigError, DoesNotFitError
+from tokenmill.planner.admission import held_context as admission_held_context
 from tokenmill.planner.admission import schedule_conservativeness, steady_running
 from tokenmill.planner.capacity import ServerCapacity, build_capacity
 from tokenmill.planner.flags import EngineFlags, command_line
@@ -100,13 +101,29 @@ def _binding_label(source: str) -> str:
     return "auto max-running"
 
 
+def output_sigma(workload: Workload, config: PlannerSpec) -> float:
+    """The spread of the answer lengths the steady state is planned with: the workload's, else the planner's
+    default; none for ``ignore_eos`` answers (all run to their limit)."""
+    if workload.ignore_eos:
+        return 0.0
+    return workload.output_sigma if workload.output_sigma is not None else config.workload_output_sigma
+
+
+def held_context(workload: Workload, config: PlannerSpec) -> float:
+    """Tokens a running request of ``workload`` holds on average in steady state: its prompt and what it has written,
+    long answers counted for as long as they run (:func:`tokenmill.planner.admission.held_context`)."""
+    sigma = output_sigma(workload, config)
+    return admission_held_context(workload.input_len, workload.output_len, workload.limit, sigma)
+
+
 def kv_bound_running(cap: ServerCapacity, workload: Workload, config: PlannerSpec) -> int:
     """Requests of ``workload`` the KV pool keeps running, by SGLang's admission rule for their kind
-    (:func:`tokenmill.planner.admission.steady_running`, the rule the twin's scheduler and the doctor apply).
-    ``ignore_eos`` requests are admitted only while every running one's prompt and whole clipped limit fit, so
-    admission alone binds; ordinary ones are admitted against the settled new-token ratio, and SGLang retracts
-    when the pool then runs out, so they are also held to ``kv_target_usage`` of the pool at their mean context
-    (the rest absorbs the spread of lengths)."""
+    (:func:`tokenmill.planner.admission.steady_running`, the rule the twin's scheduler and the doctor apply), with
+    the running set as it is over time: long answers run longer, so they are more of it (the answers' spread,
+    :func:`output_sigma`). ``ignore_eos`` requests are admitted only while every running one's prompt and whole
+    clipped limit fit, so admission alone binds; ordinary ones are admitted against the settled new-token ratio, and
+    SGLang retracts when the pool then runs out, so they are also held to ``kv_target_usage`` of the pool at the
+    context they hold (:func:`held_context`)."""
     conservativeness, _ = schedule_conservativeness(cap.flags)
     admitted = steady_running(
         cap.kv_tokens,
@@ -115,10 +132,11 @@ def kv_bound_running(cap: ServerCapacity, workload: Workload, config: PlannerSpe
         workload.limit,
         ignore_eos=workload.ignore_eos,
         conservativeness=conservativeness,
+        sigma=output_sigma(workload, config),
     )
     if workload.ignore_eos:
         return admitted
-    return min(admitted, cap.kv_bound_running(workload.avg_context, config.kv_target_usage))
+    return min(admitted, cap.kv_bound_running(held_context(workload, config), config.kv_target_usage))
 
 
 def operating_point(cap: ServerCapacity, workload: Workload, replicas: int, config: PlannerSpec) -> PlanResult:
@@ -262,7 +280,8 @@ def best_radix_off_running(
     pools = probe.pools
     u = config.kv_target_usage
     rest_bytes = pools.rest_gib * (1 << 30) - pools.state_bytes_per_slot  # the state pool's padding slot
-    n = int(rest_bytes * u / (workload.avg_context * pools.kv_bytes_per_token + u * pools.state_bytes_per_slot))
+    context = held_context(workload, config)
+    n = int(rest_bytes * u / (context * pools.kv_bytes_per_token + u * pools.state_bytes_per_slot))
     n = max(1, min(n, math.ceil(workload.prompts / replicas)))
     while n > 1:
         fits = kv_bound_running(

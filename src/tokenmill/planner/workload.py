@@ -24,6 +24,7 @@ class Workload:
     source: str = "given"
     max_tokens: int | None = None  # the requests' output limit (what admission reserves for); None: output_len
     ignore_eos: bool = False  # every answer runs to its limit, and admission holds room for all of it
+    output_sigma: float | None = None  # log-normal sigma of the answer lengths (None: PlannerSpec's)
 
     def __post_init__(self) -> None:
         if self.prompts < 1 or self.input_len < 1 or self.output_len < 1:
@@ -63,15 +64,17 @@ def request_workload(
     max_tokens: int | None,
     ignore_eos: bool,
     source: str = "given",
+    output_sigma: float | None = None,
 ) -> Workload:
     """The workload of requests sent with ``max_tokens`` and ``ignore_eos`` (None: the limit is the mean output):
     an ``ignore_eos`` answer runs to its limit, whatever the mean output says; an ordinary one's limit is at least
     its mean output (a mean measured and rounded may pass a limit it cannot exceed)."""
     if max_tokens is None:
-        return Workload(prompts, input_len, output_len, source, ignore_eos=ignore_eos)
+        return Workload(prompts, input_len, output_len, source, ignore_eos=ignore_eos, output_sigma=output_sigma)
     if ignore_eos:
         return Workload(prompts, input_len, max_tokens, source, max_tokens=max_tokens, ignore_eos=True)
-    return Workload(prompts, input_len, output_len, source, max_tokens=max(max_tokens, math.ceil(output_len)))
+    limit = max(max_tokens, math.ceil(output_len))
+    return Workload(prompts, input_len, output_len, source, max_tokens=limit, output_sigma=output_sigma)
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,16 +1,27 @@
-"""The async side of the simulated engine: drives the :class:`~tokenmill.sim.scheduler.Scheduler` on the
-event loop's clock and turns finished requests into resolved futures.
+"""The async side of the simulated engine: drives the :class:`~tokenmill.sim.scheduler.Scheduler` on a virtual
+clock of its own, in iterations as SGLang's event loop runs, and turns finished requests into resolved futures.
 
-One background task sleeps until the scheduler's next event (a finish, a log boundary, the end of a
-prefill) or until an arrival pokes it; arrivals themselves advance the scheduler synchronously, so the
-queue limit sees an up-to-date queue. In ``instant`` mode nothing is scheduled: every request is answered
-at once and only counted.
+The engine's clock is virtual: it stands still while the engine idles and moves only by the durations the step
+model gives (already multiplied by ``time_scale``), so the same requests give the same counts however busy the
+machine is. Wall time only paces it: the engine sleeps for the virtual time up to its next event (a finish, a log
+boundary, the end of a prefill); when the machine is too busy to wake it on time, the virtual clock simply falls
+behind the wall clock, it never jumps to catch up.
+
+Requests are received at iteration boundaries, as SGLang's ``event_loop_normal`` receives them before it picks the
+next batch: a request that arrives while a step (decode or prefill) runs waits in an inbox for the end of that step,
+and everything in the inbox then enters the queue together and is admitted as one prefill batch if it fits
+(:meth:`~tokenmill.sim.scheduler.Scheduler.submit_many`). An idle engine woken by an arrival first lets the event
+loop run a few passes, so a burst of separate requests on its way is received together (counted in event-loop
+passes, not in wall time). In ``instant`` mode nothing is scheduled: every request is answered at once and only
+counted.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
+import math
 from collections.abc import Sequence
 
 from tokenmill.config import SimSpec
@@ -27,6 +38,11 @@ class EngineClosedError(Exception):
 
 
 _INSTANT = Timing(0.0, 0.0, 0.0)
+# An idle engine woken by an arrival lets the event loop run this many passes, again while more requests keep
+# arriving (at most _QUIET_ROUNDS times), before it receives them: enough for the HTTP layer to hand over
+# the requests of a burst whose bytes are already in (a new connection reaches the handler in 2-3 passes).
+_QUIET_PASSES = 4
+_QUIET_ROUNDS = 16
 
 
 class SimEngine:
@@ -43,12 +59,18 @@ class SimEngine:
         )
         self.metrics = RequestMetrics()
         self._instant = cfg.instant
+        self._max_lag = cfg.max_lag_s
         self._task: asyncio.Task[None] | None = None
-        self._wake: asyncio.Future[None] | None = None
+        self._wake: asyncio.Future[bool] | None = None
         self._closed = False
+        self._inbox: list[SimRequest] = []
+        self._arrivals = 0  # requests put in the inbox so far (the idle engine's quiet check)
+        self.now = 0.0  # the virtual clock: where the scheduler stands (scaled seconds)
+        self._wall_at_now = 0.0  # the loop's time when the virtual clock was last moved
 
     async def start(self) -> None:
         if self._task is None:
+            self._wall_at_now = asyncio.get_running_loop().time()
             self._task = asyncio.get_running_loop().create_task(self._run(), name="tokenmill-sim-engine")
 
     async def close(self) -> None:
@@ -59,9 +81,10 @@ class SimEngine:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
             self._task = None
-        for r in self.scheduler.drain():
+        for r in [*self._inbox, *self.scheduler.drain()]:
             if r.waiter is not None and not r.waiter.done():
                 r.waiter.set_exception(EngineClosedError("the simulated server is shutting down"))
+        self._inbox.clear()
 
     async def generate(
         self,
@@ -73,15 +96,14 @@ class SimEngine:
         ignore_eos: bool = False,
         prompt_ids: Sequence[int] = (),
         output_ids: Sequence[int] = (),
-        arrived: float | None = None,
     ) -> Timing:
         """Serve one request of ``output_tokens`` tokens, asked with a limit of ``max_new_tokens`` (what a
         finite KV pool reserves for; at least ``output_tokens``), ``cached_tokens`` of its prompt served by
         the prefix cache (with a prefix cache of the engine's own: what it serves ``prompt_ids`` when the
         request is admitted; ``output_ids`` are cached with the prompt when it finishes); ``ignore_eos``
-        requests reserve their whole remaining output at admission; ``arrived`` (on the loop's clock, not
-        later than now) is when it reached the server: the items of one batch call arrive together, as SGLang
-        receives them. Raises :class:`QueueFullError` or :class:`EngineClosedError`.
+        requests reserve their whole remaining output at admission. The request is received at the engine's
+        next iteration boundary, with whatever else arrived during that step. Raises :class:`QueueFullError`
+        or :class:`EngineClosedError`.
 
         Cancelling the caller (a client that hung up) aborts the request and frees its slot.
         """
@@ -90,30 +112,27 @@ class SimEngine:
         if self._instant:
             self.metrics.observe_finished(prompt_tokens, output_tokens, _INSTANT, cached_tokens)
             return _INSTANT
-        loop = asyncio.get_running_loop()
         req = SimRequest(
             prompt_tokens=prompt_tokens,
             output_tokens=output_tokens,
-            arrived=loop.time() if arrived is None else min(arrived, loop.time()),
+            arrived=math.nan,  # set when the engine receives it
             max_new_tokens=max_new_tokens,
             cached_tokens=cached_tokens,
             ignore_eos=ignore_eos,
             prompt_ids=prompt_ids,
             output_ids=output_ids,
         )
-        req.waiter = loop.create_future()
-        self._settle(self.scheduler.advance(req.arrived))  # the queue limit sees the queue as of now
-        try:
-            self._settle(self.scheduler.submit(req, req.arrived))
-        except QueueFullError:
-            self.metrics.aborted += 1
-            raise
+        req.waiter = asyncio.get_running_loop().create_future()
+        self._inbox.append(req)
+        self._arrivals += 1
         self._poke()
         try:
             await req.waiter
         except asyncio.CancelledError:
-            if req.state in (State.WAITING, State.RUNNING):
-                self._settle(self.scheduler.abort(req, loop.time()))
+            if req in self._inbox:
+                self._inbox.remove(req)
+            elif req.state in (State.WAITING, State.RUNNING):
+                self._settle(self.scheduler.abort(req, self.now))
                 self.metrics.aborted += 1
                 self._poke()
             raise
@@ -121,24 +140,32 @@ class SimEngine:
 
     def pause(self) -> None:
         """Freeze scheduling (requests queue up) until :meth:`resume`; instant mode ignores it."""
-        self._settle(self.scheduler.pause(asyncio.get_running_loop().time()))
+        self._settle(self.scheduler.pause(self.now))
         self._poke()
 
     def resume(self) -> None:
-        self._settle(self.scheduler.resume(asyncio.get_running_loop().time()))
+        self._settle(self.scheduler.resume(self.now))
         self._poke()
 
     def snapshot(self) -> SchedulerSnapshot:
-        """The scheduler's state now (advanced to the current time first)."""
-        if self._task is not None:
-            self._settle(self.scheduler.advance(asyncio.get_running_loop().time()))
-            self._poke()
-        return self.scheduler.snapshot()
+        """The scheduler's state at its virtual clock (requests still in the inbox count as waiting), its decode
+        counter as of now."""
+        snap = self.scheduler.snapshot(self._decoded_since())
+        if self._inbox:
+            snap = dataclasses.replace(snap, waiting=snap.waiting + len(self._inbox))
+        return snap
 
     def published(self) -> SchedulerSnapshot:
-        """What ``/metrics`` shows now: the gauges as the scheduler last wrote them (advanced to now first)."""
-        self.snapshot()
-        return self.scheduler.published()
+        """What ``/metrics`` shows now: the gauges as the scheduler last wrote them, the counters as of now."""
+        return self.scheduler.published(self._decoded_since())
+
+    def _decoded_since(self) -> int:
+        """Tokens decoded since the virtual clock last moved, by the wall time the engine has slept towards its
+        next event (a counter between two events moves as the steps run; no decision is taken on it)."""
+        if self._task is None:
+            return 0
+        elapsed = asyncio.get_running_loop().time() - self._wall_at_now
+        return self.scheduler.decoded_by(self.now + max(0.0, elapsed))
 
     def _settle(self, done: list[SimRequest]) -> None:
         for r in done:
@@ -148,22 +175,71 @@ class SimEngine:
 
     def _poke(self) -> None:
         if self._wake is not None and not self._wake.done():
-            self._wake.set_result(None)
+            self._wake.set_result(True)
+
+    def _receive(self) -> None:
+        """The iteration's receive: everything in the inbox enters the queue at once, at the virtual now."""
+        batch, self._inbox = self._inbox, []
+        for r in batch:
+            r.arrived = self.now
+        done, refused = self.scheduler.submit_many(batch, self.now)
+        for r in refused:
+            self.metrics.aborted += 1
+            if r.waiter is not None and not r.waiter.done():
+                r.waiter.set_exception(QueueFullError("The request queue is full."))
+        self._settle(done)
+
+    async def _quiet(self) -> None:
+        """Let the event loop run until no more arrivals come in over a few passes (a burst is received whole)."""
+        for _ in range(_QUIET_ROUNDS):
+            seen = self._arrivals
+            for _ in range(_QUIET_PASSES):
+                await asyncio.sleep(0)
+            if self._arrivals == seen:
+                return
 
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
         while True:
-            self._settle(self.scheduler.advance(loop.time()))
+            if self._inbox:
+                if self.scheduler.idle():
+                    await self._quiet()
+                self._receive()
             at = self.scheduler.next_event_at()
-            wake: asyncio.Future[None] = loop.create_future()
-            self._wake = wake
-            handle = loop.call_at(at, _set_done, wake) if at is not None else None
-            try:
-                await wake
-            finally:
-                self._wake = None
-                if handle is not None:
-                    handle.cancel()
+            if at is None and not self._inbox:
+                await self._sleep(loop, None)  # idle: only an arrival (or a resume) changes anything
+                self._wall_at_now = loop.time()  # the virtual clock stood still meanwhile
+                continue
+            if at is None:
+                continue
+            # sleep to the next event; an arrival meanwhile shortens the sleep to the step boundary under way
+            target = max(at, self.now)
+            while True:
+                poked = await self._sleep(loop, self._wall_at_now + (target - self.now))
+                if not poked or target <= self.now:
+                    break
+                if self._inbox:
+                    seen = min(target, self.now + max(0.0, loop.time() - self._wall_at_now))
+                    target = min(target, self.scheduler.boundary_at_or_after(seen))
+                else:  # an abort or a pause: the next event may have moved
+                    nxt = self.scheduler.next_event_at()
+                    target = self.now if nxt is None else min(target, max(nxt, self.now))
+            # the clock moves by what was simulated, however late the wake; a lag past max_lag_s is dropped
+            self._wall_at_now = max(self._wall_at_now + target - self.now, loop.time() - self._max_lag)
+            self.now = target
+            self._settle(self.scheduler.advance(self.now))
+
+    async def _sleep(self, loop: asyncio.AbstractEventLoop, until: float | None) -> bool:
+        """Wait until the loop's time ``until`` (None: until poked) or a poke; True when poked."""
+        wake: asyncio.Future[bool] = loop.create_future()
+        self._wake = wake
+        handle = loop.call_at(until, _set_done, wake) if until is not None else None
+        try:
+            return await wake
+        finally:
+            self._wake = None
+            if handle is not None:
+                handle.cancel()
 
 
 def default_step_model(cfg: SimSpec) -> StepModel:
@@ -181,6 +257,6 @@ def _timing(r: SimRequest) -> Timing:
     )
 
 
-def _set_done(fut: asyncio.Future[None]) -> None:
+def _set_done(fut: asyncio.Future[bool]) -> None:
     if not fut.done():
-        fut.set_result(None)
+        fut.set_result(False)

@@ -89,7 +89,7 @@ class Generation:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self.closing.wait(), timeout=self.faults.spec.stall_s)
 
-    async def _run(self, spec: api.GenSpec, arrived: float | None = None) -> tuple[Draft, Timing, int]:
+    async def _run(self, spec: api.GenSpec) -> tuple[Draft, Timing, int]:
         """Serve one spec: the planned answer, where its time went, and the prompt tokens the cache served."""
         cfg = self.cfg
         max_new = spec.max_new_tokens
@@ -121,7 +121,6 @@ class Generation:
             ignore_eos=spec.ignore_eos,
             prompt_ids=ids,
             output_ids=draft.token_ids,
-            arrived=arrived,
         )
         return draft, timing, timing.cached_tokens
 
@@ -148,8 +147,8 @@ class Generation:
         if len(specs) == 1:
             results = [await self._run(specs[0])]
         else:
-            now = asyncio.get_running_loop().time()  # one arrival for the batch: SGLang receives it at once
-            tasks = [asyncio.ensure_future(self._run(s, now)) for s in specs]
+            # the batch's items reach the engine's inbox together: SGLang receives them at once
+            tasks = [asyncio.ensure_future(self._run(s)) for s in specs]
             try:
                 results = await asyncio.gather(*tasks)
             finally:  # one refused or failed: the rest of the batch is aborted, not left running

@@ -75,6 +75,11 @@ class PoolModel(StepModel, Protocol):
         """Seconds to prefill one batch whose requests prefill ``fill_tokens`` tokens each."""
         ...
 
+    @property
+    def chunked_prefill_size(self) -> int | None:
+        """``--chunked-prefill-size``: prompt tokens per prefill batch (None: no chunking)."""
+        ...
+
 
 @dataclass(eq=False, slots=True)
 class SimRequest:

@@ -13,7 +13,10 @@ A request's life, for ``output_tokens = L``::
     submit ─▶ waiting (FIFO) ─▶ admitted: prefill (decode pauses) ─▶ first token ─▶ L-1 decode steps ─▶ done
 
 A prefill that starts while requests are decoding keeps the progress of the step it interrupted, so no
-decode time is lost or counted twice; requests admitted while a prefill runs join it and extend it.
+decode time is lost or counted twice. A prefill is one or more prefill batches: the prompts are computed
+``--chunked-prefill-size`` tokens at a time (:mod:`tokenmill.sim.chunks`), and requests admitted while a prefill
+runs are computed in the batches that follow. :meth:`Scheduler.submit_many` queues what one iteration of SGLang's
+loop receives, so it is admitted as one batch.
 
 With a :class:`PoolModel` (the twin) the KV pool is finite, as in SGLang: admission also keeps room for the
 running requests' future tokens (scaled by the new-token ratio, :class:`KvPolicy`), and when a decode step
@@ -32,6 +35,7 @@ import heapq
 import math
 
 from tokenmill.sim.batching import Batcher
+from tokenmill.sim.chunks import ChunkQueue
 from tokenmill.sim.gauges import Gauges, SchedulerSnapshot, cuda_graph, hybrid_lines, log_decode, log_prefill
 from tokenmill.sim.prefix import PrefixCache
 from tokenmill.sim.requests import KvPolicy, PoolModel, QueueFullError, SimRequest, State, Timing
@@ -79,6 +83,8 @@ class Scheduler(Batcher):
         self._last_prefill_at = 0.0
         self._hit_rate = 0.0
         self._gauges = Gauges()  # the gauges as last written (SGLang's stats)
+        self._chunks = ChunkQueue(self._pool.chunked_prefill_size if self._pool is not None else None)
+        self._chunk_completed: list[SimRequest] = []  # the prompts the prefill batch under way completes
 
     # ---- driving -------------------------------------------------------------------------------------
 
@@ -88,20 +94,47 @@ class Scheduler(Batcher):
     def submit(self, req: SimRequest, now: float) -> list[SimRequest]:
         """Queue ``req``, admitting it if it fits; returns requests that finished by ``now``.
 
-        Raises :class:`QueueFullError` (changing nothing) if ``max_queued`` requests already wait; call
-        :meth:`advance` first so that the queue is counted as of ``now``.
+        Raises :class:`QueueFullError` (changing nothing) if ``max_queued`` requests already wait.
         """
-        if self._max_queued is not None and self.waiting >= self._max_queued:
+        done, refused = self.submit_many([req], now)
+        if refused:
             raise QueueFullError("The request queue is full.")
-        req.max_new_tokens = max(req.max_new_tokens, req.output_tokens)
-        done = self.advance(now)  # events before the arrival must not see the new request
-        if self._kv is not None and not self.running and not self.waiting and self._prefill_end is None:
+        return done
+
+    def submit_many(self, reqs: list[SimRequest], now: float) -> tuple[list[SimRequest], list[SimRequest]]:
+        """Queue ``reqs`` together at ``now`` (what one iteration of SGLang's loop receives), then admit what fits
+        as one prefill batch; returns the requests that finished by ``now`` and those refused because
+        ``max_queued`` requests already waited."""
+        done = self.advance(now)  # events before the arrival must not see the new requests
+        refused: list[SimRequest] = []
+        if reqs and self._kv is not None and self.idle():
             # SGLang re-inits the ratio when its scheduler idles, not when a queue is waiting for the next batch
             self._ratio.set(self._kv.init_ratio, self.step)
-        self._queue.append(req)
-        self.waiting += 1
+        for req in reqs:
+            if self._max_queued is not None and self.waiting >= self._max_queued:
+                refused.append(req)
+                continue
+            req.max_new_tokens = max(req.max_new_tokens, req.output_tokens)
+            self._queue.append(req)
+            self.waiting += 1
         done.extend(self.advance(now))
-        return done
+        return done, refused
+
+    def idle(self) -> bool:
+        """Nothing runs, waits or prefills."""
+        return not self.running and not self.waiting and self._prefill_end is None
+
+    def boundary_at_or_after(self, t: float) -> float:
+        """The first iteration boundary at or after ``t``: the end of the prefill or decode step under way, where
+        SGLang's loop next receives requests (``t`` itself when nothing runs)."""
+        if self._paused_at is not None or (self.running == 0 and self._prefill_end is None):
+            return t
+        if self._prefill_end is not None:
+            return max(t, self._prefill_end)
+        dt = self._step_dt()
+        if dt <= 0:
+            return t
+        return self._t_base + max(0, math.ceil((t - self._t_base) / dt - _EPS)) * dt
 
     def advance(self, now: float) -> list[SimRequest]:
         """Run the engine up to ``now`` and admit what fits; returns the requests that finished."""
@@ -167,17 +200,31 @@ class Scheduler(Batcher):
         self._queue.clear()
         self._heap.clear()
         self._prefilling.clear()
+        self._chunks.clear()
+        self._chunk_completed = []
         self.running = self.waiting = self.ctx_tokens = 0
         return live
 
-    def snapshot(self) -> SchedulerSnapshot:
+    def decoded_by(self, t: float) -> int:
+        """Decode tokens the running requests have made by ``t`` beyond :attr:`decode_tokens`, short of the next
+        event (a counter's view between two events; nothing is decided on it)."""
+        if self._paused_at is not None or self._prefill_end is not None or self.running == 0:
+            return 0
+        dt = self._step_dt()
+        if dt <= 0 or self._must_retract():
+            return 0
+        k = min(self._next_target() - self.step - 1, int((t - self._t_base) / dt + _EPS))
+        return self.running * max(0, k)
+
+    def snapshot(self, decoded_since: int = 0) -> SchedulerSnapshot:
+        """The scheduler's state; ``decoded_since`` (:meth:`decoded_by`) is added to the decode counter."""
         return SchedulerSnapshot(
             running=self.running,
             waiting=self.waiting,
             ctx_tokens=self.ctx_tokens,
             usage=self.model.usage(self.running, self.ctx_tokens),
             gen_throughput=self._gen_throughput if self.running else 0.0,
-            decode_tokens=self.decode_tokens,
+            decode_tokens=self.decode_tokens + decoded_since,
             prefill_tokens=self.prefill_tokens,
             prefill_cache_tokens=self.prefill_cache_tokens,
             paused=self._paused_at is not None,
@@ -191,11 +238,11 @@ class Scheduler(Batcher):
             cache_hit_rate=self._hit_rate,
         )
 
-    def published(self) -> SchedulerSnapshot:
+    def published(self, decoded_since: int = 0) -> SchedulerSnapshot:
         """What a ``/metrics`` scrape sees: counters as of now, gauges as SGLang last wrote them (:class:`Gauges`);
         an engine with nothing running or waiting shows its idle state (SGLang writes it as soon as its gauge is
         stale). Only the twin (a :class:`PoolModel`) does this; the plain simulator shows its live state."""
-        live = self.snapshot()
+        live = self.snapshot(decoded_since)
         if self._pool is None:
             return live
         return self._gauges.shown(live, idle=not self.running and not self.waiting and self._prefill_end is None)
@@ -257,19 +304,25 @@ class Scheduler(Batcher):
             self._admit(self._t_base)  # slots freed at this instant go to waiting requests at this instant
 
     def _end_prefill(self, done: list[SimRequest]) -> None:
+        """The prefill batch under way ends: its completed requests have their first token and their prompt in the
+        prefix cache; the next chunk starts, or (none left) decode resumes."""
         assert self._prefill_end is not None
         t = self._prefill_end
-        self._prefill_end = None
-        self._t_base = t - self._partial
-        self._partial = 0.0
-        if self._blocked_from_idle:  # the batch admitted into an empty engine becomes the running batch
-            self._blocked = self._blocked_from_idle = False
-        for r in self._prefilling:
+        for r in self._chunk_completed:
             if math.isnan(r.first_token):
                 r.first_token = t
             if self._prefix is not None and r.prompt_ids and r.state is State.RUNNING:
                 self._prefix.insert_prompt(r.prompt_ids)
                 self._prefix.lock(r.prompt_ids)
+        self._chunk_completed = []
+        if self._chunks:
+            self._run_chunk(t)
+            return
+        self._prefill_end = None
+        self._t_base = t - self._partial
+        self._partial = 0.0
+        if self._blocked_from_idle:  # the batch admitted into an empty engine becomes the running batch
+            self._blocked = self._blocked_from_idle = False
         self._prefilling.clear()
         self._pop_finished(t, done)
 
@@ -298,35 +351,44 @@ class Scheduler(Batcher):
         return True
 
     def _start_prefill(self, now: float, batch: list[SimRequest], cached: list[int], running_before: int) -> None:
-        """Price ``batch``'s prefill and pause decode for it (a prefill under way is extended); gauges and log line."""
+        """Queue ``batch``'s prompts for prefill and pause decode for it; a prefill under way computes them in the
+        chunks that follow its own (:mod:`tokenmill.sim.chunks`)."""
         fills = [r.prompt_tokens + r.resumed - c for r, c in zip(batch, cached, strict=True)]
+        for r, fill, c in zip(batch, fills, cached, strict=True):
+            self._chunks.add(r, fill, c)
         new_tokens = sum(fills)
-        if self._pool is not None:
-            cost = self._pool.prefill_batch_time_s(fills) * self._scale
-        else:
-            cost = self.model.prefill_time_s(new_tokens) * self._scale
-        if self._prefill_end is None:
-            if running_before:
-                self._partial = max(0.0, now - self._t_base)
-            else:
-                self._partial = 0.0
-                self._window = (now, self.decode_tokens)  # idle time is not part of throughput
-            self._prefill_end = now + cost
-        else:
-            self._prefill_end += cost
-        if not self._prefilling:
-            self._first_batch, self._prefill_start = len(batch), now
-        self._prefilling.extend(batch)
         self.prefill_tokens += new_tokens
         self.prefill_cache_tokens += sum(cached)
         total = new_tokens + sum(cached)
         self._hit_rate = sum(cached) / total if total else 0.0
-        self._gauges.at_prefill(self.snapshot(), running_before)
+        if not self._prefilling:
+            self._first_batch, self._prefill_start = len(batch), now
+        self._prefilling.extend(batch)
+        if self._prefill_end is not None:
+            return
+        if running_before:
+            self._partial = max(0.0, now - self._t_base)
+        else:
+            self._partial = 0.0
+            self._window = (now, self.decode_tokens)  # idle time is not part of throughput
+        self._run_chunk(now)
+
+    def _run_chunk(self, now: float) -> None:
+        """Start the next prefill batch of the chunk queue at ``now``: priced on its own; gauges and log line."""
+        chunk = self._chunks.next()
+        if self._pool is not None:
+            cost = self._pool.prefill_batch_time_s(chunk.fills) * self._scale
+        else:
+            cost = self.model.prefill_time_s(sum(chunk.fills)) * self._scale
+        self._prefill_end = now + cost
+        self._chunk_completed = chunk.completed
+        running = self.running - len(self._prefilling)
+        self._gauges.at_prefill(self.snapshot(), running)
         gap, self._last_prefill_at = now - self._last_prefill_at, now
         usage = self.model.usage(self.running, self.ctx_tokens)
         log_prefill(
-            usage, batch=len(batch), new_tokens=new_tokens, cached_tokens=sum(cached),
-            running=self.running - len(batch), waiting=self.waiting, gap_s=gap, hybrid=hybrid_lines(self._pool),
+            usage, batch=len(chunk.fills), new_tokens=sum(chunk.fills), cached_tokens=chunk.cached,
+            running=running, waiting=self.waiting, gap_s=gap, hybrid=hybrid_lines(self._pool),
         )  # fmt: skip
 
     def _on_log_boundary(self) -> None:

@@ -25,8 +25,13 @@
 * **Prefix cache**: with the radix cache on, prompts are served their cached prefix as SGLang serves them
   (:mod:`tokenmill.sim.prefix`); a prefill computes only the rest.
 
-Not modeled: chunked prefill and ``--max-prefill-tokens`` (a batch is priced as a whole), speculative
-decoding, the slower decode of batches above ``--cuda-graph-max-bs``.
+* **Chunked prefill**: a prefill batch is computed ``--chunked-prefill-size`` tokens at a time (SGLang's default
+  for the GPU's memory when not given), one priced prefill batch and one log line per chunk
+  (:mod:`tokenmill.sim.chunks`).
+
+Not modeled: ``--max-prefill-tokens`` without chunking, ``--enable-mixed-chunk`` (decode rows in a prefill batch:
+off by default in SGLang, so a prefill batch pauses decode), speculative decoding, the slower decode of batches
+above ``--cuda-graph-max-bs``.
 """
 
 from __future__ import annotations
@@ -215,6 +220,12 @@ class TwinStepModel:
     @property
     def cuda_graph_max_bs(self) -> int:
         return self._graph_bs
+
+    @property
+    def chunked_prefill_size(self) -> int | None:
+        """SGLang's chunk size: the flag, else its default for the GPU's memory; -1 (or 0) turns chunking off."""
+        size = self.capacity.flags.chunked_prefill_size or auto_chunked_prefill_size(self.capacity.gpu.memory_mib)
+        return size if size > 0 else None
 
     def prefill_batch_time_s(self, fill_tokens: Sequence[int]) -> float:
         """Weights read once for the batch; each request's prompt computed on its own; plus the fixed cost."""

@@ -25,7 +25,14 @@ class Pool:
     """A finite KV pool of ``kv`` tokens, 10 ms decode steps, 1 ms of prefill per token, one state slot each."""
 
     def __init__(
-        self, kv: int, policy: KvPolicy, *, max_running: int = 100, hybrid: bool = True, graph_bs: int = 8
+        self,
+        kv: int,
+        policy: KvPolicy,
+        *,
+        max_running: int = 100,
+        hybrid: bool = True,
+        graph_bs: int = 8,
+        chunk: int | None = None,
     ) -> None:
         self.kv = kv
         self.policy = policy
@@ -33,6 +40,11 @@ class Pool:
         self.hybrid = hybrid
         self.graph_bs = graph_bs
         self.prefill_batches: list[list[int]] = []
+        self.chunk = chunk
+
+    @property
+    def chunked_prefill_size(self) -> int | None:
+        return self.chunk
 
     @property
     def max_running_requests(self) -> int:
@@ -298,3 +310,55 @@ def test_retraction_log_line(caplog: pytest.LogCaptureFixture) -> None:
         "KV cache pool is full. Retract requests. #retracted_reqs: 1, #new_tokens_gained: 550, "
         "#mamba_num_gained: 1, #new_token_ratio: 0.0000 -> 0.6156"
     )
+
+
+def test_a_long_prompt_is_prefilled_in_chunks_of_the_chunk_size_as_sglang_writes_them(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """--chunked-prefill-size 256: a 1,000-token prompt is four prefill batches, 256 + 256 + 256 + 232 tokens, each
+    priced on its own and logged; its first token comes after the last; decode waits for all of them."""
+    pool = Pool(8000, NO_RESERVE, chunk=256)
+    s = make(pool)
+    r = req(1000, 3)
+    with caplog.at_level(logging.INFO, logger="tokenmill.sim"):
+        s.submit(r, 0.0)
+        s.advance(10.0)
+    assert pool.prefill_batches == [[256], [256], [256], [232]]
+    lines = [m for m in caplog.messages if m.startswith("Prefill batch")]
+    assert [int(re.search(r"#new-token: (\d+)", m)[1]) for m in lines] == [256, 256, 256, 232]  # type: ignore[index]
+    assert r.first_token == pytest.approx(1000 * PREFILL_PER_TOKEN)
+    assert r.finished == pytest.approx(1000 * PREFILL_PER_TOKEN + 2 * STEP)
+
+
+def test_chunks_cut_across_requests_and_each_first_token_comes_with_its_last_chunk() -> None:
+    """Two 300-token prompts with 256-token chunks: 256, then the rest of the first and the start of the second
+    (44 + 212), then 88; the first request's prompt is done after the second batch, the other's after the third."""
+    pool = Pool(8000, NO_RESERVE, chunk=256)
+    s = make(pool)
+    a, b = req(300, 2), req(300, 2)
+    s.submit_many([a, b], 0.0)
+    s.advance(10.0)
+    assert pool.prefill_batches == [[256], [44, 212], [88]]
+    assert a.first_token == pytest.approx(512 * PREFILL_PER_TOKEN)
+    assert b.first_token == pytest.approx(600 * PREFILL_PER_TOKEN)
+
+
+def test_requests_arriving_together_are_one_prefill_batch() -> None:
+    """What one iteration of SGLang's loop receives is admitted as one batch (one prefill, priced once)."""
+    pool = Pool(8000, NO_RESERVE)
+    s = make(pool)
+    reqs = [req(50, 2) for _ in range(3)]
+    done, refused = s.submit_many(reqs, 0.0)
+    assert not done and not refused
+    assert pool.prefill_batches == [[50, 50, 50]]
+
+
+def test_the_next_iteration_boundary_is_the_end_of_the_step_under_way() -> None:
+    """Arrivals wait for the end of the prefill or decode step under way (where SGLang's loop next receives)."""
+    pool = Pool(8000, NO_RESERVE)
+    s = make(pool)
+    s.submit(req(100, 50), 0.0)
+    assert s.boundary_at_or_after(0.05) == pytest.approx(0.1)  # the prefill ends at 0.1
+    s.advance(0.1)
+    assert s.boundary_at_or_after(0.1 + 0.25 * STEP) == pytest.approx(0.1 + STEP)
+    assert s.boundary_at_or_after(0.1 + 3 * STEP) == pytest.approx(0.1 + 3 * STEP)
