@@ -6,7 +6,7 @@ own tier):
 
     foundations   errors, config, records, fmt, logs, fsio, histogram (and the package root)
     inputs/outputs sources, backends, output, storage, planner
-    watching      sim, monitor, quality, tokens
+    watching      sim, monitor, quality
     diagnosis     doctor
     the run       run
     around it     report, fleet, export
@@ -27,7 +27,7 @@ SRC = Path(__file__).resolve().parents[2] / "src"
 TIERS: tuple[tuple[str, ...], ...] = (
     ("tokenmill", "errors", "config", "records", "fmt", "logs", "fsio", "histogram"),
     ("sources", "backends", "output", "storage", "planner"),
-    ("sim", "monitor", "quality", "tokens"),
+    ("sim", "monitor", "quality"),
     ("doctor",),
     ("run",),
     ("report", "fleet", "export"),

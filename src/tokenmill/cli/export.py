@@ -8,13 +8,16 @@ from typing import Any
 import click
 
 from tokenmill.cli.options import renamed
-from tokenmill.export import FORMATS, ExportOptions, counts_path, export
+from tokenmill.config import ExportSpec
+from tokenmill.export import NAMES, ExportOptions, counts_path, export, format_of
 from tokenmill.quality.registry import selectors_help
+
+_SPEC = ExportSpec.model_fields
 
 
 @click.command(name="export")
 @click.argument("target", metavar="OUT | PREFIX")
-@click.option("--format", "fmt", type=click.Choice(FORMATS), required=True, help="What to write.")
+@click.option("--format", "fmt", type=click.Choice(NAMES), required=True, help="What to write (docs/quality.md).")
 @click.option(
     "--to",
     "dest",
@@ -31,8 +34,10 @@ from tokenmill.quality.registry import selectors_help
     help=f"Leave out records with these quality signals, comma-separated: {selectors_help()}. See `tokenmill inspect`.",
 )
 @click.option("--drop-truncated", is_flag=True, help="Same as --drop truncated.")
-@click.option("--min-tokens", type=int, help="Leave out completions with fewer completion tokens.")
-@click.option("--max-tokens", type=int, help="Leave out completions with more completion tokens.")
+@click.option("--min-completion-tokens", type=int, help="Leave out completions with fewer completion tokens.")
+@renamed("--min-tokens", "--min-completion-tokens", "min_completion_tokens", type=int)
+@click.option("--max-completion-tokens", type=int, help="Leave out completions with more completion tokens.")
+@renamed("--max-tokens", "--max-completion-tokens", "max_completion_tokens", type=int)
 @click.option("--no-token-ids", is_flag=True, help="Do not write captured token ids.")
 @click.option(
     "--keep-fields",
@@ -60,6 +65,19 @@ from tokenmill.quality.registry import selectors_help
 @click.option(
     "--max-length", type=click.IntRange(min=1), help="--format tokens: cut rows to N tokens (counted in the counts)."
 )
+@click.option("--workers", type=click.IntRange(min=1), help=f"--format tokens: {_SPEC['workers'].description}.")
+@click.option(
+    "--max-disagree",
+    type=click.FloatRange(0, 1),
+    default=ExportSpec().usage_max_disagree,
+    show_default=True,
+    help=f"--format tokens: {_SPEC['usage_max_disagree'].description}.",
+)
+@click.option(
+    "--strict",
+    is_flag=True,
+    help="--format tokens: fail (exit 2, nothing written) when the tokenizer disagrees with the servers' token counts.",
+)
 def export_cmd(
     target: str,
     fmt: str,
@@ -71,6 +89,8 @@ def export_cmd(
     tokenizer: Path | None,
     per_turn: bool,
     max_length: int | None,
+    workers: int | None,
+    max_disagree: float,
     **kw: Any,
 ) -> None:
     """Write the job's completions as training data: the conversation with the generated assistant turn(s).
@@ -81,7 +101,9 @@ def export_cmd(
     job from the prefix alone, from any machine. A prompt answered again by `tokenmill regenerate` is exported
     with its latest answer. Prints (and writes to DEST.counts.json) how many records the job completed, how many
     were written and why any were left out; a completed record that cannot be read fails the export (exit 2),
-    and so does an export of nothing unless --allow-empty.
+    and so does an export of nothing unless --allow-empty. `--format tokens` runs on every core (--workers) and
+    compares the rendered token counts with the servers' own: a tokenizer that is not the model's is named in a
+    warning (an error with --strict).
 
     \b
     Example:
@@ -89,19 +111,29 @@ def export_cmd(
         tokenmill export s3://bucket/corpora/run-1/ --format sharegpt --to train.jsonl
         tokenmill export out/ --format tokens --max-length 4096 --to prompts.jsonl   # input_ids + loss_mask
     """
+    from tokenmill.export.parallel import cores
+    from tokenmill.export.tokens import TokenOptions
     from tokenmill.quality.records import parse_selectors
-    from tokenmill.tokens import TokenOptions
 
     selectors = parse_selectors(drop, "--drop") if drop else ()
     if drop_truncated and "truncated" not in selectors:
         selectors = ("truncated", *selectors)
-    ext = {"parquet": "parquet", "hf": "hf"}.get(fmt, "jsonl")
-    name = f"export.{fmt}.{ext}"
+    name = format_of(fmt).default_name
     where = dest or (Path(name) if "://" in target else Path(target) / name)
     keep: tuple[str, ...] | str = (
         "all" if keep_fields.strip() == "all" else tuple(f.strip() for f in keep_fields.split(",") if f.strip())
     )
-    tokens = TokenOptions(str(tokenizer) if tokenizer else None, per_turn, max_length)
-    opts = ExportOptions(format=fmt, token_ids=not no_token_ids, drop=selectors, keep_fields=keep, tokens=tokens, **kw)  # type: ignore[arg-type]
+    tokens = TokenOptions(str(tokenizer) if tokenizer else None, per_turn, max_length, max_disagree)
+    opts = ExportOptions(
+        format=fmt,
+        token_ids=not no_token_ids,
+        drop=selectors,
+        keep_fields=keep,  # type: ignore[arg-type]
+        tokens=tokens,
+        workers=workers or cores(),
+        **kw,
+    )
     counts = export(target, where, opts)
     click.echo(f"{where}: {counts.render()}\ncounts in {counts_path(where)}")
+    if counts.tokens is not None and counts.tokens.usage.disagrees:
+        click.echo(f"warning: {counts.tokens.usage.warning()}", err=True)

@@ -10,7 +10,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from tokenmill.errors import ConfigError
-from tokenmill.export import ExportOptions, conversation, export
+from tokenmill.export import ExportOptions, export
+from tokenmill.export.conversation import conversation
 from tokenmill.output import OutputDir
 from tokenmill.records import Completion, Failure
 
@@ -116,7 +117,9 @@ def test_specforge_rows_pass_its_loader_rules(out: Path, tmp_path: Path) -> None
 def test_filters_and_reasoning_drop(out: Path, tmp_path: Path) -> None:
     dest = tmp_path / "msgs.jsonl"
     counts = export(
-        out, dest, ExportOptions(format="openai-messages", reasoning="drop", drop=("truncated",), min_tokens=6)
+        out,
+        dest,
+        ExportOptions(format="openai-messages", reasoning="drop", drop=("truncated",), min_completion_tokens=6),
     )
     got = rows(dest)
     assert set(got) == {"a", "multi"}

@@ -1,0 +1,93 @@
+"""Chat-template masks: a conversation rendered through the model's chat template and tokenised, the loss mask 1
+on the assistant turns' tokens (each turn's end-of-turn token included), found from the fast tokenizer's offsets.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, bisect_right
+from operator import le
+
+from tokenmill.backends.templating import ChatTemplater
+from tokenmill.errors import PermanentError
+from tokenmill.records import Message
+
+
+def render_masked(templater: ChatTemplater, messages: list[Message], *, last_only: bool) -> tuple[list[int], list[int]]:
+    """``messages`` rendered by the chat template and tokenised, the mask 1 on the assistant turns (only the last
+    one with ``last_only``, earlier answers then rendered without their reasoning), each turn's end-of-turn token
+    included."""
+    if last_only:
+        last = max(i for i, m in enumerate(messages) if m["role"] == "assistant")
+        messages = [
+            {"role": m["role"], "content": m["content"]} if m["role"] == "assistant" and i != last else m
+            for i, m in enumerate(messages)
+        ]
+    text = templater.render_full(messages)
+    spans = _spans(templater, messages, text)
+    if last_only:
+        spans = spans[-1:]
+    return _masked(templater, text, spans)
+
+
+def prompt_masked(templater: ChatTemplater, messages: list[Message]) -> tuple[list[int], list[int]]:
+    """A prompt (``messages`` ending with a user turn) rendered with the assistant prefix and tokenised, the mask
+    1 on the assistant turns it holds (each with its end-of-turn token)."""
+    text = templater.render_full(messages, generation_prompt=True)
+    return _masked(templater, text, _spans(templater, messages, text))
+
+
+def _spans(templater: ChatTemplater, messages: list[Message], text: str) -> list[tuple[int, int]]:
+    spans = []
+    cursor = 0
+    specials = templater.special_tokens
+    for i, msg in enumerate(messages):
+        if msg["role"] == "assistant":
+            spans.append(_assistant_span(templater, messages, i, text, cursor, specials))
+            cursor = spans[-1][1]
+    return spans
+
+
+def _masked(templater: ChatTemplater, text: str, spans: list[tuple[int, int]]) -> tuple[list[int], list[int]]:
+    ids, offsets = templater.encode_offsets(text)
+    return ids, span_mask(offsets, spans)
+
+
+def span_mask(offsets: list[tuple[int, int]], spans: list[tuple[int, int]]) -> list[int]:
+    """1 for each token whose characters overlap one of ``spans``. A fast tokenizer's offsets never go back, so
+    each span's tokens are one run found by bisection (two searches per span, not a test per token and span)."""
+    starts = [s for s, _ in offsets]
+    ends = [e for _, e in offsets]
+    if not (all(map(le, starts, starts[1:])) and all(map(le, ends, ends[1:]))):
+        return [1 if any(s < end and e > start for start, end in spans) else 0 for s, e in offsets]
+    mask = [0] * len(offsets)
+    for start, end in spans:
+        first = bisect_right(ends, start)  # the first token that ends after the span starts
+        stop = bisect_left(starts, end)  # past the last token that starts before the span ends
+        if stop > first:
+            mask[first:stop] = [1] * (stop - first)
+    return mask
+
+
+def _assistant_span(
+    templater: ChatTemplater, messages: list[Message], i: int, text: str, cursor: int, specials: list[str]
+) -> tuple[int, int]:
+    """The characters of assistant turn ``i`` in ``text``: from the end of its header (the template's generation
+    prompt) to the end of its content plus the end-of-turn token that follows."""
+    msg = messages[i]
+    head = templater.render_full(messages[:i], generation_prompt=True) if i else ""
+    if i and text.startswith(head) and len(head) >= cursor:
+        start = len(head)
+    else:  # the template renders history otherwise than its generation prompt: find the turn's own text
+        first = msg.get("reasoning_content") or msg["content"]
+        found = text.find(first, cursor) if first else -1
+        start = found if found >= 0 else cursor
+    content = msg["content"]
+    at = text.find(content, start) if content else start
+    if at < 0:
+        raise PermanentError("the chat template leaves an assistant turn's text out of the rendered conversation")
+    end = at + len(content)
+    for token in specials:
+        if text.startswith(token, end):
+            end += len(token)
+            break
+    return start, end
