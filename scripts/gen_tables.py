@@ -6,7 +6,8 @@ table the code runs on, so the page cannot say something the code does not do:
 - ``doctor-rules`` in docs/observability.md, from ``tokenmill.doctor.rules.RULES`` (thresholds with their defaults
   from ``DoctorSpec``);
 - ``apis`` in docs/compat.md, from the backends' registry (``tokenmill.backends.Backend.registry``);
-- ``quality-signals`` and ``quality-selectors`` in docs/quality.md, from ``tokenmill.quality.registry``.
+- ``quality-signals`` and ``quality-selectors`` in docs/quality.md, from ``tokenmill.quality.registry``;
+- ``export-formats`` in docs/quality.md, from ``tokenmill.export.formats.FORMATS``.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ sys.path.insert(0, str(ROOT / "src"))
 from tokenmill.backends import Backend  # noqa: E402
 from tokenmill.config import DoctorSpec  # noqa: E402
 from tokenmill.doctor.rules import RULES  # noqa: E402
+from tokenmill.export.formats import FORMATS  # noqa: E402
 from tokenmill.quality.registry import SELECTORS, SIGNALS  # noqa: E402
 
 _SETTING = re.compile(r"(?<![\w`])([a-z][a-z0-9]*(?:[_.][a-z0-9]+)+)(?![\w`])")  # max_tokens, retry.read_timeout_s
@@ -63,11 +65,19 @@ def quality_selectors() -> list[str]:
     return [f"`--drop` takes any of `{', '.join(SELECTORS)}` (comma-separated)."]
 
 
+def export_formats() -> list[str]:
+    rows = ["| `--format` | default file | one row holds | `--samples grouped` |", "|---|---|---|---|"]
+    for f in FORMATS:
+        rows.append(f"| `{f.name}` | `{f.default_name}` | {f.docs} | {'yes' if f.groupable else 'no'} |")
+    return rows
+
+
 TABLES: dict[str, tuple[Path, Callable[[], list[str]]]] = {
     "doctor-rules": (ROOT / "docs" / "observability.md", doctor_rules),
     "apis": (ROOT / "docs" / "compat.md", apis),
     "quality-signals": (ROOT / "docs" / "quality.md", quality_signals),
     "quality-selectors": (ROOT / "docs" / "quality.md", quality_selectors),
+    "export-formats": (ROOT / "docs" / "quality.md", export_formats),
 }
 
 
