@@ -2,16 +2,18 @@
 the order they were read.
 
 The main process reads the corpus and applies the filters (the duplicate finder needs every record in order);
-each worker loads the tokenizer once and turns a batch of records into its JSON lines and counts, which the main
-process writes and adds up batch by batch, in reading order. One worker or N, the lines are the same bytes and
-the counts the same numbers: each batch is built alone, with counts of its own. At most ``IN_FLIGHT`` batches a
-worker are read ahead, so memory stays bounded whatever the corpus's size; an export of one batch runs in the
-main process (no pool to start).
+each worker (forked with the tokenizer loaded, or spawned and loading it once) turns a batch of records into its
+JSON lines and counts, which the main process writes and adds up batch by batch, in reading order. One worker or
+N, the lines are the same bytes and the counts the same numbers: each batch is built alone, with counts of its
+own. At most ``IN_FLIGHT`` batches a worker are read ahead, so memory stays bounded whatever the corpus's size;
+an export of one batch runs in the main process (no pool to start).
 """
 
 from __future__ import annotations
 
 import os
+import sys
+import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
@@ -61,6 +63,12 @@ class _Builder:
         self.job = job
         self.rows = TokenRows(job.tokens, job.job_tokenizer, job.api)
 
+    def warm(self) -> _Builder:
+        """Load the tokenizer now, when the export has one (before the workers are forked: they share it)."""
+        if self.rows.tokenizer:
+            self.rows.templater("to build token rows")
+        return self
+
     def build(self, batch: list[dict[str, Any]]) -> Done:
         self.rows.counts = fresh_counts(self.rows)
         lines: list[bytes] = []
@@ -90,7 +98,13 @@ _WORKER: _Builder | None = None
 
 def _start(job: TokenJob) -> None:
     global _WORKER
-    _WORKER = _Builder(job)
+    _WORKER = _Builder(job).warm()
+
+
+def start_method() -> str:
+    """``fork`` when this process runs one thread (the workers then share the tokenizer already loaded: no start
+    cost), else ``spawn`` (a fork beside other threads may inherit a lock one of them held)."""
+    return "fork" if sys.platform == "linux" and threading.active_count() == 1 else "spawn"
 
 
 def _build(batch: list[dict[str, Any]]) -> Done:
@@ -122,11 +136,28 @@ def token_lines(
         for batch in chain(head, batches):
             yield _take(builder.build(batch), totals, left_out)
         return
-    totals.usage = fresh_counts(TokenRows(job.tokens, job.job_tokenizer, job.api)).usage
-    pool = ProcessPoolExecutor(workers, mp_context=get_context("spawn"), initializer=_start, initargs=(job,))
+    yield from _pooled(chain(head, batches), job, workers, totals, left_out)
+
+
+def _pooled(
+    batches: Iterable[list[dict[str, Any]]],
+    job: TokenJob,
+    workers: int,
+    totals: TokenCounts,
+    left_out: Callable[[str], None],
+) -> Iterator[bytes]:
+    global _WORKER
+    method = start_method()
+    if method == "fork":
+        _WORKER = _Builder(job).warm()  # the workers are forked with it
+        totals.usage = fresh_counts(_WORKER.rows).usage
+        pool = ProcessPoolExecutor(workers, mp_context=get_context(method))
+    else:
+        totals.usage = fresh_counts(TokenRows(job.tokens, job.job_tokenizer, job.api)).usage
+        pool = ProcessPoolExecutor(workers, mp_context=get_context(method), initializer=_start, initargs=(job,))
     pending: deque[Future[Done]] = deque()
     try:
-        for batch in chain(head, batches):
+        for batch in batches:
             pending.append(pool.submit(_build, batch))
             if len(pending) >= workers * IN_FLIGHT:
                 yield _take(_result(pending.popleft()), totals, left_out)
@@ -134,6 +165,7 @@ def token_lines(
             yield _take(_result(pending.popleft()), totals, left_out)
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
+        _WORKER = None
 
 
 def _result(future: Future[Done]) -> Done:

@@ -49,7 +49,9 @@ def export_cli(out: Path, dest: Path, *args: str) -> Any:
     )
 
 
-def test_n_workers_write_the_same_rows_and_counts_as_one(tmp_path: Path) -> None:
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_n_workers_write_the_same_rows_and_counts_as_one(tmp_path: Path, method: str, monkeypatch: Any) -> None:
+    monkeypatch.setattr(parallel, "start_method", lambda: method)  # forked with the tokenizer, or spawned anew
     n = parallel.BATCH * 2 + 5  # three batches: the pool is started
     records = [
         completion(
