@@ -40,10 +40,13 @@ system-deps:
 	test -x /usr/bin/chromium || (apt-get update && apt-get install -y --no-install-recommends chromium)
 
 # The whole suite: lint, types, then every test tier (the real vLLM and SGLang CPU engines included), and the share
-# of src/tokenmill's lines the tests ran in their own process, as one line (a report, not a gate).
+# of src/tokenmill's lines the tests ran in their own process, as one line (a report, not a gate). Tracing costs
+# CPU in the test process (about 1.5x the unit tier's wall time on 2 cores; subprocesses are not traced):
+# `make test COVERAGE=` runs without it.
+COVERAGE ?= --cov=tokenmill --cov-report=
 test: venv system-deps engine engine-model sglang sglang-models lint typecheck
-	$(VENV)/bin/pytest -q -p no:cacheprovider --durations=15 --cov=tokenmill --cov-report= tests
-	@echo "coverage: $$($(VENV)/bin/coverage report --format=total)% of src/tokenmill's lines run by the tests (in their own process)"
+	$(VENV)/bin/pytest -q -p no:cacheprovider --durations=15 $(COVERAGE) tests
+	@test -z "$(COVERAGE)" || echo "coverage: $$($(VENV)/bin/coverage report --format=total)% of src/tokenmill's lines run by the tests (in their own process)"
 
 # Benchmarks (~15 min on 2 cores; see bench/__main__.py): BENCH_SKIP=memory skips the 1M-prompt run,
 # BENCH_ONLY=overhead,fleet runs only those sections, BENCH_QUICK=1 is a smoke run. Writes bench/results.json.
