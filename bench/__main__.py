@@ -288,14 +288,17 @@ def tokens(quick: bool) -> dict[str, Any]:
         title=f"Token export: {res['records']:,} records of ~{res['tokens_per_record']:,.0f} tokens through the chat "
         f"template, a {res['vocabulary']:,}-token vocabulary"
     )
-    for col in ("measured", "workers", "rows/s", "wall s", "ratio"):
+    for col in ("measured", "workers", "rows/s", "wall s", "ratio", "rows / CPU s", "CPU ratio", "load"):
         t.add_column(col, justify="left" if col == "measured" else "right")
     alone, one, many = res["tokenizer"], res["one_worker"], res["n_workers"]
-    t.add_row("the tokenizer alone (encode)", "1", _f(alone["rows_per_s"], 1), _f(alone["wall_s"], 1), "")
+    t.add_row("the tokenizer alone (encode)", "1", _f(alone["rows_per_s"], 1), _f(alone["wall_s"], 1), "",
+              _f(alone["rows_per_cpu_s"], 1), "", _f(alone["load"], 1))  # fmt: skip
     t.add_row("export --format tokens", "1", _f(one["rows_per_s"], 1), _f(one["wall_s"], 1),
-              f"{res['one_over_tokenizer']:.0%} of the tokenizer")  # fmt: skip
+              f"{res['one_over_tokenizer']:.0%} of the tokenizer", _f(one["rows_per_cpu_s"], 1),
+              f"{res['one_over_tokenizer_cpu']:.0%}", _f(one["load"], 1))  # fmt: skip
     t.add_row("export --format tokens", str(many["workers"]), _f(many["rows_per_s"], 1), _f(many["wall_s"], 1),
-              f"{res['n_over_n_times_one']:.0%} of N x one worker")  # fmt: skip
+              f"{res['n_over_n_times_one']:.0%} of N x one worker", _f(many["rows_per_cpu_s"], 1),
+              f"{res['n_over_one_cpu']:.0%} of one's", _f(many["load"], 1))  # fmt: skip
     console.print(t)
     console.print(f"  rows of N workers byte-for-byte those of one: {'yes' if res['same_rows'] else 'NO'}")
     return res

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
 from operator import itemgetter
+from typing import Any
 
 from tokenmill.backends.templating import ChatTemplater
 from tokenmill.errors import PermanentError
@@ -50,8 +51,29 @@ def _spans(templater: ChatTemplater, messages: list[Message], text: str) -> list
 
 
 def _masked(templater: ChatTemplater, text: str, spans: list[tuple[int, int]]) -> tuple[list[int], list[int]]:
-    ids, offsets = templater.encode_offsets(text)
-    return ids, span_mask(offsets, spans)
+    enc = templater.encoding(text)
+    ids: list[int] = enc.ids
+    mask = encoding_mask(enc, len(ids), spans)
+    return ids, mask if mask is not None else span_mask(enc.offsets, spans)
+
+
+def encoding_mask(enc: Any, n: int, spans: list[tuple[int, int]]) -> list[int] | None:
+    """:func:`span_mask` from a fast tokenizer's encoding of ``n`` tokens, asking it for the token of each span's
+    first and last character (and their neighbours that share them), so no list of every offset is built; None
+    when a span's end characters belong to no token (the caller then tests every token's offsets)."""
+    mask = [0] * n
+    for start, end in spans:
+        if end <= start:
+            continue
+        first, last = enc.char_to_token(start), enc.char_to_token(end - 1)
+        if first is None or last is None or last < first:
+            return None
+        while first > 0 and enc.token_to_chars(first - 1)[1] > start:  # tokens that share the first character
+            first -= 1
+        while last + 1 < n and enc.token_to_chars(last + 1)[0] < end:  # or the last one
+            last += 1
+        mask[first : last + 1] = [1] * (last + 1 - first)
+    return mask
 
 
 def span_mask(offsets: list[tuple[int, int]], spans: list[tuple[int, int]]) -> list[int]:

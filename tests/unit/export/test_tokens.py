@@ -380,3 +380,20 @@ def test_the_template_s_offsets_come_from_the_fast_tokenizer_itself() -> None:
     ids, offsets = templater.encode_offsets(text)
     assert ids == templater.encode(text) and len(offsets) == len(ids)
     assert "".join(text[s:e] for s, e in offsets) == text  # the spans tile the text
+
+
+def test_the_mask_from_the_encoding_is_the_mask_from_every_offset() -> None:
+    import random
+
+    from tokenmill.export.masks import encoding_mask, span_mask
+
+    templater = ChatTemplater(TINY)
+    rng = random.Random(3)
+    words = ["the", "world", "photosynthesis", "é", "日本", "!", "\n", "  "]
+    for _ in range(50):
+        text = "".join(rng.choice(words) + rng.choice(["", " "]) for _ in range(40))
+        enc = templater.encoding(text)
+        starts = sorted(rng.sample(range(len(text)), 3))
+        spans = [(s, min(len(text), s + rng.randint(1, 12))) for s in starts]
+        spans = [sp for i, sp in enumerate(spans) if i == 0 or sp[0] >= spans[i - 1][1]]
+        assert encoding_mask(enc, len(enc.ids), spans) == span_mask(list(enc.offsets), spans), (text, spans)
