@@ -15,6 +15,10 @@ from tokenmill.quality.registry import selectors_help
 _SPEC = ExportSpec.model_fields
 
 
+def _lower(text: str | None) -> str:
+    return (text or "")[:1].lower() + (text or "")[1:]
+
+
 @click.command(name="export")
 @click.argument("target", metavar="OUT | PREFIX")
 @click.option("--format", "fmt", type=click.Choice(NAMES), required=True, help="What to write (docs/quality.md).")
@@ -65,13 +69,18 @@ _SPEC = ExportSpec.model_fields
 @click.option(
     "--max-length", type=click.IntRange(min=1), help="--format tokens: cut rows to N tokens (counted in the counts)."
 )
-@click.option("--workers", type=click.IntRange(min=1), help=f"--format tokens: {_SPEC['workers'].description}.")
+@click.option(
+    "--workers",
+    type=click.IntRange(min=1),
+    help="--format tokens: processes that build the rows (default: one a core this process may run on); the rows "
+    "are the same, in the same order, for any number.",
+)
 @click.option(
     "--max-disagree",
     type=click.FloatRange(0, 1),
     default=ExportSpec().usage_max_disagree,
     show_default=True,
-    help=f"--format tokens: {_SPEC['usage_max_disagree'].description}.",
+    help=f"--format tokens: {_lower(_SPEC['usage_max_disagree'].description)}.",
 )
 @click.option(
     "--strict",

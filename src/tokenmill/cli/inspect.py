@@ -37,7 +37,8 @@ from tokenmill.errors import ConfigError
     type=click.FloatRange(0, 1),
     default=ExportSpec().usage_max_disagree,
     show_default=True,
-    help=f"--tokens: {ExportSpec.model_fields['usage_max_disagree'].description}.",
+    help="--tokens: a tokenizer whose counts disagree with the servers' usage counts on more than this share of "
+    "the records is named in a warning (an error with --strict).",
 )
 @click.option(
     "--strict", is_flag=True, help="--tokens: exit 2 when the tokenizer disagrees with the servers' token counts."
