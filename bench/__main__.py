@@ -300,7 +300,11 @@ def tokens(quick: bool) -> dict[str, Any]:
               f"{res['n_over_n_times_one']:.0%} of N x one worker", _f(many["rows_per_cpu_s"], 1),
               f"{res['n_over_one_cpu']:.0%} of one's", _f(many["load"], 1))  # fmt: skip
     console.print(t)
-    console.print(f"  rows of N workers byte-for-byte those of one: {'yes' if res['same_rows'] else 'NO'}")
+    console.print(
+        f"  rows of N workers byte-for-byte those of one: {'yes' if res['same_rows'] else 'NO'}; one worker's CPU "
+        f"without the tokenizer's one-time load ({alone['tokenizer_load_cpu_s']:.1f} CPU s): "
+        f"{res['one_over_tokenizer_cpu_steady']:.0%} of the tokenizer's rows per CPU second"
+    )
     return res
 
 

@@ -79,7 +79,9 @@ def tokenizer_alone(out: Path, tokenizer: Path) -> dict[str, Any]:
     from tokenmill.export.conversation import whole_conversation
     from tokenmill.storage.corpus import open_corpus
 
+    c0 = _cpu()
     templater = ChatTemplater(tokenizer)
+    load = _cpu() - c0  # what every export pays once, before its first row (a spawned worker: once each)
     texts = [templater.render_full(whole_conversation(rec)) for rec in open_corpus(out).iter_live()]
     tok = Tokenizer.from_file(str(tokenizer / "tokenizer.json"))
     tokens = 0
@@ -88,7 +90,8 @@ def tokenizer_alone(out: Path, tokenizer: Path) -> dict[str, Any]:
         tokens += len(tok.encode(text, add_special_tokens=False).ids)
     wall, cpu = time.perf_counter() - t0, _cpu() - c0
     return {"records": len(texts), "tokens": tokens, "wall_s": wall, "rows_per_s": len(texts) / wall,
-            "cpu_s": cpu, "rows_per_cpu_s": len(texts) / cpu, "load": os.getloadavg()[0]}  # fmt: skip
+            "cpu_s": cpu, "rows_per_cpu_s": len(texts) / cpu, "load": os.getloadavg()[0],
+            "tokenizer_load_cpu_s": load}  # fmt: skip
 
 
 def _cpu() -> float:
@@ -148,4 +151,8 @@ def run(quick: bool) -> dict[str, Any]:
         # the same per CPU second: what the work costs, whatever else the machine runs
         "one_over_tokenizer_cpu": one["rows_per_cpu_s"] / alone["rows_per_cpu_s"],
         "n_over_one_cpu": many["rows_per_cpu_s"] / one["rows_per_cpu_s"],
+        # one worker's CPU without the tokenizer's one-time load, against the encode alone (which excludes it too)
+        "one_over_tokenizer_cpu_steady": one["rows"]
+        / (one["cpu_s"] - alone["tokenizer_load_cpu_s"])
+        / alone["rows_per_cpu_s"],
     }
