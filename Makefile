@@ -31,6 +31,10 @@ typecheck: venv
 unit: venv
 	$(VENV)/bin/pytest -q tests/unit
 
+# The fast lane (a laptop, a first CI stage): lint, types and the unit tests, no engine, server or install of them.
+check: lint typecheck
+	$(VENV)/bin/pytest -q -p no:cacheprovider tests/unit
+
 # Debian packages some tests drive (headless Chromium renders the run report and the live page; Prometheus and
 # promtool check the board and the alert rules of observability/); installed only when missing.
 system-deps:
@@ -38,9 +42,14 @@ system-deps:
 	test -x /usr/bin/prometheus -a -x /usr/bin/promtool || \
 		(apt-get update && apt-get install -y --no-install-recommends prometheus)
 
-# The whole suite: lint, types, then every test tier (the real vLLM and SGLang CPU engines included).
+# The whole suite: lint, types, then every test tier (the real vLLM and SGLang CPU engines included), and the share
+# of src/tokenmill's lines the tests ran in their own process, as one line (a report, not a gate). Tracing costs
+# CPU in the test process (about 1.5x the unit tier's wall time on 2 cores; subprocesses are not traced):
+# `make test COVERAGE=` runs without it.
+COVERAGE ?= --cov=tokenmill --cov-report=
 test: venv system-deps engine engine-model sglang sglang-models lint typecheck
-	$(VENV)/bin/pytest -q -p no:cacheprovider --durations=15 tests
+	$(VENV)/bin/pytest -q -p no:cacheprovider --durations=15 $(COVERAGE) tests
+	@test -z "$(COVERAGE)" || echo "coverage: $$($(VENV)/bin/coverage report --format=total)% of src/tokenmill's lines run by the tests (in their own process)"
 
 # Benchmarks (~15 min on 2 cores; see bench/__main__.py): BENCH_SKIP=memory skips the 1M-prompt run,
 # BENCH_ONLY=overhead,fleet runs only those sections, BENCH_QUICK=1 is a smoke run. Writes bench/results.json.

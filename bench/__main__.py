@@ -21,6 +21,8 @@ Sections (each comparison is measured side by side within one run):
 * ``overload`` — the waste of overload: twins of the seed's card sent ``concurrency: 256`` with ~2,700-token
   answers and a read timeout of 36 s and 20 s at time scale 0.02 (1,800 s and 1,000 s of GPU time): tokens the
   servers decoded (their own counters), delivered, wasted (bench/overload.py; a few minutes);
+* ``tokens``   — ``export --format tokens`` with a Qwen3.6-sized (248K) vocabulary: rows/s with one worker, with one
+  a core, and the tokenizer's own encode rate on the same texts (bench/token_export.py);
 * ``quality``  — what the quality signals cost: microseconds per 8 KB answer (prose, code, a loop, the canned
   answer) and tokenmill's client CPU per completion with the signals and with them replaced by a constant
   (bench/quality.py).
@@ -28,7 +30,8 @@ Sections (each comparison is measured side by side within one run):
 Not a section (too long for ``make bench``): ``make bench-full`` (bench/fullsize.py) runs a seed-sized job —
 654,676 conversation prompts, answers of ~2,660 tokens, a remote prefix — through a SIGKILL and a lost machine,
 with the peak RSS of every start, then times ``verify``, ``inspect``, ``export``, ``report`` and ``status`` of
-``OUT`` and of the prefix alone; bench/results-fullsize.json. ``python -m bench.fullsize --tools-only`` times
+``OUT`` and of the prefix alone, and ``export --format tokens`` of ``OUT`` on every core through a 248K-token
+vocabulary; bench/results-fullsize.json. ``python -m bench.fullsize --tools-only`` times
 the tools again on its work directory.
 
 Environment: ``BENCH_SKIP=memory,sim`` skips sections, ``BENCH_ONLY=fleet`` runs only those,
@@ -51,7 +54,7 @@ from rich.table import Table
 from bench.common import CLIENT_CORES, HERE, SERVER_CORES
 
 console = Console(width=None if sys.stdout.isatty() else 150)
-SECTIONS = ("overhead", "fleet", "resume", "remote", "sim", "memory", "autotune", "overload", "quality")
+SECTIONS = ("overhead", "fleet", "resume", "remote", "sim", "memory", "autotune", "overload", "quality", "tokens")
 
 
 def _f(x: float | None, nd: int = 0) -> str:
@@ -320,6 +323,34 @@ def quality(quick: bool) -> dict[str, Any]:
     return res
 
 
+def tokens(quick: bool) -> dict[str, Any]:
+    from bench import token_export as mod
+
+    res = mod.run(quick)
+    t = Table(
+        title=f"Token export: {res['records']:,} records of ~{res['tokens_per_record']:,.0f} tokens through the chat "
+        f"template, a {res['vocabulary']:,}-token vocabulary"
+    )
+    for col in ("measured", "workers", "rows/s", "wall s", "ratio", "rows / CPU s", "CPU ratio", "load"):
+        t.add_column(col, justify="left" if col == "measured" else "right")
+    alone, one, many = res["tokenizer"], res["one_worker"], res["n_workers"]
+    t.add_row("the tokenizer alone (encode)", "1", _f(alone["rows_per_s"], 1), _f(alone["wall_s"], 1), "",
+              _f(alone["rows_per_cpu_s"], 1), "", _f(alone["load"], 1))  # fmt: skip
+    t.add_row("export --format tokens", "1", _f(one["rows_per_s"], 1), _f(one["wall_s"], 1),
+              f"{res['one_over_tokenizer']:.0%} of the tokenizer", _f(one["rows_per_cpu_s"], 1),
+              f"{res['one_over_tokenizer_cpu']:.0%}", _f(one["load"], 1))  # fmt: skip
+    t.add_row("export --format tokens", str(many["workers"]), _f(many["rows_per_s"], 1), _f(many["wall_s"], 1),
+              f"{res['n_over_n_times_one']:.0%} of N x one worker", _f(many["rows_per_cpu_s"], 1),
+              f"{res['n_over_one_cpu']:.0%} of one's", _f(many["load"], 1))  # fmt: skip
+    console.print(t)
+    console.print(
+        f"  rows of N workers byte-for-byte those of one: {'yes' if res['same_rows'] else 'NO'}; one worker's CPU "
+        f"without the tokenizer's one-time load ({alone['tokenizer_load_cpu_s']:.1f} CPU s): "
+        f"{res['one_over_tokenizer_cpu_steady']:.0%} of the tokenizer's rows per CPU second"
+    )
+    return res
+
+
 # ---- targets -------------------------------------------------------------------------------------------
 
 
@@ -427,6 +458,14 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
     if q:
         add("quality: signals' share of the client's CPU per completion", q["signals_share_of_client_cpu"], "< 10 %",
             lambda v: v < 0.10, "{:.1%}")  # fmt: skip
+    tk = results.get("tokens")
+    if tk:
+        add("token export: one worker / the tokenizer alone", tk["one_over_tokenizer"], ">= 80 %",
+            lambda v: v >= 0.8, "{:.0%}")  # fmt: skip
+        add(f"token export: {tk['n_workers']['workers']} workers / ({tk['n_workers']['workers']} x one worker)",
+            tk["n_over_n_times_one"], ">= 80 %", lambda v: v >= 0.8, "{:.0%}")  # fmt: skip
+        add("token export: N workers' rows the same bytes as one's", 1.0 if tk["same_rows"] else 0.0, "yes",
+            lambda v: v == 1, "yes" if tk["same_rows"] else "no")  # fmt: skip
     t = Table(title="Targets")
     for col in ("target", "measured", "goal", "met"):
         t.add_column(col, justify="left" if col == "target" else "right")
@@ -459,6 +498,7 @@ def main() -> None:
         "autotune": autotune,
         "overload": overload,
         "quality": quality,
+        "tokens": tokens,
     }
     results: dict[str, Any] = {}
     timings: dict[str, float] = {}

@@ -27,7 +27,9 @@ Each start's peak RSS is the kernel's high-water mark of the client (``wait4``);
 second. Then each tool runs in a fresh process, timed, with its peak RSS: ``verify``, ``inspect``, ``export
 --format specforge`` (every format of :data:`EXPORT_FORMATS`), ``report`` and ``status``, each of ``OUT`` and of
 the prefix alone. Every export's lines are counted against the job's completions (the lines of the prefix's
-shards): an export that wrote fewer fails its row, plainly.
+shards): an export that wrote fewer fails its row, plainly. Then ``export --format tokens`` of ``OUT`` through a
+Qwen3.6-sized (248K) tokenizer built here (:mod:`bench.vocab`), on every core (``--workers`` at its default),
+its rows/s and its rows counted the same way (``BENCH_FULL_TOKENS=0`` skips it: about an hour on 2 cores).
 
 Prints the tables and the targets, and writes bench/results-fullsize.json.
 
@@ -75,7 +77,7 @@ SERVERS = 2
 CONCURRENCY = 128  # per server (the canned servers export no SGLang metrics for concurrency: auto to follow)
 KILL_AT = (0.15, 0.35)  # the SIGKILL, as a share of the prompts
 LOST_AT = (0.50, 0.60)  # the machine loss
-# Export formats timed (pre-tokenized training data is a later format: add it here once `export` has it).
+# Export formats timed of OUT and of the prefix (the token export, an hour's work, of OUT alone: time_token_export).
 EXPORT_FORMATS: tuple[str, ...] = ("specforge",)
 RSS_LIMIT_MB = 500.0
 TOOL_LIMIT_S = 60.0
@@ -381,6 +383,43 @@ def time_tools(work: Path, prefix_url: str, completions: int, env: dict[str, str
     return rows
 
 
+def time_token_export(work: Path, completions: int) -> Measured:
+    """``export OUT --format tokens`` through a 248K-token vocabulary on every core, in a fresh process."""
+    from bench.vocab import build
+
+    tokenizer = build()
+    tools = work / "tools"
+    dest = tools / "export-out.tokens.jsonl"
+    args = ["export", str(work / "out"), "--format", "tokens", "--tokenizer", str(tokenizer), "--to", str(dest)]
+    log = tools / "tools.log"
+    with log.open("a") as fh:
+        fh.write(f"\n==== export --format tokens OUT: tokenmill {' '.join(args)}\n")
+    m = measure("export --format tokens OUT", tokenmill(*args), log, period_s=1.0)
+    counts = json.loads(dest.with_name(dest.name + ".counts.json").read_text()) if m.rc == 0 else {}
+    tokens = counts.get("tokens", {})
+    rows = int(tokens.get("rows", 0))
+    m.extra = {"written": _lines(dest) if dest.exists() else 0, "completions": completions, "rows": rows,
+               "rows_per_s": rows / m.wall_s, "workers": tokens.get("workers"),
+               "usage": tokens.get("usage", {}).get("verdict")}  # fmt: skip
+    if m.rc != 0:
+        m.note = f"exit {m.rc} (see {log})"
+    console.print(f"  {m.name}: {m.wall_s:.1f} s, {rows / m.wall_s:,.1f} rows/s on {tokens.get('workers')} workers")
+    return m
+
+
+def token_targets(m: dict[str, Any] | None) -> list[dict[str, Any]]:
+    if not m:
+        return []
+    w, c = m["extra"]["written"], m["extra"]["completions"]
+    rate = m["extra"]["rows_per_s"]
+    return [
+        {"target": f"{m['name']}: rows/s ({m['extra']['workers']} workers)", "measured": rate, "goal": "-",
+         "met": m["rc"] == 0, "shown": f"{rate:,.1f} rows/s ({m['wall_s'] / 60:,.0f} min)"},
+        {"target": f"{m['name']}: every completed record written", "measured": w, "goal": f"{c:,}",
+         "met": w == c and m["rc"] == 0, "shown": f"{w:,}"},
+    ]  # fmt: skip
+
+
 # ---- the table and the targets -------------------------------------------------------------------------
 
 
@@ -542,7 +581,9 @@ def main(argv: list[str] | None = None) -> int:
         s3_n = int(os.environ.get("BENCH_FULL_S3_N", min(n, 50_000)))
         results["tools_s3"] = [asdict(m) for m in s3_tools(work / f"s3-{s3_n}", s3_n, seed)]
         results["s3_prompts"] = s3_n
-    results["targets"] = targets(results["run"], all_tools)
+    if os.environ.get("BENCH_FULL_TOKENS", "1") != "0":
+        results["token_export"] = asdict(time_token_export(work, completions))
+    results["targets"] = targets(results["run"], all_tools) + token_targets(results.get("token_export"))
     render(results)
     path = RESULTS if n == SEED_PROMPTS else work / "results-fullsize.json"  # a smaller run stays out of bench/
     path.write_text(json.dumps(results, indent=2, default=str) + "\n")

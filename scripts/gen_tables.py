@@ -9,6 +9,7 @@ table the code runs on, so the page cannot say something the code does not do:
 - ``quality-signals`` and ``quality-selectors`` in docs/quality.md, from ``tokenmill.quality.registry``;
 - ``metrics``, ``alerts`` and ``panels`` in docs/observability.md, from ``tokenmill.run.metrics.METRICS`` (what the
   exporter serves) and the generated rules and board (``tokenmill.observe``).
+- ``export-formats`` in docs/quality.md, from ``tokenmill.export.formats.FORMATS``.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from tokenmill.backends import Backend  # noqa: E402
 from tokenmill.config import DoctorSpec  # noqa: E402
 from tokenmill.config.observe import AlertSpec  # noqa: E402
 from tokenmill.doctor.rules import RULES  # noqa: E402
+from tokenmill.export.formats import FORMATS  # noqa: E402
 from tokenmill.observe.board import PANELS  # noqa: E402
 from tokenmill.observe.rules import alerts as alert_rules  # noqa: E402
 from tokenmill.quality.registry import SELECTORS, SIGNALS  # noqa: E402
@@ -93,6 +95,13 @@ def panels() -> list[str]:
     return rows
 
 
+def export_formats() -> list[str]:
+    rows = ["| `--format` | default file | one row holds | `--samples grouped` |", "|---|---|---|---|"]
+    for f in FORMATS:
+        rows.append(f"| `{f.name}` | `{f.default_name}` | {f.docs} | {'yes' if f.groupable else 'no'} |")
+    return rows
+
+
 TABLES: dict[str, tuple[Path, Callable[[], list[str]]]] = {
     "metrics": (ROOT / "docs" / "observability.md", metrics),
     "alerts": (ROOT / "docs" / "observability.md", alerts),
@@ -101,6 +110,7 @@ TABLES: dict[str, tuple[Path, Callable[[], list[str]]]] = {
     "apis": (ROOT / "docs" / "compat.md", apis),
     "quality-signals": (ROOT / "docs" / "quality.md", quality_signals),
     "quality-selectors": (ROOT / "docs" / "quality.md", quality_selectors),
+    "export-formats": (ROOT / "docs" / "quality.md", export_formats),
 }
 
 

@@ -133,10 +133,10 @@ def test_an_empty_export_is_an_error_unless_asked_for(fleet: list[SimProcess], s
     job = job_file(tmp_path, fleet, s3, out, n=60)
     assert tm("run", str(job), "--no-live").returncode == 0
     dest = tmp_path / "train.jsonl"
-    res = export(str(out), dest, "--min-tokens", "100000")
+    res = export(str(out), dest, "--min-completion-tokens", "100000")
     assert res.returncode != 0 and "every record was left out" in res.stderr and "--allow-empty" in res.stderr
     assert not dest.exists()
-    res = export(str(out), dest, "--min-tokens", "100000", "--allow-empty")
+    res = export(str(out), dest, "--min-completion-tokens", "100000", "--allow-empty")
     assert res.returncode == 0, res.stderr
     assert dest.read_bytes() == b"" and counts(dest)["left_out"] == {"fewer than 100000 completion tokens": 60}
 

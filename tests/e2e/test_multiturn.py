@@ -7,7 +7,7 @@ from pathlib import Path
 import orjson
 
 from tests.e2e.conftest import read_records, run_cli, write_job
-from tests.unit.test_export import specforge_valid
+from tests.unit.export.test_export import specforge_valid
 from tokenmill.fleet.simprocs import SimProcess
 
 

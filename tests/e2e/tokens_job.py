@@ -11,7 +11,7 @@ from tokenizers import Tokenizer
 
 from tests.e2e.conftest import run_cli, write_job
 from tests.engines.pool import LiveServer
-from tests.unit.test_tokens import prompts_path_reader, speculators_reader
+from tests.unit.export.test_tokens import prompts_path_reader, speculators_reader
 
 N_SINGLE = 6
 N_MULTI = 3

@@ -6,7 +6,7 @@ own tier):
 
     foundations   errors, config, records, fmt, logs, fsio, histogram (and the package root)
     inputs/outputs sources, backends, output, storage, planner
-    watching      sim, monitor, quality, tokens
+    watching      sim, monitor, quality
     diagnosis     doctor, and the servers the run drives: fleet
     tuning        autotune
     the run       run
@@ -28,7 +28,7 @@ SRC = Path(__file__).resolve().parents[2] / "src"
 TIERS: tuple[tuple[str, ...], ...] = (
     ("tokenmill", "errors", "config", "records", "fmt", "logs", "fsio", "histogram"),
     ("sources", "backends", "output", "storage", "planner"),
-    ("sim", "monitor", "quality", "tokens"),
+    ("sim", "monitor", "quality"),
     ("doctor", "fleet"),
     ("autotune",),
     ("run",),

@@ -64,14 +64,19 @@ class ChatTemplater:
 
     def encode_offsets(self, text: str) -> tuple[list[int], list[tuple[int, int]]]:
         """Token ids of ``text`` with each token's character span (a fast tokenizer's offset mapping)."""
+        enc = self.encoding(text)
+        return list(enc.ids), list(enc.offsets)
+
+    def encoding(self, text: str) -> Any:
+        """The fast tokenizer's own encoding of ``text`` (``tokenizers.Encoding``: ids, and a token's characters or
+        a character's token on demand, with no list of every offset built), no special tokens added."""
         backend = getattr(self._tokenizer, "backend_tokenizer", None)
         if backend is None:  # slow (Python) tokenizers have no offsets
             raise ConfigError(
                 f"the tokenizer in {self.path} gives no character offsets (a slow tokenizer); save the model's "
                 "fast tokenizer (tokenizer.json) there"
             )
-        enc = backend.encode(text, add_special_tokens=False)  # the Rust tokenizer itself: ids and offsets, no copy
-        return list(enc.ids), list(enc.offsets)
+        return backend.encode(text, add_special_tokens=False)  # the Rust tokenizer itself
 
     def decode(self, ids: list[int]) -> str:
         """The text of ``ids``, special tokens shown."""

@@ -9,15 +9,22 @@ from typing import Any
 import click
 
 from tokenmill.cli.options import renamed
+from tokenmill.config import ExportSpec
 from tokenmill.errors import ConfigError, OutputError
-from tokenmill.export import FORMATS, ExportOptions, counts_path, export
+from tokenmill.export import NAMES, ExportCounts, ExportOptions, counts_path, export, format_of
 from tokenmill.quality.registry import selectors_help
 from tokenmill.storage.destination import RemoteFile, is_url
+
+_SPEC = ExportSpec.model_fields
+
+
+def _lower(text: str | None) -> str:
+    return (text or "")[:1].lower() + (text or "")[1:]
 
 
 @click.command(name="export")
 @click.argument("target", metavar="OUT | PREFIX")
-@click.option("--format", "fmt", type=click.Choice(FORMATS), required=True, help="What to write.")
+@click.option("--format", "fmt", type=click.Choice(NAMES), required=True, help="What to write (docs/quality.md).")
 @click.option(
     "--to",
     "dest",
@@ -36,8 +43,10 @@ from tokenmill.storage.destination import RemoteFile, is_url
     help=f"Leave out records with these quality signals, comma-separated: {selectors_help()}. See `tokenmill inspect`.",
 )
 @click.option("--drop-truncated", is_flag=True, help="Same as --drop truncated.")
-@click.option("--min-tokens", type=int, help="Leave out completions with fewer completion tokens.")
-@click.option("--max-tokens", type=int, help="Leave out completions with more completion tokens.")
+@click.option("--min-completion-tokens", type=int, help="Leave out completions with fewer completion tokens.")
+@renamed("--min-tokens", "--min-completion-tokens", "min_completion_tokens", type=int)
+@click.option("--max-completion-tokens", type=int, help="Leave out completions with more completion tokens.")
+@renamed("--max-tokens", "--max-completion-tokens", "max_completion_tokens", type=int)
 @click.option("--no-token-ids", is_flag=True, help="Do not write captured token ids.")
 @click.option(
     "--keep-fields",
@@ -65,6 +74,24 @@ from tokenmill.storage.destination import RemoteFile, is_url
 @click.option(
     "--max-length", type=click.IntRange(min=1), help="--format tokens: cut rows to N tokens (counted in the counts)."
 )
+@click.option(
+    "--workers",
+    type=click.IntRange(min=1),
+    help="--format tokens: processes that build the rows (default: one a core this process may run on); the rows "
+    "are the same, in the same order, for any number.",
+)
+@click.option(
+    "--max-disagree",
+    type=click.FloatRange(0, 1),
+    default=ExportSpec().usage_max_disagree,
+    show_default=True,
+    help=f"--format tokens: {_lower(_SPEC['usage_max_disagree'].description)}.",
+)
+@click.option(
+    "--strict",
+    is_flag=True,
+    help="--format tokens: fail (exit 2, nothing written) when the tokenizer disagrees with the servers' token counts.",
+)
 def export_cmd(
     target: str,
     fmt: str,
@@ -76,6 +103,8 @@ def export_cmd(
     tokenizer: Path | None,
     per_turn: bool,
     max_length: int | None,
+    workers: int | None,
+    max_disagree: float,
     **kw: Any,
 ) -> None:
     """Write the job's completions as training data: the conversation with the generated assistant turn(s).
@@ -86,7 +115,9 @@ def export_cmd(
     job from the prefix alone, from any machine. A prompt answered again by `tokenmill regenerate` is exported
     with its latest answer. Prints (and writes to DEST.counts.json) how many records the job completed, how many
     were written and why any were left out; a completed record that cannot be read fails the export (exit 2),
-    and so does an export of nothing unless --allow-empty.
+    and so does an export of nothing unless --allow-empty. `--format tokens` runs on every core (--workers) and
+    compares the rendered token counts with the servers' own: a tokenizer that is not the model's is named in a
+    warning (an error with --strict).
 
     \b
     Example:
@@ -95,28 +126,38 @@ def export_cmd(
         tokenmill export out/ --format specforge --to s3://bucket/train/   # export.specforge.jsonl there
         tokenmill export out/ --format tokens --max-length 4096 --to prompts.jsonl   # input_ids + loss_mask
     """
+    from tokenmill.export.parallel import cores
+    from tokenmill.export.tokens import TokenOptions
     from tokenmill.quality.records import parse_selectors
-    from tokenmill.tokens import TokenOptions
 
     selectors = parse_selectors(drop, "--drop") if drop else ()
     if drop_truncated and "truncated" not in selectors:
         selectors = ("truncated", *selectors)
-    ext = {"parquet": "parquet", "hf": "hf"}.get(fmt, "jsonl")
-    name = f"export.{fmt}.{ext}"
+    name = format_of(fmt).default_name
     keep: tuple[str, ...] | str = (
         "all" if keep_fields.strip() == "all" else tuple(f.strip() for f in keep_fields.split(",") if f.strip())
     )
-    tokens = TokenOptions(str(tokenizer) if tokenizer else None, per_turn, max_length)
-    opts = ExportOptions(format=fmt, token_ids=not no_token_ids, drop=selectors, keep_fields=keep, tokens=tokens, **kw)  # type: ignore[arg-type]
+    tokens = TokenOptions(str(tokenizer) if tokenizer else None, per_turn, max_length, max_disagree)
+    opts = ExportOptions(
+        format=fmt,
+        token_ids=not no_token_ids,
+        drop=selectors,
+        keep_fields=keep,  # type: ignore[arg-type]
+        tokens=tokens,
+        workers=workers or cores(),
+        **kw,
+    )
     if dest is not None and is_url(dest):
-        _export_to_url(target, RemoteFile.parse(dest, name), opts)
-        return
-    where = Path(dest) if dest else (Path(name) if is_url(target) else Path(target) / name)
-    counts = export(target, where, opts)
-    click.echo(f"{where}: {counts.render()}\ncounts in {counts_path(where)}")
+        counts = _export_to_url(target, RemoteFile.parse(dest, name), opts)
+    else:
+        where = Path(dest) if dest else (Path(name) if is_url(target) else Path(target) / name)
+        counts = export(target, where, opts)
+        click.echo(f"{where}: {counts.render()}\ncounts in {counts_path(where)}")
+    if counts.tokens is not None and counts.tokens.usage.disagrees:
+        click.echo(f"warning: {counts.tokens.usage.warning()}", err=True)
 
 
-def _export_to_url(target: str, dest: RemoteFile, opts: ExportOptions) -> None:
+def _export_to_url(target: str, dest: RemoteFile, opts: ExportOptions) -> ExportCounts:
     """The export made in a local temporary directory, then written to the URL through the store: the file, then
     its counts beside it (a failed export writes nothing there)."""
     if opts.format == "hf":
@@ -134,3 +175,4 @@ def _export_to_url(target: str, dest: RemoteFile, opts: ExportOptions) -> None:
         dest.publish(local)
         counts_file.publish(counts_path(local))
     click.echo(f"{dest.url}: {counts.render()}\ncounts in {counts_file.url}")
+    return counts

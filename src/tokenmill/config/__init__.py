@@ -1,12 +1,13 @@
 """Job spec, fleet profile, simulated-server, planner and monitor settings: the one home of every default.
 
-Each area has its module (job, output, fleet, sim, planner, monitor, observe: the alert rules' thresholds; base
-holds what they share); every name is imported from here.
+Each area has its module (job, output, fleet, sim, planner, monitor, export, observe: the alert rules' thresholds;
+base holds what they share); every name is imported from here.
 """
 
 from __future__ import annotations
 
 from tokenmill.config.base import Model, format_validation_error, normalize_url, set_dotted
+from tokenmill.config.export import ExportSpec
 from tokenmill.config.fleet import (
     TUNABLE_FLAGS,
     AutotuneSpec,
@@ -54,6 +55,7 @@ __all__ = [
     "BadRowPolicy",
     "ControlSpec",
     "DoctorSpec",
+    "ExportSpec",
     "FaultSpec",
     "FlagValue",
     "FleetEngine",

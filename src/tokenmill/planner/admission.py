@@ -111,18 +111,6 @@ def admits(need: float, held: float, kv_tokens: float) -> bool:
     return need < kv_tokens - held
 
 
-def mean_clipped_output(max_new_tokens: int, output_tokens: float, clip: int = CLIP_MAX_NEW_TOKENS) -> float:
-    """:func:`clipped_output` averaged over a request's life, as it writes its ``output_tokens`` one by one: the
-    mean of ``min(max_new - written, clip)`` for ``written`` spread evenly over ``[0, output_tokens]``."""
-    high = float(max_new_tokens)
-    low = max(0.0, high - output_tokens)
-    if high <= clip:
-        return (low + high) / 2
-    if low >= clip or high == low:
-        return float(clip)
-    return ((clip * clip - low * low) / 2 + clip * (high - clip)) / (high - low)
-
-
 def answer_lengths(output_tokens: float, max_new_tokens: int, sigma: float, points: int = 200) -> list[float]:
     """Answer lengths of mean ``output_tokens`` under a limit of ``max_new_tokens``, as equal-probability points:
     log-normal with ``sigma``, cut at the limit, the log-normal's mean chosen so that the cut lengths average

@@ -252,6 +252,13 @@ class CompletionRecord:
         out.update(self.extra)
         return out
 
+    def read_json(self) -> dict[str, Any]:
+        """The JSON form as readers see it: :meth:`to_json` with the record's finish reason as read (``length``
+        when any turn was cut, for records written before the record said so too)."""
+        out = self.to_json()
+        out["finish_reason"] = self.finish_reason
+        return out
+
     # -- what readers ask --
 
     @property

@@ -107,11 +107,6 @@ class PrefixCache:
         _decrement(self._locked, (h for h in _prefix_hashes(prompt[: self.capacity]) if h in self._locked))
 
     @property
-    def unique_tokens(self) -> int:
-        """Tokens the tree holds, each shared prefix once (what it takes of the KV pool)."""
-        return len(self._refs)
-
-    @property
     def evictable_tokens(self) -> int:
         """Cached tokens no running request holds: SGLang counts them as evictable, free for admission."""
         return max(0, len(self._refs) - sum(1 for h in self._locked if h in self._refs))

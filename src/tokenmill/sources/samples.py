@@ -59,4 +59,4 @@ def expand(rows: Iterator[Prompt | Skip], samples: int, base_seed: int | None) -
         first = sample_seed(row.id, 0, base_seed)  # one hash a row; sample k's seed is the next k
         for k in range(samples):
             seed = first + k if base_seed is not None else (first + k) % SEED_RANGE
-            yield Prompt(id=f"{row.id}{_SUFFIX}{k}", primary_id=row.id, sample=k, seed=seed, **same)
+            yield Prompt(id=sample_id(row.id, k), primary_id=row.id, sample=k, seed=seed, **same)

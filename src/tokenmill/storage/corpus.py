@@ -104,10 +104,6 @@ class Corpus:
         sources = [(number, _reader(rnd)) for number, rnd in self.rounds]
         return map(CompletionRecord.from_json, merge_live(self.iter_base(), sources))
 
-    def where_read(self) -> dict[str, int]:
-        """Records read so far by where they lived (this output's, not its rounds')."""
-        return dict(self.read)
-
 
 def _reader(rnd: Corpus) -> Callable[[], Iterable[dict[str, Any]]]:
     return lambda: _iter_shards(rnd.shards, rnd.check, {})

@@ -175,19 +175,6 @@ class RemoteManifest:
             ) from exc
 
 
-def marker_body(job_id: str, manifest: RemoteManifest, counts: dict[str, int]) -> bytes:
-    """The content of ``_SUCCESS``: the job, and what the finished corpus holds."""
-    body: dict[str, Any] = {
-        "job_id": job_id,
-        "shards": len(manifest.shards),
-        "completions": sum(s.count for s in manifest.shards.values()),
-        "bytes": sum(s.bytes for s in manifest.shards.values()),
-        **counts,
-        "finished_at": time.time(),
-    }
-    return orjson.dumps(body, option=orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE)
-
-
 def marker_job(data: bytes) -> str | None:
     """The job id a ``_SUCCESS`` object names, or None when it is not one of ours."""
     try:

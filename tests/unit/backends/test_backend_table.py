@@ -13,7 +13,7 @@ from pydantic import ValidationError
 from tokenmill.backends import Backend
 from tokenmill.cli import cli
 from tokenmill.config import ApiKind, JobSpec
-from tokenmill.tokens import TEXT_APIS
+from tokenmill.export.tokens import TEXT_APIS
 
 BASE = {"input": {"path": "p.jsonl"}, "servers": ["http://s"], "output": {"dir": "o"}}
 

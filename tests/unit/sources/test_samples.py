@@ -17,11 +17,11 @@ from tokenmill.backends import BackendOptions, make_backend
 from tokenmill.config import InputSpec, SamplingSpec, parse_job
 from tokenmill.errors import ConfigError
 from tokenmill.export import ExportOptions, export
+from tokenmill.export.grouped import SampleGroups
 from tokenmill.output import OutputDir
 from tokenmill.output.identity import changed_fields, fingerprint, new_record
 from tokenmill.output.verify import verify
 from tokenmill.quality.corpus import inspect_output
-from tokenmill.quality.samples import SampleGroups
 from tokenmill.records import Generation, Prompt, Skip
 from tokenmill.records.read import CompletionRecord
 from tokenmill.run.work import RecordMaker, Work
@@ -257,7 +257,9 @@ def test_export_grouped_writes_one_row_per_prompt_with_its_answers_in_order(corp
 
 def test_an_answer_left_out_still_completes_its_group(corpus: Path, tmp_path: Path) -> None:
     dest = tmp_path / "grouped.jsonl"
-    counts = export(corpus, dest, ExportOptions(format="sharegpt", samples="grouped", min_tokens=2, allow_empty=True))
+    counts = export(
+        corpus, dest, ExportOptions(format="sharegpt", samples="grouped", min_completion_tokens=2, allow_empty=True)
+    )
     assert counts.kept == 0 and counts.groups == 0  # every answer has 1 completion token: no group has a row
     groups = SampleGroups(limit=100)
     for k in range(3):

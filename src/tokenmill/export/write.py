@@ -1,15 +1,9 @@
 """Training-ready data from an output directory: the conversation with the generated assistant turn(s).
 
-Formats (one record per completed prompt; failed prompts are never exported):
-
-- ``sharegpt``        ``{"id", "conversations": [{"from": "system"|"human"|"gpt", "value"}]}``
-- ``openai-messages`` ``{"id", "messages": [{"role", "content"}]}``
-- ``specforge``       ``{"id", "conversations": [{"role", "content"}]}`` — what SpecForge's training loader and
-  its regeneration script read and write (system turns first, then user/assistant strictly alternating)
-- ``tokens``          ``{"id", "input_ids", "loss_mask", "token_source", "finish_reason"}`` — pre-tokenized rows
-  (SpecForge ``data.prompts_path``, vLLM speculators), built by :mod:`tokenmill.tokens`
-- ``parquet``         one file: id, messages (role/content/reasoning_content), finish_reason, token counts, ids
-- ``hf``              a Hugging Face dataset directory (``datasets.load_from_disk``) with the parquet columns
+One record per completed prompt is written in one of the formats of :data:`tokenmill.export.formats.FORMATS`
+(failed prompts are never exported); :mod:`tokenmill.export.rows` builds each record's row, the format's shape
+or writer turns it into what is written: JSON lines, token rows (:mod:`tokenmill.export.tokens`, on every core
+with :mod:`tokenmill.export.parallel`), one parquet file or a Hugging Face dataset.
 
 ``reasoning_content`` is kept on assistant turns (``reasoning="keep"``) or dropped. Every row carries
 ``thinking``, the thinking mode the answer was generated with (true, false, or null: none was sent). Token ids
@@ -19,13 +13,9 @@ are written when the run captured them (``save_token_ids``): ``prompt_token_ids`
 answer given to several prompts) or outside a completion-token range; empty completions are never exported. The
 counts say what was kept and why the rest was dropped.
 
-Records are read typed (:class:`~tokenmill.records.read.CompletionRecord`). Ids keep the record's JSON type (an
-integer id stays an integer; the parquet and hf ``id`` column holds its string); a table row's ``finish_reason``
-is ``length`` when any turn was cut.
-
 A job with ``samples: N`` exports one row per answer (its id ``{id}_gen{k}``, the input row's id in
 ``primary_id``, ``sample`` k), or with ``samples="grouped"`` one row per prompt, ``{"id", "answers": [...]}``
-(:mod:`tokenmill.quality.samples`; JSON lines formats only).
+(:mod:`tokenmill.export.grouped`; the formats the table marks groupable).
 """
 
 from __future__ import annotations
@@ -41,19 +31,19 @@ from typing import Any, Literal
 import orjson
 
 from tokenmill.errors import ConfigError, OutputError
+from tokenmill.export.formats import Format, format_of, grouped_formats
+from tokenmill.export.grouped import SampleGroups
+from tokenmill.export.parallel import TokenJob, token_lines
+from tokenmill.export.rows import Row, record_row
+from tokenmill.export.tokens import TokenCounts, TokenOptions, job_setting
 from tokenmill.fsio import atomic_file
 from tokenmill.quality.records import DuplicateFinder, answer_chars, record_quality, selected
 from tokenmill.quality.registry import REASONS
-from tokenmill.quality.samples import SampleGroups
-from tokenmill.records.read import CompletionRecord, id_key
+from tokenmill.records.read import CompletionRecord
 from tokenmill.storage.corpus import Corpus, open_corpus
-from tokenmill.tokens import LeftOut, TokenCounts, TokenOptions, TokenRows, job_setting
 
-Format = Literal["sharegpt", "openai-messages", "specforge", "tokens", "parquet", "hf"]
-FORMATS: tuple[Format, ...] = ("sharegpt", "openai-messages", "specforge", "tokens", "parquet", "hf")
-_SHAREGPT_FROM = {"system": "system", "user": "human", "assistant": "gpt"}
 PARQUET_BATCH = 1000
-GROUP_BUFFER = 8192  # export --samples grouped: at most this many answers held (quality.samples.SampleGroups)
+GROUP_BUFFER = 8192  # export --samples grouped: at most this many answers held (export.grouped.SampleGroups)
 DROP_REASONS = REASONS  # why a record was left out, per --drop selector (the quality signals' table)
 
 
@@ -61,17 +51,19 @@ DROP_REASONS = REASONS  # why a record was left out, per --drop selector (the qu
 class ExportOptions:
     """What to write and what to leave out."""
 
-    format: Format
+    format: str  # a name of tokenmill.export.formats.FORMATS
     reasoning: Literal["keep", "drop"] = "keep"
     drop: tuple[str, ...] = ()  # quality selectors (tokenmill.quality.corpus.SELECTORS)
-    min_tokens: int | None = None
-    max_tokens: int | None = None
+    min_completion_tokens: int | None = None
+    max_completion_tokens: int | None = None
     token_ids: bool = True
     allow_empty: bool = False  # writing no row at all is an error unless asked for
     samples: Literal["answers", "grouped"] = "answers"  # samples: N — one row per answer, or one per prompt
     group_buffer: int = GROUP_BUFFER  # --samples grouped: answers held at most while their prompt's others come
     tokens: TokenOptions = field(default_factory=TokenOptions)  # format tokens: tokenizer, per_turn, max_length
     keep_fields: tuple[str, ...] | Literal["all"] = ()  # the input's own columns (record field ``fields``) to carry
+    workers: int = 1  # format tokens: processes building the rows (the CLI's default: the machine's cores)
+    strict: bool = False  # format tokens: a tokenizer that disagrees with the servers' counts fails the export
 
 
 @dataclass(slots=True)
@@ -138,10 +130,11 @@ def drop_reason(rec: CompletionRecord, opts: ExportOptions, duplicates: Duplicat
         if chosen is not None:
             return DROP_REASONS.get(chosen, chosen)
     tokens = rec.completion_tokens
-    if opts.min_tokens is not None and (tokens is None or tokens < opts.min_tokens):
-        return f"fewer than {opts.min_tokens} completion tokens"
-    if opts.max_tokens is not None and (tokens is None or tokens > opts.max_tokens):
-        return f"more than {opts.max_tokens} completion tokens"
+    low, high = opts.min_completion_tokens, opts.max_completion_tokens
+    if low is not None and (tokens is None or tokens < low):
+        return f"fewer than {low} completion tokens"
+    if high is not None and (tokens is None or tokens > high):
+        return f"more than {high} completion tokens"
     return None
 
 
@@ -149,58 +142,11 @@ def _repeats(rec: CompletionRecord, quality: dict[str, Any], duplicates: Duplica
     return duplicates.seen(rec.key, quality["answer_hash"], answer_chars(rec)) is not None
 
 
-def _token_ids(rec: CompletionRecord) -> dict[str, Any]:
-    if rec.turns:
-        if any(t.completion_token_ids is not None for t in rec.turns):
-            return {
-                "turn_token_ids": [
-                    {"prompt_token_ids": t.prompt_token_ids, "completion_token_ids": t.completion_token_ids}
-                    for t in rec.turns
-                ]
-            }
-        return {}
-    if rec.answer.completion_token_ids is None:
-        return {}
-    return {"prompt_token_ids": rec.answer.prompt_token_ids, "completion_token_ids": rec.answer.completion_token_ids}
-
-
-def to_row(rec: CompletionRecord, opts: ExportOptions) -> dict[str, Any]:
-    """One exported JSON row in ``opts.format`` (the jsonl formats); the id keeps its JSON type."""
-    messages = rec.conversation(opts.reasoning == "keep")
-    row: dict[str, Any] = {"id": rec.id}
-    if opts.format == "sharegpt":
-        convo = []
-        for m in messages:
-            turn = {"from": _SHAREGPT_FROM[m["role"]], "value": m["content"]}
-            if "reasoning_content" in m:
-                turn["reasoning_content"] = m["reasoning_content"]
-            convo.append(turn)
-        row["conversations"] = convo
-    elif opts.format == "specforge":
-        row["conversations"] = messages
-    else:
-        row["messages"] = messages
-    if rec.sample is not None:  # samples: N — the id is {primary_id}_gen{sample}
-        row["primary_id"], row["sample"] = rec.primary_id, rec.sample
-    row["thinking"] = rec.thinking  # the mode as sent: true, false, or null (nothing sent)
-    if opts.token_ids:
-        row.update(_token_ids(rec))
-    for key, value in kept_fields(rec, opts).items():
-        if key in row:
-            raise ConfigError(
-                f"--keep-fields {key}: the exported row has a field of that name already ({', '.join(row)}); "
-                "leave it out of --keep-fields"
-            )
-        row[key] = value
-    return row
-
-
-def kept_fields(rec: CompletionRecord, opts: ExportOptions) -> dict[str, Any]:
-    """The record's input columns (``fields``) that ``opts.keep_fields`` carries into the export."""
-    fields = rec.fields or {}
-    if opts.keep_fields == "all":
-        return dict(fields)
-    return {k: fields[k] for k in opts.keep_fields if k in fields}
+def to_row(rec: dict[str, Any], opts: ExportOptions, fmt: Format | None = None) -> Row:
+    """One exported row of ``rec`` in ``opts.format`` (its format's shape of the record's row)."""
+    fmt = fmt or format_of(opts.format)
+    assert fmt.shape is not None, f"{fmt.name} rows are built by its writer"
+    return fmt.shape(record_row(rec, opts.reasoning == "keep", opts.token_ids, opts.keep_fields))
 
 
 def _kept(
@@ -208,60 +154,64 @@ def _kept(
     opts: ExportOptions,
     counts: ExportCounts,
     left_out: Callable[[CompletionRecord], None] | None = None,
-) -> Iterator[CompletionRecord]:
+) -> Iterator[tuple[CompletionRecord, dict[str, Any]]]:
+    """The kept live records, each typed and in its JSON form as read (:meth:`CompletionRecord.read_json`)."""
     duplicates = DuplicateFinder()
-    for rec in corpus.iter_live():
+    for live in corpus.iter_live():
         counts.completed += 1
-        if rec.round is not None:
+        if live.round is not None:
             counts.regenerated += 1
-        reason = drop_reason(rec, opts, duplicates)
+        reason = drop_reason(live, opts, duplicates)
         if reason is not None:
             counts.dropped[reason] += 1
             if left_out is not None:
-                left_out(rec)
+                left_out(live)
             continue
         counts.kept += 1
-        yield rec
+        yield live, live.read_json()
     counts.read_from = {("local" if k == "local" else f"from {corpus.remote}"): n for k, n in corpus.read.items()}
 
 
-def _jsonl_rows(corpus: Corpus, opts: ExportOptions, counts: ExportCounts) -> Iterator[dict[str, Any]]:
-    """The exported JSON rows: one per kept record, or with ``--samples grouped`` one per prompt."""
-    if opts.format == "tokens":
-        yield from _token_rows(corpus, opts, counts)
+def _lines(corpus: Corpus, opts: ExportOptions, counts: ExportCounts, fmt: Format) -> Iterator[bytes]:
+    """The exported JSON lines: one per kept record (its format's shape), one per prompt with ``--samples
+    grouped``, or the token rows."""
+    if fmt.writer == "tokens":
+        yield from _token_lines(corpus, opts, counts)
         return
-    if opts.samples == "grouped":
-        yield from _grouped(corpus, opts, counts)
-        return
-    for rec in _kept(corpus, opts, counts):
-        yield to_row(rec, opts)
+    rows = _grouped(corpus, opts, counts, fmt) if opts.samples == "grouped" else _shaped(corpus, opts, counts, fmt)
+    for row in rows:
+        yield orjson.dumps(row, option=orjson.OPT_APPEND_NEWLINE)
 
 
-def _token_rows(corpus: Corpus, opts: ExportOptions, counts: ExportCounts) -> Iterator[dict[str, Any]]:
-    """``--format tokens``: each kept record's token rows (:mod:`tokenmill.tokens`); a record that yields none
-    is left out with its reason."""
-    job = corpus.local  # the job's tokenizer and api, as its job.json records them
-    builder = TokenRows(
-        opts.tokens, job_setting(job, "tokenizer") if job else None, job_setting(job, "api") if job else None
+def _token_lines(corpus: Corpus, opts: ExportOptions, counts: ExportCounts) -> Iterator[bytes]:
+    """``--format tokens``: each kept record's token rows (export.tokens, on ``opts.workers`` processes); a record
+    that yields none is left out with its reason."""
+    local = corpus.local  # the job's tokenizer and api, as its job.json records them
+    job = TokenJob(
+        opts.tokens,
+        opts.keep_fields,
+        job_setting(local, "tokenizer") if local else None,
+        job_setting(local, "api") if local else None,
     )
-    counts.tokens = builder.counts
-    for rec in _kept(corpus, opts, counts):
-        try:
-            rows = builder.rows(rec)
-        except LeftOut as why:
-            counts.kept -= 1
-            counts.dropped[str(why)] += 1
-            continue
-        extra = kept_fields(rec, opts)
-        for row in rows:
-            yield {**row, **{k: v for k, v in extra.items() if k not in row}}
+    counts.tokens = TokenCounts()
+
+    def left_out(why: str) -> None:
+        counts.kept -= 1
+        counts.dropped[why] += 1
+
+    yield from token_lines((rec for _, rec in _kept(corpus, opts, counts)), job, opts.workers, counts.tokens, left_out)
 
 
-def _grouped(corpus: Corpus, opts: ExportOptions, counts: ExportCounts) -> Iterator[dict[str, Any]]:
-    """``--samples grouped``: one row per prompt, its answers' rows in ``answers`` (quality.samples)."""
+def _shaped(corpus: Corpus, opts: ExportOptions, counts: ExportCounts, fmt: Format) -> Iterator[Row]:
+    for _, rec in _kept(corpus, opts, counts):
+        yield to_row(rec, opts, fmt)
+
+
+def _grouped(corpus: Corpus, opts: ExportOptions, counts: ExportCounts, fmt: Format) -> Iterator[Row]:
+    """``--samples grouped``: one row per prompt, its answers' rows in ``answers`` (export.grouped)."""
     groups = SampleGroups(opts.group_buffer)
-    for rec in _kept(corpus, opts, counts, groups.left_out):
-        groups.add(rec, to_row(rec, opts))
+    for live, rec in _kept(corpus, opts, counts, groups.left_out):
+        groups.add(live, to_row(rec, opts, fmt))
         yield from groups.take()
     groups.finish()
     yield from groups.take()
@@ -276,26 +226,27 @@ def counts_path(dest: Path) -> Path:
 def export(target: str | Path, dest: Path, opts: ExportOptions) -> ExportCounts:
     """Write the live completions of ``target`` (an output directory or a remote prefix) to ``dest`` in
     ``opts.format``; returns what the job completed, what was written and what was left out, also written to
-    :func:`counts_path`. A completed record that cannot be read, or an export of nothing (unless
-    ``opts.allow_empty``), is an :class:`OutputError` and leaves ``dest`` as it was."""
-    if opts.format not in FORMATS:
-        raise ConfigError(f"unknown export format {opts.format!r}; choose one of {', '.join(FORMATS)}")
-    if opts.samples == "grouped" and opts.format in ("tokens", "parquet", "hf"):
+    :func:`counts_path`. A completed record that cannot be read, an export of nothing (unless
+    ``opts.allow_empty``), or with ``opts.strict`` a tokenizer that disagrees with the servers' token counts, is
+    an :class:`OutputError` (:class:`ConfigError`) and leaves ``dest`` as it was."""
+    fmt = format_of(opts.format)
+    if opts.samples == "grouped" and not fmt.groupable:
         raise ConfigError(
-            f"--samples grouped writes JSON lines (sharegpt, openai-messages, specforge), not {opts.format}: export "
+            f"--samples grouped writes JSON lines ({', '.join(grouped_formats())}), not {fmt.name}: export "
             "one row per answer and group them by the primary_id column"
         )
     corpus = open_corpus(target)
     counts = ExportCounts(source=corpus.shown, failed=corpus.failed, remote_note=corpus.remote_note)
     try:
         dest.parent.mkdir(parents=True, exist_ok=True)
-        if opts.format in ("parquet", "hf"):
-            _write_table(corpus, dest, opts, counts)
+        if fmt.writer in ("parquet", "dataset"):
+            _write_table(corpus, dest, opts, counts, fmt)
         else:
             with atomic_file(dest) as fh:
-                for row in _jsonl_rows(corpus, opts, counts):
-                    fh.write(orjson.dumps(row, option=orjson.OPT_APPEND_NEWLINE))
+                for line in _lines(corpus, opts, counts, fmt):
+                    fh.write(line)
                 _refuse_empty(counts, opts, dest)
+                _refuse_disagreeing(counts, opts, dest)
         counts_path(dest).write_bytes(orjson.dumps(counts.as_dict(), option=orjson.OPT_INDENT_2))
     except OSError as exc:
         raise OutputError(f"cannot write {dest}: {exc.strerror or exc}") from exc
@@ -312,28 +263,13 @@ def _refuse_empty(counts: ExportCounts, opts: ExportOptions, dest: Path) -> None
     )
 
 
-def _table_rows(rec: CompletionRecord, opts: ExportOptions) -> dict[str, Any]:
-    messages = rec.conversation(opts.reasoning == "keep")
-    ids = _token_ids(rec) if opts.token_ids else {}
-    return {
-        "id": rec.key,  # a table column has one type: the id's canonical string
-        "messages": [
-            {"role": m["role"], "content": m["content"], "reasoning_content": m.get("reasoning_content")}
-            for m in messages
-        ],
-        "finish_reason": rec.finish_reason,  # "length" when any turn was cut
-        "prompt_tokens": rec.prompt_tokens,
-        "completion_tokens": rec.completion_tokens,
-        "prompt_token_ids": ids.get("prompt_token_ids"),
-        "completion_token_ids": ids.get("completion_token_ids"),
-        "thinking": rec.thinking,
-        "primary_id": None if rec.primary_id is None else id_key(rec.primary_id),
-        "sample": rec.sample,
-        "fields": orjson.dumps(kept).decode() if (kept := kept_fields(rec, opts)) else None,
-    }
+def _refuse_disagreeing(counts: ExportCounts, opts: ExportOptions, dest: Path) -> None:
+    usage = counts.tokens.usage if counts.tokens is not None else None
+    if opts.strict and usage is not None and usage.disagrees:
+        raise ConfigError(f"{usage.warning()}\n{dest} is left as it was (--strict)")
 
 
-def _write_table(corpus: Corpus, dest: Path, opts: ExportOptions, counts: ExportCounts) -> None:
+def _write_table(corpus: Corpus, dest: Path, opts: ExportOptions, counts: ExportCounts, fmt: Format) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -357,15 +293,15 @@ def _write_table(corpus: Corpus, dest: Path, opts: ExportOptions, counts: Export
         parquet = Path(work) / "data.parquet"
         with pq.ParquetWriter(parquet, schema) as writer:
             batch: list[dict[str, Any]] = []
-            for rec in _kept(corpus, opts, counts):
-                batch.append(_table_rows(rec, opts))
+            for _, rec in _kept(corpus, opts, counts):
+                batch.append(to_row(rec, opts, fmt))
                 if len(batch) >= PARQUET_BATCH:
                     writer.write_table(pa.Table.from_pylist(batch, schema=schema))
                     batch = []
             if batch:
                 writer.write_table(pa.Table.from_pylist(batch, schema=schema))
         _refuse_empty(counts, opts, dest)
-        if opts.format == "parquet":
+        if fmt.writer == "parquet":
             parquet.replace(dest)
             return
         import datasets

@@ -11,9 +11,9 @@ import pytest
 
 from tokenmill.errors import ConfigError
 from tokenmill.export import ExportOptions, export
+from tokenmill.export.conversation import conversation
 from tokenmill.output import OutputDir
 from tokenmill.records import Completion, Failure
-from tokenmill.records.read import CompletionRecord
 
 SYSTEM = {"role": "system", "content": "be brief"}
 
@@ -81,13 +81,11 @@ def rows(path: Path) -> dict[str, dict[str, Any]]:
 
 
 def test_multi_turn_interleaves_generated_answers() -> None:
-    rec = CompletionRecord.from_json(
-        {
-            "prompt": [SYSTEM, {"role": "user", "content": "q1"}, {"role": "user", "content": "q2"}],
-            "turns": [{"completion": "a1", "reasoning_content": "r1"}, {"completion": "a2"}],
-        }
-    )
-    convo = rec.conversation(reasoning=True)
+    rec = {
+        "prompt": [SYSTEM, {"role": "user", "content": "q1"}, {"role": "user", "content": "q2"}],
+        "turns": [{"completion": "a1", "reasoning_content": "r1"}, {"completion": "a2"}],
+    }
+    convo = conversation(rec, reasoning=True)
     assert [(m["role"], m["content"]) for m in convo] == [
         ("system", "be brief"),
         ("user", "q1"),
@@ -96,7 +94,7 @@ def test_multi_turn_interleaves_generated_answers() -> None:
         ("assistant", "a2"),
     ]
     assert convo[2]["reasoning_content"] == "r1"
-    assert "reasoning_content" not in rec.conversation(reasoning=False)[2]
+    assert "reasoning_content" not in conversation(rec, reasoning=False)[2]
 
 
 def test_specforge_rows_pass_its_loader_rules(out: Path, tmp_path: Path) -> None:
@@ -119,7 +117,9 @@ def test_specforge_rows_pass_its_loader_rules(out: Path, tmp_path: Path) -> None
 def test_filters_and_reasoning_drop(out: Path, tmp_path: Path) -> None:
     dest = tmp_path / "msgs.jsonl"
     counts = export(
-        out, dest, ExportOptions(format="openai-messages", reasoning="drop", drop=("truncated",), min_tokens=6)
+        out,
+        dest,
+        ExportOptions(format="openai-messages", reasoning="drop", drop=("truncated",), min_completion_tokens=6),
     )
     got = rows(dest)
     assert set(got) == {"a", "multi"}

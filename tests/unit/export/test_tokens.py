@@ -21,13 +21,14 @@ from tests.factories import completion
 from tokenmill.cli import cli
 from tokenmill.errors import ConfigError
 from tokenmill.export import ExportOptions, export
+from tokenmill.export.roundtrip import check_corpus
+from tokenmill.export.tokens import TokenOptions
 from tokenmill.output import OutputDir
-from tokenmill.tokens import TokenOptions, check_corpus
 
 pytest.importorskip("transformers")
 from tokenmill.backends.templating import ChatTemplater
 
-TINY = Path(__file__).resolve().parents[2] / ".cache" / "tiny-model"
+TINY = Path(__file__).resolve().parents[3] / ".cache" / "tiny-model"
 pytestmark = pytest.mark.skipif(not (TINY / "tokenizer.json").exists(), reason="make tiny-model builds it")
 
 
@@ -334,7 +335,7 @@ def test_round_trip_says_where_the_ids_differ(tmp_path: Path, tok: ChatTemplater
         cli, ["inspect", str(out), "--tokens", "--tokenizer", str(TINY), "--json", "--examples", "10"]
     )
     assert result.exit_code == 0, result.output
-    data = orjson.loads(result.output)
+    data = orjson.loads(result.stdout)
     assert data["differ"] == 5 and data["differ_share"] == round(5 / 6, 4) and data["same_text"] == 1
     assert {e["id"] for e in data["examples"]} == {"answer", "prompt", "end", "split", "cut"}
     text = CliRunner().invoke(cli, ["inspect", str(out), "--tokens", "--tokenizer", str(TINY), "--examples", "10"])
@@ -356,7 +357,7 @@ def _overlaps(offsets: list[tuple[int, int]], spans: list[tuple[int, int]]) -> l
 def test_the_span_mask_marks_exactly_the_tokens_that_overlap_a_span() -> None:
     import random
 
-    from tokenmill.tokens import span_mask
+    from tokenmill.export.masks import span_mask
 
     rng = random.Random(7)
     for _ in range(300):
@@ -379,3 +380,20 @@ def test_the_template_s_offsets_come_from_the_fast_tokenizer_itself() -> None:
     ids, offsets = templater.encode_offsets(text)
     assert ids == templater.encode(text) and len(offsets) == len(ids)
     assert "".join(text[s:e] for s, e in offsets) == text  # the spans tile the text
+
+
+def test_the_mask_from_the_encoding_is_the_mask_from_every_offset() -> None:
+    import random
+
+    from tokenmill.export.masks import encoding_mask, span_mask
+
+    templater = ChatTemplater(TINY)
+    rng = random.Random(3)
+    words = ["the", "world", "photosynthesis", "é", "日本", "!", "\n", "  "]
+    for _ in range(50):
+        text = "".join(rng.choice(words) + rng.choice(["", " "]) for _ in range(40))
+        enc = templater.encoding(text)
+        starts = sorted(rng.sample(range(len(text)), 3))
+        spans = [(s, min(len(text), s + rng.randint(1, 12))) for s in starts]
+        spans = [sp for i, sp in enumerate(spans) if i == 0 or sp[0] >= spans[i - 1][1]]
+        assert encoding_mask(enc, len(enc.ids), spans) == span_mask(list(enc.offsets), spans), (text, spans)
