@@ -51,6 +51,11 @@ test: venv system-deps engine engine-model sglang sglang-models lint typecheck
 	$(VENV)/bin/pytest -q -p no:cacheprovider --durations=15 $(COVERAGE) tests
 	@test -z "$(COVERAGE)" || echo "coverage: $$($(VENV)/bin/coverage report --format=total)% of src/tokenmill's lines run by the tests (in their own process)"
 
+# The twin's timing-sensitive tests beside two CPU hogs (tests/e2e/test_busy_machine.py; a few minutes).
+.PHONY: busy-check
+busy-check: venv sglang sglang-models
+	TOKENMILL_BUSY_CHECK=1 $(VENV)/bin/pytest -q -p no:cacheprovider tests/e2e/test_busy_machine.py
+
 # Benchmarks (~15 min on 2 cores; see bench/__main__.py): BENCH_SKIP=memory skips the 1M-prompt run,
 # BENCH_ONLY=overhead,fleet runs only those sections, BENCH_QUICK=1 is a smoke run. Writes bench/results.json.
 bench: venv

