@@ -158,6 +158,7 @@ async def run_job(
     )
     if partition is not None:
         run.split = choose_split(job.input, job.partitioning, *partition)
+    await asyncio.to_thread(_peek_input, job)  # a bad input is said at once, before any wait for the servers
     backend, access = await _requests(job)
     async with contextlib.AsyncExitStack() as stack:
         out = _lock_output(stack, run)
@@ -232,6 +233,20 @@ async def _conclude(
 
 
 # ---- the stages, in start-up order -------------------------------------------------------------------------
+
+
+def _peek_input(job: JobSpec) -> None:
+    """Read the input's first row: a dataset that is empty or cannot be read stops the run before it waits for any
+    server (the whole input, not a partition's share, which may be empty in a job that is not)."""
+    rows = iter_prompts(job.input, None, job.samples, job.sampling.seed)
+    try:
+        first = next(iter(rows), None)
+    finally:
+        close = getattr(rows, "close", None)
+        if close is not None:
+            close()
+    if first is None:
+        raise InputError(f"the input holds no rows ({job.input.path or job.input.hf}); check input.path / input.hf")
 
 
 async def _requests(job: JobSpec) -> tuple[Backend, Access]:
