@@ -51,9 +51,13 @@ def verdict_rules(out: Path) -> list[list[str]]:
     return [[v["rule"] for v in r["verdicts"]] for r in read_events(out / EVENTS_FILE) if r["kind"] == "verdicts"]
 
 
+PROMPTS = 2_400
+
+
 @pytest.mark.parametrize("fleet", [(2, ["--max-running-requests", "64", "--output-len-mean", "64"])], indirect=True)
 def test_a_watched_run_from_start_to_report(fleet: list[SimProcess], tmp_path: Path) -> None:
-    data = write_prompts(tmp_path / "in.jsonl", 600)
+    # enough prompts that the run still runs when a busy machine has started `status` and `doctor` beside it
+    data = write_prompts(tmp_path / "in.jsonl", PROMPTS)
     out = tmp_path / "out"
     job = write_job(
         tmp_path / "job.yaml", [s.url for s in fleet], data, out, concurrency=4, monitor=FAST_MONITOR,
@@ -98,7 +102,7 @@ def test_a_watched_run_from_start_to_report(fleet: list[SimProcess], tmp_path: P
     assert html.count("data:image/png;base64,") >= 6 and "client under-feeding" in html
     after = run_cli("status", str(out), "--json")
     st = json.loads(after.stdout)
-    assert st["state"] == "finished" and st["completed_total"] == 600 and st["binding"] == "client concurrency"
+    assert st["state"] == "finished" and st["completed_total"] == PROMPTS and st["binding"] == "client concurrency"
     # the finished run's status is the table the run printed at its end: per-server output tokens, decode rates
     # and verdict lines included
     table = run_cli("status", str(out))
