@@ -16,6 +16,7 @@ import orjson
 from tokenmill.errors import ConfigError
 from tokenmill.export.conversation import conversation
 from tokenmill.records import Message
+from tokenmill.records.read import id_key
 
 Row = dict[str, Any]
 KeepFields = Sequence[str] | Literal["all"]
@@ -108,8 +109,9 @@ def table(row: Row) -> Row:
     """The table's columns (parquet, a Hugging Face dataset): every message with its ``reasoning_content`` (null
     where none), the kept input columns as one JSON object."""
     ids = row["ids"]
+    primary = row["primary_id"]
     return {
-        "id": row["id"],
+        "id": id_key(row["id"]),  # a table column has one type: the id's canonical string
         "messages": [
             {"role": m["role"], "content": m["content"], "reasoning_content": m.get("reasoning_content")}
             for m in row["messages"]
@@ -120,7 +122,7 @@ def table(row: Row) -> Row:
         "prompt_token_ids": ids.get("prompt_token_ids"),
         "completion_token_ids": ids.get("completion_token_ids"),
         "thinking": row["thinking"],
-        "primary_id": row["primary_id"],
+        "primary_id": id_key(primary) if primary is not None else None,
         "sample": row["sample"],
         "fields": orjson.dumps(row["fields"]).decode() if row["fields"] else None,
     }

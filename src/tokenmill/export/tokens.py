@@ -170,7 +170,7 @@ class TokenRows:
 
     def rows(self, rec: dict[str, Any]) -> list[dict[str, Any]]:
         """The token rows of one record (one, or one per turn); :class:`LeftOut` when none is left."""
-        rid = str(rec["id"])
+        rid = rec["id"]  # the id as the record holds it (its JSON type kept)
         answers = record_answers(rec)
         built = self._build(rec, answers)
         self._check_usage(rid, rec, answers, built)
