@@ -95,7 +95,7 @@ def test_a_watched_run_from_start_to_report(fleet: list[SimProcess], tmp_path: P
     assert kinds[0] == "start" and kinds[-1] == "end" and kinds.count("tick") >= 2
     summary = (out / "summary.md").read_text()
     assert "| binding resource | client concurrency (" in summary
-    assert re.search(r"\| decode tok/s \(servers, aggregate\) \| [\d,]+ \|", summary), summary
+    assert re.search(r"\| decode tok/s \(servers, aggregate\) \| [\d,]+ \(time-scaled: [^|]+\) \|", summary), summary
     report = run_cli("report", str(out))
     assert report.returncode == 0, report.stderr
     html = (out / "report.html").read_text()
