@@ -10,7 +10,7 @@ keeps the input's JSON type (an integer id is written as an integer); sets of id
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 
@@ -66,6 +66,51 @@ class Generation:
     thinking: bool | None = None  # the thinking mode as sent (None: nothing was sent)
 
 
+class TurnLike(Protocol):
+    """What an entry of ``turns`` is written from: a :class:`Turn`, or a turn read back (``records.read.Answer``)."""
+
+    @property
+    def completion(self) -> str | None: ...
+    @property
+    def finish_reason(self) -> str | None: ...
+    @property
+    def prompt_tokens(self) -> int | None: ...
+    @property
+    def completion_tokens(self) -> int | None: ...
+    @property
+    def server(self) -> str | None: ...
+    @property
+    def latency_s(self) -> float | None: ...
+    @property
+    def reasoning_content(self) -> str | None: ...
+    @property
+    def prompt_token_ids(self) -> list[int] | None: ...
+    @property
+    def completion_token_ids(self) -> list[int] | None: ...
+    @property
+    def quality(self) -> dict[str, Any] | None: ...
+
+
+def turn_json(t: TurnLike) -> dict[str, Any]:
+    """One entry of ``turns`` as JSON: reasoning, token ids and quality only when there are any."""
+    turn: dict[str, Any] = {
+        "completion": t.completion,
+        "finish_reason": t.finish_reason,
+        "prompt_tokens": t.prompt_tokens,
+        "completion_tokens": t.completion_tokens,
+        "server": t.server,
+        "latency_s": t.latency_s,
+    }
+    if t.reasoning_content is not None:
+        turn["reasoning_content"] = t.reasoning_content
+    if t.completion_token_ids is not None:
+        turn["prompt_token_ids"] = t.prompt_token_ids
+        turn["completion_token_ids"] = t.completion_token_ids
+    if t.quality is not None:
+        turn["quality"] = t.quality
+    return turn
+
+
 @dataclass(frozen=True, slots=True)
 class Turn:
     """One answered user turn of a multi-turn regeneration (``regenerate: all``), as kept in ``Completion.turns``."""
@@ -83,22 +128,7 @@ class Turn:
 
     def as_dict(self) -> dict[str, Any]:
         """The JSON form: reasoning and token ids only when there are any."""
-        turn: dict[str, Any] = {
-            "completion": self.completion,
-            "finish_reason": self.finish_reason,
-            "prompt_tokens": self.prompt_tokens,
-            "completion_tokens": self.completion_tokens,
-            "server": self.server,
-            "latency_s": self.latency_s,
-        }
-        if self.reasoning_content is not None:
-            turn["reasoning_content"] = self.reasoning_content
-        if self.completion_token_ids is not None:
-            turn["prompt_token_ids"] = self.prompt_token_ids
-            turn["completion_token_ids"] = self.completion_token_ids
-        if self.quality is not None:
-            turn["quality"] = self.quality
-        return turn
+        return turn_json(self)
 
 
 @dataclass(slots=True)

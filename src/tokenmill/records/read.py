@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from tokenmill.records import Message
+from tokenmill.records import Message, turn_json
 
 RecordId = str | int
 """An id as the input spelled it: a string, or an integer (never a bool)."""
@@ -143,22 +143,7 @@ class Answer:
 
     def turn_json(self) -> dict[str, Any]:
         """The JSON form of one entry of ``turns`` (as :class:`~tokenmill.records.Turn` writes it)."""
-        turn: dict[str, Any] = {
-            "completion": self.completion,
-            "finish_reason": self.finish_reason,
-            "prompt_tokens": self.prompt_tokens,
-            "completion_tokens": self.completion_tokens,
-            "server": self.server,
-            "latency_s": self.latency_s,
-        }
-        if self.reasoning_content is not None:
-            turn["reasoning_content"] = self.reasoning_content
-        if self.completion_token_ids is not None:
-            turn["prompt_token_ids"] = self.prompt_token_ids
-            turn["completion_token_ids"] = self.completion_token_ids
-        if self.quality is not None:
-            turn["quality"] = self.quality
-        return turn
+        return turn_json(self)
 
 
 def _messages(value: object) -> list[Message] | str:
