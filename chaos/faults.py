@@ -21,8 +21,12 @@ from chaos.proxy import NET_FAULTS, FaultProxy, NetFault
 from chaos.store import MotoStore
 
 # A trickled answer lasting at least the request timeout minus this was given up by the client itself (not
-# cut short by a kill); none may keep its client longer than the timeout plus this.
+# cut short by a kill).
 TRICKLE_SLACK_S = 1.0
+# None may keep its client longer than this many request timeouts: a client that waited for the body would be held
+# for the whole trickle (TRICKLE_BYTE_S per byte, minutes for an answer), while one that gives up by its own
+# deadline is seen a little late by the proxy's loop on a machine busy with other work (6.1 s for a 4 s timeout).
+TRICKLE_LATE_FACTOR = 2.0
 
 # kind -> (what it is, where it is injected); the order of the summary table
 KINDS: dict[str, tuple[str, str]] = {
