@@ -316,7 +316,7 @@ class PlannerPredictor:
         if not cand.fill_memory or "--disable-radix-cache" not in flags or "--max-running-requests" not in flags:
             return cand  # only a radix-off cap is sized to memory; other changes keep today's flags
         from tokenmill.planner.flags import parse_flags
-        from tokenmill.planner.plan import best_radix_off_running
+        from tokenmill.planner.whatif import best_radix_off_running
 
         engine = parse_flags(flags).with_(max_running_requests=None)
         n = best_radix_off_running(s.model, s.gpu, engine, s.workload(), 1, s.config)

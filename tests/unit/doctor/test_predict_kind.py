@@ -19,7 +19,7 @@ from tokenmill.doctor.predict import STEADY_PROMPTS, PlannerPredictor
 from tokenmill.monitor.fleet import ServerView
 from tokenmill.monitor.info import ServerInfo
 from tokenmill.planner import GpuCatalog, load_model, parse_flags, plan
-from tokenmill.planner.plan import best_radix_off_running
+from tokenmill.planner.whatif import best_radix_off_running
 from tokenmill.planner.workload import request_workload
 
 KV = 20_000
