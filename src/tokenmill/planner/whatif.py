@@ -12,9 +12,9 @@ from tokenmill.errors import DoesNotFitError
 from tokenmill.planner.capacity import build_capacity
 from tokenmill.planner.flags import EngineFlags, command_line
 from tokenmill.planner.hardware import GpuSpec
-from tokenmill.planner.memory import LARGEST_AUTO_CUDA_GRAPH_BS, decode_graph_max_bs
 from tokenmill.planner.models import WEIGHT_DTYPES, ModelSpec, StateDtype, WeightDtype
 from tokenmill.planner.plan import PlanResult, held_context, kv_bound_running, operating_point, replicas_for
+from tokenmill.planner.reserve import LARGEST_AUTO_CUDA_GRAPH_BS, decode_graph_max_bs
 from tokenmill.planner.workload import Workload
 
 __all__ = ["WhatIfRow", "best_radix_off_running", "what_if"]
