@@ -6,20 +6,15 @@ import base64
 import datetime as dt
 from collections.abc import Sequence
 from html import escape
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tokenmill.fmt import UNKNOWN, duration, pct
-from tokenmill.monitor.snapshot import (
-    Snapshot,
-    cut_text,
-    expected_text,
-    scaled,
-    time_scale_text,
-    upload_text,
-    waste_text,
-)
+from tokenmill.monitor.snapshot import cut_text, expected_text, scaled, time_scale_text, upload_text, waste_text
 from tokenmill.report.data import RunData, VerdictSpan
 from tokenmill.sources.mapping import conversation_policy
+
+if TYPE_CHECKING:
+    from tokenmill.monitor.snapshot import Snapshot
 
 CSS = """
 body { font-family: system-ui, -apple-system, Segoe UI, Roboto, sans-serif; margin: 24px auto; max-width: 1060px;
