@@ -1,5 +1,4 @@
-"""The job's input: where the prompts come from, how a row becomes a prompt, bad rows, and how a split run divides
-the input between its partitions."""
+"""The job's input: where the prompts come from, how a row becomes a prompt, bad rows, a split run's partitions."""
 
 from __future__ import annotations
 

@@ -1,5 +1,7 @@
-"""The job spec: the servers, the API, the job's parts (input, sampling, retries, control, output, monitor: a
-module each in config/) and the rules across them; reading a job file.
+"""The job spec: servers, API, the job's parts (a module each in config/), the rules across them; reading a job file.
+
+The parts: input and partitions (config/input.py), sampling and the thinking mode (sampling.py), retries
+(retry.py), each server's in-flight target (control.py), output (output.py), monitor (monitor.py).
 
 A job file is YAML validated by :class:`JobSpec`; :func:`load_job` turns pydantic's errors into a
 :class:`~tokenmill.errors.ConfigError` that names each bad field and how to fix it."""

@@ -1,5 +1,6 @@
-"""What every request asks for: the sampling parameters and the thinking mode (the job's, or a switch set by hand
-in ``sampling.extra_body``)."""
+"""What every request asks for: the sampling parameters and the thinking mode.
+
+The thinking mode is the job's ``thinking``, or a switch set by hand in ``sampling.extra_body`` (never both)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
-"""Predictions from the observed numbers alone, when the planner gives none: max running before and after a change
-(:func:`observed_prediction`), and the fleet's gain from bringing dead servers back at the live servers' own rates
-(:func:`restore_prediction`)."""
+"""Predictions from the observed numbers alone, when the planner gives none.
+
+Max running before and after a change (:func:`observed_prediction`), and the fleet's gain from bringing dead servers
+back at the live servers' own rates (:func:`restore_prediction`)."""
 
 from __future__ import annotations
 

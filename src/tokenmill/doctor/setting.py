@@ -1,5 +1,7 @@
-"""What the doctor plans one server with: its model, GPU, the requests the client sends (their mean lengths, limit,
-kind and spread) and the SGLang release, and the planner's answer for given flags (:meth:`PlanSetting.plan`).
+"""What the doctor plans one server with (model, GPU, the client's requests, SGLang release), and the plan of it.
+
+:class:`PlanSetting`: the model, the GPU, the requests the client sends (their mean lengths, limit, kind and spread)
+and the SGLang release; :meth:`PlanSetting.plan` is the planner's answer for given flags.
 
 :func:`or_none` is how the doctor asks the planner anything: what the planner refuses (an unknown model or GPU, flags
 that do not fit: its ``ConfigError``) is None, said at INFO; any other error is a bug in the planner, logged with its

@@ -1,6 +1,7 @@
-"""What ``tokenmill plan`` shows, as data: the :class:`PlanReport` and its lines of plain text (the notes, the SSM
-state's), which the terminal view (:mod:`tokenmill.planner.render`) and ``--json``
-(:mod:`tokenmill.planner.report_json`) both carry."""
+"""What ``tokenmill plan`` shows, as data: the :class:`PlanReport` and its lines of plain text.
+
+The lines (the notes, the SSM state's) are carried by the terminal view (:mod:`tokenmill.planner.render`) and by
+``--json`` (:mod:`tokenmill.planner.report_json`) alike."""
 
 from __future__ import annotations
 

@@ -1,6 +1,8 @@
-"""The memory SGLang keeps outside its static pools (CUDA graphs, activations) and the ``--mem-fraction-static`` it
-picks itself from it (SGLang 0.5.23, ``arg_groups/memory_hook.py``: ``handle_gpu_memory_settings``,
-``reserve_for_graph_mb``, ``adjust_mem_fraction_for_vlm``): step 1 of :mod:`tokenmill.planner.memory`'s sizing.
+"""The memory SGLang keeps outside its static pools and the ``--mem-fraction-static`` it picks itself from it.
+
+CUDA graphs, activations, the multimodal factor (SGLang 0.5.23, ``arg_groups/memory_hook.py``:
+``handle_gpu_memory_settings``, ``reserve_for_graph_mb``, ``adjust_mem_fraction_for_vlm``): step 1 of
+:mod:`tokenmill.planner.memory`'s sizing.
 """
 
 from __future__ import annotations

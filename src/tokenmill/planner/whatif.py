@@ -1,5 +1,7 @@
-"""What-if plans: the same model and workload re-planned over strategies, radix on/off with an explicit max-running,
-SSM dtype, weight dtype and ``--mem-fraction-static``, ranked best first; each row carries the exact flags to use.
+"""What-if plans: one model and workload re-planned over the flags that matter, ranked best first.
+
+The axes: strategies, radix on/off with an explicit max-running, SSM dtype, weight dtype and
+``--mem-fraction-static``; each row carries the exact flags to use.
 """
 
 from __future__ import annotations

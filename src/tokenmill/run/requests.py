@@ -1,5 +1,7 @@
-"""A run's requests (its first start-up stage, :mod:`tokenmill.run.runner`): the input's first row read, the servers
-waited for and the key read, the backend built, the probes asked (token ids, thinking); and what each server serves.
+"""A run's requests, its first start-up stage: the input peeked, servers and key, backend, probes, origins.
+
+The input's first row read, the servers waited for and the key read, the backend built, the probes asked (token ids,
+thinking), and what each server serves (:mod:`tokenmill.run.runner` puts the stages together).
 
 Nothing is written before this is done: a bad input, servers that never answer, a server that returns no token ids
 (with ``save_token_ids``) or leaves its reasoning inline stop the run here.

@@ -1,5 +1,7 @@
-"""What becomes of a prompt after a failed attempt: sent again after an exponential backoff with jitter, or recorded
-as a failure once its attempts are spent; and what the attempt says about its server.
+"""What becomes of a prompt after a failed attempt: sent again after a backoff, or recorded as a failure.
+
+It is sent again after an exponential backoff with jitter, or recorded as a failure once its attempts are spent; the
+attempt also counts against its server.
 
 A server that fails ``quarantine_after`` times in a row is set aside (the pool probes it until it answers again).
 Whether a failure spends one of the prompt's attempts is a property of its type (:mod:`tokenmill.errors`): the
