@@ -1,6 +1,7 @@
 """The test suite's own layout: every folder of test modules is a package, so each module is imported under its
 dotted name (``tests.unit.run.test_dispatch``) and two test files of the same name in different folders never
-clash (pytest's "import file mismatch" stops the whole run's collection otherwise)."""
+clash (pytest's "import file mismatch" stops the whole run's collection otherwise); and what test modules share
+lives in tests/helpers/, never imported out of another test module or a conftest."""
 
 from __future__ import annotations
 
