@@ -2,7 +2,7 @@
 
 The page fetches ``state.json`` every few seconds and draws it: progress and ETA, the fleet table with each
 server's pools, throughput and ETA over time as inline SVG plots, the doctor's verdicts, uploads, failures and the
-sample viewer. The run's metrics port serves it live (:mod:`tokenmill.run.exporter`), ``tokenmill serve`` for a
+sample viewer. The run's metrics port serves it live (:mod:`tokenmill.run.prometheus`), ``tokenmill serve`` for a
 finished run or a whole job at its prefix; both build the state here, from snapshots (no I/O).
 """
 

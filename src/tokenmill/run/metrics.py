@@ -1,6 +1,6 @@
 """The run's numbers as Prometheus sees them, one row each: name, type, help, labels and where the value comes from.
 
-The exporter (:mod:`tokenmill.run.exporter`) serves exactly these rows, and the Grafana board and the alert rules
+The exporter (:mod:`tokenmill.run.prometheus`) serves exactly these rows, and the Grafana board and the alert rules
 of ``observability/`` are generated from them (``scripts/gen_observability.py``; a test fails when a panel or a rule
 queries a name no row exports). A new number is one row here: its reader is a small function of the watched run.
 

@@ -31,8 +31,9 @@ from tokenmill.monitor.stats import CpuMeter, GaugeWindow
 from tokenmill.planner.run_files import sends_ignore_eos
 from tokenmill.run.control import queue_for
 from tokenmill.run.efficiency import EtaFit
-from tokenmill.run.exporter import Exporter
 from tokenmill.run.metrics import RunInfo
+from tokenmill.run.prometheus import Exporter
+from tokenmill.run.watchstate import WatchState, frozen_map
 
 if TYPE_CHECKING:
     from tokenmill.autotune.loop import Autotuner
@@ -320,6 +321,25 @@ class RunMonitor:
             return None
         rule = max(self._shown_s, key=lambda r: self._shown_s[r])
         return self._binds[rule]
+
+    def state(self) -> WatchState:
+        """What the tracker reads of the watch now, copied into a value that later rounds do not change."""
+        return WatchState(
+            views=tuple(self.fleet.views),
+            verdicts=tuple(self.doctor.shown),
+            binding=self.binding,
+            cpu=self.cpu_share,
+            loop_lag_s=self.fleet.loop_lag_s,
+            autotune=self.tuner.status() if self.tuner is not None else None,
+            answers=self.client.answers,
+            truncated=self.client.truncated,
+            mean_output=self.client.avg_output_tokens,
+            max_tokens=self.max_tokens,
+            conversation_turns=self.conversation_turns,
+            planned=frozen_map(self.planned),
+            expected=frozen_map(self.expected),
+            compared=frozen_map(self.compared),
+        )
 
     def _verdicts_changed(self, shown: list[Verdict]) -> None:
         self.events.write("verdicts", verdicts=[v.as_dict() for v in shown])

@@ -25,8 +25,8 @@ from tokenmill.observe.board import PANELS, dashboard, targets
 from tokenmill.observe.names import names, unknown_names
 from tokenmill.observe.rules import RECORDED, rules
 from tokenmill.records import RequestOutcome
-from tokenmill.run.exporter import ClientCollector
 from tokenmill.run.metrics import METRICS, RunInfo, exported_series
+from tokenmill.run.prometheus import ClientCollector
 
 ROOT = Path(__file__).resolve().parents[3]
 OBS = ROOT / "observability"
@@ -250,17 +250,17 @@ async def test_the_exporter_and_the_event_log_give_one_number_one_value(tmp_path
     (tmp_path / "out").mkdir()
     d = dispatcher(spec, fail_every=4)
     mon = RunMonitor(spec, d, tmp_path / "out", "run1")
-    tracker = Tracker(d, monitor=mon)
+    tracker = Tracker(d)
     await mon.start(total=30, done_before=0)
     try:
         assert await d.run(prompts(30))
         tracker.total = 30
-        mon.tick(tracker.snapshot())
+        mon.tick(tracker.snapshot(mon.state()))
         assert mon.metrics_url is not None
         async with aiohttp.ClientSession() as session, session.get(mon.metrics_url) as resp:
             body = await resp.text()
     finally:
-        await mon.stop(tracker.snapshot(), finished=True)
+        await mon.stop(tracker.snapshot(mon.state()), finished=True)
     scraped = {s.name: s for f in text_string_to_metric_families(body) for s in f.samples}
     tick = next(r for r in read_events(tmp_path / "out" / EVENTS_FILE) if r["kind"] == "tick")
     compared = []
