@@ -19,14 +19,8 @@ from rich.table import Table
 from rich.text import Text
 
 from tokenmill.fmt import UNKNOWN, duration, num, pct
-from tokenmill.monitor.snapshot import (
-    binding_text,
-    expected_text,
-    time_scale_text,
-    truncation,
-    upload_text,
-    waste_text,
-)
+from tokenmill.monitor.lines import expected_text, time_scale_text, truncation, upload_text, waste_text
+from tokenmill.monitor.snapshot import binding_text
 from tokenmill.monitor.stats import sparkline
 
 if TYPE_CHECKING:

@@ -13,16 +13,8 @@ from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
 
-from tokenmill.monitor.snapshot import (
-    Diagnosis,
-    Snapshot,
-    binding_text,
-    expected_text,
-    time_scale_text,
-    truncation,
-    upload_text,
-    waste_text,
-)
+from tokenmill.monitor.lines import expected_text, time_scale_text, truncation, upload_text, waste_text
+from tokenmill.monitor.snapshot import Diagnosis, Snapshot, binding_text
 
 TIMELINE_POINTS = 600  # points kept per series; past it every other point is dropped (older ones thinner)
 

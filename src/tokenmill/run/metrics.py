@@ -4,6 +4,12 @@ The exporter (:mod:`tokenmill.run.prometheus`) serves exactly these rows, and th
 of ``observability/`` are generated from them (``scripts/gen_observability.py``; a test fails when a panel or a rule
 queries a name no row exports). A new number is one row here: its reader is a small function of the watched run.
 
+A run counter (a row with ``stat``: the name of a :class:`~tokenmill.run.work.DispatchStats` counter) is one row
+for everything that shows it: the tracker copies it into the snapshot (:func:`run_counters`; a counter without a
+field of its own goes to ``Snapshot.counts``), the event log's tick writes it (under ``client``, or
+``client.counts``), ``tokenmill status`` reads it back, the summary shows it under its ``summary`` label and the
+exporter serves it as ``NAME_total``.
+
 Names are Prometheus's: a counter row ``tokenmill_failures`` is scraped as ``tokenmill_failures_total``, a
 histogram as ``_bucket``, ``_sum`` and ``_count`` (:meth:`Metric.series`). A reader yields (label values, value)
 pairs and yields nothing while the value is unknown, so a panel shows a gap, never a made-up zero.
@@ -76,6 +82,8 @@ class Metric:
     read: Callable[[Watched], Iterable[Sample]]
     source: str  # where the value comes from, in words (docs/observability.md's table)
     tick: str | None = None  # the event log's name of the same number: a key of a tick's client, or servers[].key
+    stat: str | None = None  # a run counter: the dispatcher's counter (DispatchStats) it copies
+    summary: str | None = None  # a run counter's label in the summary table (None: not a row of its own there)
 
     def series(self) -> tuple[str, ...]:
         """The series names a scrape shows for this row."""
@@ -117,6 +125,12 @@ def _upload(attr: str) -> Callable[[Watched], Iterable[Sample]]:
 
 def _stat(attr: str) -> Callable[[Watched], Iterable[Sample]]:
     return lambda m: _one(getattr(m.dispatcher.stats, attr))
+
+
+def counter(name: str, help: str, stat: str, *, summary: str | None = None, tick: str | None = None) -> Metric:
+    """A run counter's row: the dispatcher's counter ``stat``, in the event log as ``tick`` (default: ``stat``)."""
+    return Metric(name, "counter", help, (), _stat(stat), "the dispatcher's counters", tick=tick or stat, stat=stat,
+                  summary=summary)  # fmt: skip
 
 
 def _server(attr: str) -> Callable[[Watched], Iterable[Sample]]:
@@ -181,16 +195,13 @@ _RUN: tuple[Metric, ...] = (
            "the done set plus this run's completions and failures", tick="done"),
     Metric("tokenmill_eta_seconds", "gauge", "Estimated seconds to the end.", (), _snap("eta_s"),
            "run/eta.py: the measured rate, or the planner's at the fitted eta", tick="eta_s"),
-    Metric("tokenmill_failures", "counter", "Prompts recorded as failed (failed.jsonl) in this run.", (),
-           _stat("failed"), "the dispatcher's counters", tick="failed"),
-    Metric("tokenmill_retries", "counter", "Attempts that failed and were retried.", (), _stat("retries"),
-           "the dispatcher's counters", tick="retries"),
-    Metric("tokenmill_abandoned_requests", "counter",
-           "Requests given up on a read timeout while their server was overloaded (retried).", (),
-           _stat("abandoned"), "the dispatcher's counters", tick="abandoned"),
-    Metric("tokenmill_abandoned_output_tokens", "counter",
-           "Estimated output tokens of those requests (time spent x the per-request rate, at most max_tokens).",
-           (), _stat("abandoned_tokens"), "the dispatcher's counters", tick="abandoned_tokens"),
+    counter("tokenmill_failures", "Prompts recorded as failed (failed.jsonl) in this run.", "failed"),
+    counter("tokenmill_retries", "Attempts that failed and were retried.", "retries"),
+    counter("tokenmill_abandoned_requests",
+            "Requests given up on a read timeout while their server was overloaded (retried).", "abandoned"),
+    counter("tokenmill_abandoned_output_tokens",
+            "Estimated output tokens of those requests (time spent x the per-request rate, at most max_tokens).",
+            "abandoned_tokens"),
     Metric("tokenmill_request_errors", "counter", "Failed attempts by error type.", ("error",), _by("errors"),
            "the client's request observer"),
     Metric("tokenmill_finish_reasons", "counter", "Answers by finish reason.", ("reason",), _by("finish_reasons"),
@@ -274,11 +285,26 @@ _SERVERS: tuple[Metric, ...] = (
 METRICS: tuple[Metric, ...] = _SERVERS + _RUN
 
 
+def rows() -> tuple[Metric, ...]:
+    """The table, as everything it drives reads it (at call time)."""
+    return METRICS
+
+
+def run_counters(stats: object) -> dict[str, Any]:
+    """The run counters of the table, read off the dispatcher's ``stats``, by their event-log names."""
+    return {m.tick or m.stat: getattr(stats, m.stat) for m in rows() if m.stat}
+
+
+def summary_counters() -> tuple[Metric, ...]:
+    """The run counters the summary shows as rows of their own (a ``summary`` label, no snapshot field)."""
+    return tuple(m for m in rows() if m.stat and m.summary)
+
+
 def exported_series() -> frozenset[str]:
     """Every series name a scrape of the exporter can show."""
-    return frozenset(s for m in METRICS for s in m.series())
+    return frozenset(s for m in rows() for s in m.series())
 
 
 def metric(name: str) -> Metric:
     """The row named ``name`` (KeyError for none)."""
-    return {m.name: m for m in METRICS}[name]
+    return {m.name: m for m in rows()}[name]

@@ -13,6 +13,7 @@ import logging
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import fields
 from typing import Any
 
 from rich.console import Console
@@ -21,11 +22,14 @@ from rich.logging import RichHandler
 
 from tokenmill.config import MonitorSpec
 from tokenmill.monitor.dashboard import render
-from tokenmill.monitor.snapshot import ServerRow, Snapshot, status_line
+from tokenmill.monitor.lines import status_line
+from tokenmill.monitor.snapshot import ServerRow, Snapshot
 from tokenmill.monitor.stats import History, Window
 from tokenmill.run.dispatch import Dispatcher
 from tokenmill.run.eta import Eta, EtaRule, in_flight_s
+from tokenmill.run.metrics import run_counters
 from tokenmill.run.watchstate import UNWATCHED, WatchState
+from tokenmill.run.work import DispatchStats
 from tokenmill.storage.upload import UploadStatus
 
 log = logging.getLogger(__name__)
@@ -87,9 +91,7 @@ class Tracker:
             done=done,
             total=self.total,
             completed=st.completed,
-            failed=st.failed,
             skipped=self.skipped,
-            retries=st.retries,
             inflight=self.d.inflight,
             comp_s=comp_s,
             client_tok_s=client_tok_s,
@@ -104,11 +106,10 @@ class Tracker:
             limit=sum(s.limit for s in self.d.servers),
             rows_read=self.rows_read,
             multi_turn_rows=self.multi_turn,
-            abandoned=st.abandoned,
-            abandoned_tokens=st.abandoned_tokens,
             outlived=st.outlived,
             repeatedly_abandoned=st.repeatedly_abandoned,
             held=st.held,
+            **_counters(st),
             **_watched(watch),
             **_uploads(self.upload() if self.upload is not None else None),  # the uploader's (set by the runner)
         )
@@ -152,6 +153,17 @@ class Tracker:
             _add_watched(row, watch)
             rows.append(row)
         return rows
+
+
+_OWN = frozenset(f.name for f in fields(Snapshot))  # the snapshot's own fields
+
+
+def _counters(stats: DispatchStats) -> dict[str, Any]:
+    """The table's run counters (:func:`~tokenmill.run.metrics.run_counters`): into the snapshot's field of the same
+    name, or its ``counts``."""
+    counted = run_counters(stats)
+    own = {k: v for k, v in counted.items() if k in _OWN}
+    return {**own, "counts": {k: float(v) for k, v in counted.items() if k not in _OWN}}
 
 
 def _watched(watch: WatchState) -> dict[str, Any]:

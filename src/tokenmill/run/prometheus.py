@@ -20,8 +20,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 
 from tokenmill.errors import ConfigError
 from tokenmill.monitor.page import Timeline, page_html, page_state
-from tokenmill.run.metrics import METRICS, Watched
 from tokenmill.run.metrics import Metric as MetricRow
+from tokenmill.run.metrics import Watched, rows
 from tokenmill.run.viewer import LiveSamples
 
 log = logging.getLogger(__name__)
@@ -39,7 +39,7 @@ class ClientCollector:
         self.m = monitor
 
     def collect(self) -> Iterator[Metric]:
-        for row in METRICS:
+        for row in rows():
             yield self.family(row)
 
     def family(self, row: MetricRow) -> Metric:

@@ -7,7 +7,8 @@ from rich.console import Console
 
 from tokenmill.doctor import Verdict
 from tokenmill.monitor.dashboard import render
-from tokenmill.monitor.snapshot import ServerRow, Snapshot, status_line
+from tokenmill.monitor.lines import status_line
+from tokenmill.monitor.snapshot import ServerRow, Snapshot
 from tokenmill.monitor.stats import CpuMeter, GaugeWindow, Window, sparkline
 
 
