@@ -15,9 +15,11 @@ def status_line(snap: Snapshot) -> str:
     server = f" (servers decode {snap.decode_tok_s:,.0f})" if snap.decode_tok_s is not None else ""
     scaled = time_scale_text(snap)
     server += f" [{scaled}]" if scaled else ""
+    counted = counts_text(snap)
     line = (
         f"done {snap.done}{total} | {snap.comp_s:.1f} compl/s | {snap.client_tok_s:.0f} out tok/s{server} | "
         f"in flight {snap.inflight} | failed {snap.failed} | retries {snap.retries} | "
+        f"{counted + ' | ' if counted else ''}"
         f"servers {usable}/{len(snap.servers)} | elapsed {duration(snap.elapsed_s)} | "
         f"ETA {duration(snap.eta_s)}"
     )
@@ -110,3 +112,8 @@ def cut_text(truncated: int, answers: int, max_tokens: int | None) -> str:
         return "-"
     limit = f" at max_tokens {max_tokens:,}" if max_tokens else ""
     return f"{truncated / answers * 100:.1f}% ({truncated:,} of {answers:,} answers){limit}"
+
+
+def counts_text(snap: Snapshot) -> str:
+    """``started 1,234, shed 5``: the metric table's run counters without a field of their own (empty: none)."""
+    return ", ".join(f"{name.replace('_', ' ')} {value:,.0f}" for name, value in sorted(snap.counts.items()))

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
 
-from tokenmill.monitor.lines import expected_text, time_scale_text, truncation, upload_text, waste_text
+from tokenmill.monitor.lines import counts_text, expected_text, time_scale_text, truncation, upload_text, waste_text
 from tokenmill.monitor.snapshot import Diagnosis, Snapshot, binding_text
 
 TIMELINE_POINTS = 600  # points kept per series; past it every other point is dropped (older ones thinner)
@@ -110,5 +110,6 @@ def page_state(
     out["failures"] = {
         "failed": snap.failed, "retries": snap.retries, "skipped": snap.skipped, "abandoned": snap.abandoned,
         "waste": waste_text(snap), "last": snap.last_failure, "errors": dict(errors or {}),
+        "counts": counts_text(snap),
     }  # fmt: skip
     return out

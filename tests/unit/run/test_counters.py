@@ -4,16 +4,21 @@ exporter all read it from there, and no other module names the table's counters 
 from __future__ import annotations
 
 import ast
+import io
 from pathlib import Path
 
 import aiohttp
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+from rich.console import Console
 
 from tests.unit.run.test_dispatch import prompts
 from tests.unit.run.test_watch import dispatcher, job
 from tokenmill.monitor.combine import merge_ticks
+from tokenmill.monitor.dashboard import render
 from tokenmill.monitor.events import EVENTS_FILE, read_events
+from tokenmill.monitor.lines import status_line
+from tokenmill.monitor.page import Timeline, page_state
 from tokenmill.monitor.snapshot import Snapshot
 from tokenmill.report.status import read_status, status_text
 from tokenmill.run import metrics
@@ -65,8 +70,17 @@ async def test_a_new_run_counter_is_one_row_of_the_table(tmp_path: Path, new_row
                                     state="finished")  # fmt: skip
     assert f"| requests sent this run | {sent:,} |" in summary.markdown()  # the summary
     assert f"| requests sent this run | {sent:,} |" in status_text(read_status(out))  # tokenmill status
+    shown = f"started {sent:,}"
+    assert shown in status_line(snap) and shown in _rendered(snap)  # the status line and the dashboard
+    assert page_state(snap, Timeline(), title="t", state="running")["failures"]["counts"] == shown  # the live page
     merged = merge_ticks([tick, tick])  # two partitions' ticks: their counters add up
     assert Snapshot.from_event(merged).counts == {"started": 2 * sent}
+
+
+def _rendered(snap: Snapshot) -> str:
+    console = Console(file=io.StringIO(), width=300)
+    console.print(render(snap))
+    return console.file.getvalue()  # type: ignore[attr-defined,no-any-return]
 
 
 def test_without_the_row_nothing_shows_it() -> None:
@@ -75,6 +89,8 @@ def test_without_the_row_nothing_shows_it() -> None:
     assert snap.counts == {"started": 3.0}
     text = Summary.from_snapshot(snap, output_dir="o", model="m", api="a", recorded=(0, 0), state="finished")
     assert "requests sent" not in text.markdown() and text.counts == {}
+    bare = Snapshot.from_event({"client": {"retries": 2}})
+    assert "retries 2 | servers" in status_line(bare) and "retries 2  elapsed" in _rendered(bare)
 
 
 def test_every_run_counter_of_the_table_reaches_the_snapshot_and_the_tick() -> None:
