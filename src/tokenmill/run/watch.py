@@ -19,7 +19,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tokenmill.config import JobSpec
+from tokenmill.config import JobSpec, MonitorSpec
 from tokenmill.doctor import ClientObs, ClientSide, DoctorState, Observation, PlannerPredictor, ServerObs, diagnose
 from tokenmill.doctor.predict import Expected
 from tokenmill.errors import ConfigError
@@ -64,6 +64,21 @@ def tick_record(
     return record
 
 
+def _fleet(
+    urls: list[str], spec: MonitorSpec, headers: Mapping[str, str] | None, clock: Callable[[], float]
+) -> FleetMonitor:
+    """The run's scrapes of its servers, as ``monitor`` says (with the API key's headers)."""
+    return FleetMonitor(
+        urls,
+        interval_s=spec.scrape_interval_s,
+        timeout_s=spec.scrape_timeout_s,
+        window_s=spec.rate_window_s,
+        flap_window_s=spec.doctor.flap_window_s,
+        headers=dict(headers or {}),
+        clock=clock,
+    )
+
+
 class RunMonitor:
     """Watches one run; start it beside the dispatcher, hand it every display tick, stop it at the end."""
 
@@ -92,15 +107,7 @@ class RunMonitor:
         urls = [s.url for s in dispatcher.servers]
         self.client = ClientMetrics(urls)
         dispatcher.observer = self.client.observe
-        self.fleet = FleetMonitor(
-            urls,
-            interval_s=spec.scrape_interval_s,
-            timeout_s=spec.scrape_timeout_s,
-            window_s=spec.rate_window_s,
-            flap_window_s=spec.doctor.flap_window_s,
-            headers=dict(headers or {}),
-            clock=clock,
-        )
+        self.fleet = _fleet(urls, spec, headers, clock)
         self.doctor = DoctorState(spec.doctor.confirm_rounds)
         # planned for the job's requests: the observation's ClientObs carries their max_tokens and ignore_eos
         self.predictor = self._predictor(spec.gpu)
