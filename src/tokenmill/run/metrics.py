@@ -25,19 +25,19 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 from tokenmill.monitor.snapshot import binding_verdict
 
 if TYPE_CHECKING:
-    from tokenmill.doctor.engine import DoctorState
-    from tokenmill.doctor.predict import Expected
     from tokenmill.monitor.client import ClientMetrics
-    from tokenmill.monitor.fleet import FleetMonitor
     from tokenmill.monitor.snapshot import Snapshot
     from tokenmill.run.dispatch import Dispatcher
+    from tokenmill.run.watchstate import WatchState
 
 Kind = Literal["counter", "gauge", "histogram"]
 Sample = tuple[tuple[str, ...], Any]  # label values, and a float (a Histogram for a histogram row)
 
 
 class Watched(Protocol):
-    """What the rows read of a watched run (:class:`tokenmill.run.watch.RunMonitor` is one)."""
+    """What the rows read of a watched run (:class:`tokenmill.run.watch.RunMonitor` is one): the dispatcher's and
+    the client's counters, the latest snapshot, what the run is, and the watch's own numbers only through its
+    frozen :meth:`state`."""
 
     @property
     def dispatcher(self) -> Dispatcher: ...
@@ -46,17 +46,8 @@ class Watched(Protocol):
     @property
     def last(self) -> Snapshot | None: ...
     @property
-    def cpu_share(self) -> float | None: ...
-    @property
-    def fleet(self) -> FleetMonitor: ...
-    @property
-    def doctor(self) -> DoctorState: ...
-    @property
-    def max_tokens(self) -> int: ...
-    @property
-    def expected(self) -> dict[str, Expected]: ...
-    @property
     def info(self) -> RunInfo: ...
+    def state(self) -> WatchState: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,7 +134,7 @@ def _scraped(attr: str, sglang_absent: float | None = None) -> Callable[[Watched
     some counters only from their first event on: for a healthy SGLang server without one, ``sglang_absent``."""
 
     def read(m: Watched) -> Iterable[Sample]:
-        for v in m.fleet.views:
+        for v in m.state().views:
             value = (1.0 if v.healthy else 0.0) if attr == "healthy" else getattr(v, attr)
             if value is None and v.healthy and v.engine == "sglang":
                 value = sglang_absent
@@ -154,7 +145,7 @@ def _scraped(attr: str, sglang_absent: float | None = None) -> Callable[[Watched
 
 
 def _expected(attr: str) -> Callable[[Watched], Iterable[Sample]]:
-    return lambda m: (((url, e.gpu), float(getattr(e, attr))) for url, e in sorted(m.expected.items()))
+    return lambda m: (((url, e.gpu), float(getattr(e, attr))) for url, e in sorted(m.state().expected.items()))
 
 
 def _by(attr: str) -> Callable[[Watched], Iterable[Sample]]:
@@ -168,11 +159,11 @@ def _truncated(m: Watched) -> Iterable[Sample]:
 
 
 def _verdicts(m: Watched) -> Iterable[Sample]:
-    return (((v.rule,), 1.0) for v in m.doctor.shown)
+    return (((v.rule,), 1.0) for v in m.state().verdicts)
 
 
 def _binding(m: Watched) -> Iterable[Sample]:
-    top = binding_verdict(m.doctor.shown)
+    top = binding_verdict(m.state().verdicts)
     return () if top is None else [((top.binds, top.rule), 1.0)]
 
 
@@ -210,13 +201,13 @@ _RUN: tuple[Metric, ...] = (
            "Share of this run's answers that hit max_tokens (finish reason length).", (), _truncated,
            "the client's request observer"),
     Metric("tokenmill_max_tokens", "gauge", "The job's sampling.max_tokens.", (),
-           lambda m: _one(m.max_tokens), "the job file", tick="max_tokens"),
+           lambda m: _one(m.state().max_tokens), "the job file", tick="max_tokens"),
     Metric("tokenmill_inflight_requests", "gauge", "Requests in flight over all servers.", (),
            lambda m: _one(m.dispatcher.inflight), "the dispatcher", tick="inflight"),
     Metric("tokenmill_client_cpu_ratio", "gauge", "Client process CPU, share of one core.", (),
-           lambda m: _one(m.cpu_share), "the process's CPU time", tick="cpu"),
+           lambda m: _one(m.state().cpu), "the process's CPU time", tick="cpu"),
     Metric("tokenmill_event_loop_lag_seconds", "gauge", "How late the monitor's timer fired.", (),
-           lambda m: _one(m.fleet.loop_lag_s), "the monitor's timer", tick="loop_lag_s"),
+           lambda m: _one(m.state().loop_lag_s), "the monitor's timer", tick="loop_lag_s"),
     Metric("tokenmill_generation_paused", "gauge", "1 while generation is paused (upload backlog).", (),
            lambda m: _one(bool(m.dispatcher.stats.held)), "run/backlog.py"),
     Metric("tokenmill_upload_pending_shards", "gauge", "Sealed shards waiting for upload.", (),

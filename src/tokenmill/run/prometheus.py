@@ -86,7 +86,7 @@ class Exporter:
         part = "" if info.partition is None else f" (partition {info.partition})"
         state = page_state(
             self.m.last, self.timeline, title=f"{info.model} -> {info.out}{part}", state="running",
-            verdicts=self.m.doctor.shown, samples=await self.samples.get(), errors=dict(self.m.client.errors),
+            verdicts=self.m.state().verdicts, samples=await self.samples.get(), errors=dict(self.m.client.errors),
         )  # fmt: skip
         return web.Response(body=orjson.dumps(state), content_type="application/json")
 

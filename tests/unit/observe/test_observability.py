@@ -27,6 +27,7 @@ from tokenmill.observe.rules import RECORDED, rules
 from tokenmill.records import RequestOutcome
 from tokenmill.run.metrics import METRICS, RunInfo, exported_series
 from tokenmill.run.prometheus import ClientCollector
+from tokenmill.run.watchstate import WatchState, frozen_map
 
 ROOT = Path(__file__).resolve().parents[3]
 OBS = ROOT / "observability"
@@ -105,12 +106,14 @@ def watched() -> Any:
     server = SimpleNamespace(url=URL, completed=5, completion_tokens=500, prompt_tokens=50, errors=1, timeouts=1,
                              inflight=3, limit=8, usable=True)  # fmt: skip
     stats = SimpleNamespace(failed=1, retries=1, abandoned=1, abandoned_tokens=50.0, held="backlog")
-    return SimpleNamespace(
+    state = WatchState(views=(view,), verdicts=(verdict,), cpu=0.3, loop_lag_s=0.01, max_tokens=2048,
+                       expected=frozen_map({URL: Expected("h200", 1200.0, 3000.0, 0.7)}))  # fmt: skip
+    run = SimpleNamespace(
         dispatcher=SimpleNamespace(stats=stats, servers=[server], inflight=3), client=client, last=snap,
-        cpu_share=0.3, fleet=SimpleNamespace(views=[view], loop_lag_s=0.01), doctor=SimpleNamespace(shown=[verdict]),
-        max_tokens=2048, expected={URL: Expected("h200", 1200.0, 3000.0, 0.7)},
-        info=RunInfo("run-1", "m", 3, Path("out"), 10, 10**9),
+        info=RunInfo("run-1", "m", 3, Path("out"), 10, 10**9), watch=state,
     )  # fmt: skip
+    run.state = lambda: run.watch
+    return run
 
 
 def test_the_exporter_serves_every_row_of_the_table() -> None:
@@ -129,8 +132,8 @@ def test_the_exporter_serves_every_row_of_the_table() -> None:
 
 def test_an_unknown_number_is_no_sample() -> None:
     run = watched()
-    run.last, run.expected, run.doctor.shown, run.cpu_share = None, {}, [], None
-    run.fleet.views = [ServerView(URL, None, None, False, "refused")]
+    run.last = None
+    run.watch = WatchState(views=(ServerView(URL, None, None, False, "refused"),), max_tokens=2048)
     collector = ClientCollector(run)
     empty = {m.name for m in METRICS if not list(collector.family(m).samples)}
     assert {"tokenmill_eta_seconds", "tokenmill_input_rows", "tokenmill_upload_pending_shards",

@@ -24,7 +24,7 @@ def test_the_timeline_stays_bounded_and_keeps_its_ends() -> None:
 
 def test_the_page_state_says_what_the_page_shows() -> None:
     run = watched()
-    st = page_state(run.last, Timeline(), title="m -> out", state="running", verdicts=run.doctor.shown,
+    st = page_state(run.last, Timeline(), title="m -> out", state="running", verdicts=run.state().verdicts,
                     errors={"TransientError": 2})  # fmt: skip
     assert st["progress"]["eta_s"] == 190.0 and st["progress"]["total"] == 100
     assert st["progress"]["binding"] == "state pool (state-pool bound)"
