@@ -19,9 +19,10 @@ One name per quantity, saying whose number it is, everywhere from the monitor's
   the servers and thrown away; a server's ``timeouts`` are its share of them;
 - ``upload_pending`` (None without ``output.remote``), ``upload_pending_bytes``, ``upload_oldest_s``,
   ``upload_error``: sealed shards waiting for upload, their bytes, how long the oldest has waited, and the
-  store's error while it fails; ``held``: why generation is paused (``output.upload.max_backlog``).
+  store's error while it fails; ``held``: why generation is paused (``output.upload.max_backlog``);
+- ``counts``: the run counters of the metric table (``tokenmill.run.metrics``) that have no field here.
 
-The event log's ``tick`` record is :meth:`Snapshot.to_event` (the field names of these classes) and is read
+The phrases every view builds of these numbers are :mod:`tokenmill.monitor.lines`. The event log's ``tick`` record is :meth:`Snapshot.to_event` (the field names of these classes) and is read
 back by :meth:`Snapshot.from_event`, which also reads the ticks of logs written before these names
 (format 1, see :func:`upgrade_tick`).
 """
