@@ -22,9 +22,10 @@ One name per quantity, saying whose number it is, everywhere from the monitor's
   store's error while it fails; ``held``: why generation is paused (``output.upload.max_backlog``);
 - ``counts``: the run counters of the metric table (``tokenmill.run.metrics``) that have no field here.
 
-The phrases every view builds of these numbers are :mod:`tokenmill.monitor.lines`. The event log's ``tick`` record is :meth:`Snapshot.to_event` (the field names of these classes) and is read
-back by :meth:`Snapshot.from_event`, which also reads the ticks of logs written before these names
-(format 1, see :func:`upgrade_tick`).
+The phrases every view builds of these numbers are :mod:`tokenmill.monitor.lines`. The event log's ``tick``
+record is :meth:`Snapshot.to_event` (the field names of these classes) and is read back by
+:meth:`Snapshot.from_event`, which also reads the ticks of logs written before these names (format 1, see
+:func:`upgrade_tick`).
 """
 
 from __future__ import annotations
@@ -276,7 +277,9 @@ class Snapshot:
         return {
             "elapsed_s": self.elapsed_s,
             "client": {
-                f.name: _encode(f.name, getattr(self, f.name)) for f in fields(self) if f.name not in _NOT_CLIENT
+                f.name: _encode(f.name, getattr(self, f.name))
+                for f in fields(self)
+                if f.name not in _NOT_CLIENT and (f.name != "counts" or self.counts)  # no counter: as before
             },
             "servers": [r.to_event() for r in self.servers],
             "verdicts": [RecordedVerdict.to_event(v) for v in self.verdicts],

@@ -277,7 +277,7 @@ async def test_the_exporter_and_the_event_log_give_one_number_one_value(tmp_path
             row = next(r for r in tick["servers"] if r["url"] == sample.labels["server"])
             logged = row[m.tick.removeprefix("servers[].")]
         else:
-            logged = tick["client"].get(m.tick, tick["client"]["counts"].get(m.tick))
+            logged = tick["client"].get(m.tick, tick["client"].get("counts", {}).get(m.tick))
         if logged is None:
             continue
         assert float(logged) == pytest.approx(sample.value, rel=1e-3, abs=0.05), m.name

@@ -90,6 +90,7 @@ def test_without_the_row_nothing_shows_it() -> None:
     text = Summary.from_snapshot(snap, output_dir="o", model="m", api="a", recorded=(0, 0), state="finished")
     assert "requests sent" not in text.markdown() and text.counts == {}
     bare = Snapshot.from_event({"client": {"retries": 2}})
+    assert "counts" not in bare.to_event()["client"]  # a tick without a new counter is written as before
     assert "retries 2 | servers" in status_line(bare) and "retries 2  elapsed" in _rendered(bare)
 
 
