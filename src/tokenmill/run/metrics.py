@@ -287,7 +287,7 @@ def run_counters(stats: object) -> dict[str, Any]:
 
 
 def summary_counters() -> tuple[Metric, ...]:
-    """The run counters the summary shows as rows of their own (a ``summary`` label, no snapshot field)."""
+    """The run counters the summary shows as rows of their own: those with a ``summary`` label."""
     return tuple(m for m in rows() if m.stat and m.summary)
 
 
