@@ -21,6 +21,7 @@ from tokenmill.monitor.snapshot import RecordedVerdict, ServerRow, Snapshot
 from tokenmill.records import RequestOutcome
 from tokenmill.run.dispatch import Dispatcher
 from tokenmill.run.metrics import RunInfo
+from tokenmill.run.watchstate import WatchState, frozen_map
 
 
 def job(tmp_path: Path, **monitor: object) -> JobSpec:
@@ -116,9 +117,11 @@ def watched() -> Any:
     server = SimpleNamespace(url=URL, completed=5, completion_tokens=500, prompt_tokens=50, errors=1, timeouts=1,
                              inflight=3, limit=8, usable=True)  # fmt: skip
     stats = SimpleNamespace(failed=1, retries=1, abandoned=1, abandoned_tokens=50.0, held="backlog")
-    return SimpleNamespace(
+    state = WatchState(views=(view,), verdicts=(verdict,), cpu=0.3, loop_lag_s=0.01, max_tokens=2048,
+                       expected=frozen_map({URL: Expected("h200", 1200.0, 3000.0, 0.7)}))  # fmt: skip
+    run = SimpleNamespace(
         dispatcher=SimpleNamespace(stats=stats, servers=[server], inflight=3), client=client, last=snap,
-        cpu_share=0.3, fleet=SimpleNamespace(views=[view], loop_lag_s=0.01), doctor=SimpleNamespace(shown=[verdict]),
-        max_tokens=2048, expected={URL: Expected("h200", 1200.0, 3000.0, 0.7)},
-        info=RunInfo("run-1", "m", 3, Path("out"), 10, 10**9),
+        info=RunInfo("run-1", "m", 3, Path("out"), 10, 10**9), watch=state,
     )  # fmt: skip
+    run.state = lambda: run.watch
+    return run

@@ -14,7 +14,8 @@ from tokenmill.doctor import ClientObs, Observation, diagnose
 from tokenmill.doctor.advice import suggested_max_tokens
 from tokenmill.histogram import Histogram
 from tokenmill.monitor.client import OUTPUT_LEN_BUCKETS, ClientMetrics
-from tokenmill.monitor.snapshot import Snapshot, status_line
+from tokenmill.monitor.lines import status_line
+from tokenmill.monitor.snapshot import Snapshot
 from tokenmill.planner.plan import Workload, train_cut
 from tokenmill.quality.corpus import inspect_records
 from tokenmill.records import RequestOutcome

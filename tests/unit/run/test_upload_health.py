@@ -16,7 +16,8 @@ from tokenmill.config import UploadSpec
 from tokenmill.config.output import parse_bytes
 from tokenmill.doctor import ClientObs, Observation
 from tokenmill.monitor.events import EVENT_FORMAT, EVENTS_FILE, EventLog
-from tokenmill.monitor.snapshot import Snapshot, status_line
+from tokenmill.monitor.lines import status_line
+from tokenmill.monitor.snapshot import Snapshot
 from tokenmill.records import Prompt
 from tokenmill.report import load
 from tokenmill.report.html import summary_rows

@@ -78,17 +78,17 @@ async def test_run_monitor_writes_ticks_and_serves_prometheus_metrics(tmp_path: 
     (tmp_path / "out").mkdir()
     d = dispatcher(spec)
     mon = RunMonitor(spec, d, tmp_path / "out", "run1")
-    tracker = Tracker(d, monitor=mon)
+    tracker = Tracker(d)
     await mon.start(total=20, done_before=0)
     try:
         assert await d.run(prompts(20))
         tracker.total = 20
-        mon.tick(tracker.snapshot())
+        mon.tick(tracker.snapshot(mon.state()))
         assert mon.metrics_url is not None and mon.metrics_url.startswith("http://127.0.0.1:")
         async with aiohttp.ClientSession() as session, session.get(mon.metrics_url) as resp:
             body = await resp.text()
     finally:
-        await mon.stop(tracker.snapshot(), finished=True)
+        await mon.stop(tracker.snapshot(mon.state()), finished=True)
     samples = {
         s.name + str(sorted(s.labels.items())): s.value for f in text_string_to_metric_families(body) for s in f.samples
     }
@@ -122,7 +122,7 @@ async def test_a_taken_metrics_port_is_a_warning_and_the_run_goes_on(
         await second.start(None, 0)
         assert second.exporter is None and second.metrics_url is None
         assert "choose another monitor.metrics_port" in caplog.text and "goes on without" in caplog.text
-        await second.stop(Tracker(second.dispatcher, monitor=second).snapshot(), finished=False)
+        await second.stop(Tracker(second.dispatcher).snapshot(second.state()), finished=False)
     finally:
         assert first.exporter is not None
         await first.exporter.stop()
