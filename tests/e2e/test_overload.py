@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.conftest import read_records, run_cli, write_job, write_prompts
+from tests.helpers.cli import read_records, run_cli, write_job, write_prompts
 from tokenmill.fleet.simprocs import SimProcess
 from tokenmill.monitor.events import EVENTS_FILE, read_events
 

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.stage import Load, Stage, fleet, stage
-from tests.unit.run.test_dispatch import prompts
-from tests.unit.run.test_watch import dispatcher, job
+from tests.helpers.dispatch import prompts
+from tests.helpers.stage import Load, Stage, fleet, stage
+from tests.helpers.watch import dispatcher, job
 from tokenmill.config import DoctorSpec
 from tokenmill.doctor import DoctorState, Observation, PlannerPredictor, Verdict, diagnose, format_verdicts
 from tokenmill.doctor.engine import headline, touches_state

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import random
+from typing import Any
 
 import pytest
 
@@ -132,7 +133,7 @@ def _record(rid: str, prompt: int, completion: int, turns: list[tuple[int, int]]
 
 
 def test_inspect_counts_what_a_train_max_length_cuts() -> None:
-    records = [
+    records: list[dict[str, Any]] = [
         _record("a", 100, 900),  # 1,000: fits
         _record("b", 500, 3500),  # 4,000: 2,000 past 2,000
         # a conversation: the last turn's prompt holds every earlier turn and answer, 1,200 + 300 = 1,500

@@ -99,7 +99,7 @@ def test_sparkline_scales_to_the_largest_value() -> None:
 
 def test_windows() -> None:
     w = Window(span_s=10)
-    for t, v in ((0, 0), (5, 50), (10, 100), (15, 150)):
+    for t, v in ((0, 0.0), (5, 50.0), (10, 100.0), (15, 150.0)):
         w.add(t, v)
     assert w.rate() == 10.0
     w.add(16, 3)  # the counter restarted: no negative rate

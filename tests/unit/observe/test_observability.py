@@ -9,7 +9,6 @@ import subprocess
 import sys
 from dataclasses import fields
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -17,17 +16,15 @@ import yaml
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tokenmill.doctor.predict import Expected
-from tokenmill.monitor.client import ClientMetrics
+from tests.helpers.watch import URL, watched
 from tokenmill.monitor.fleet import ServerView
-from tokenmill.monitor.snapshot import RecordedVerdict, ServerRow, Snapshot
+from tokenmill.monitor.snapshot import ServerRow, Snapshot
 from tokenmill.observe.board import PANELS, dashboard, targets
 from tokenmill.observe.names import names, unknown_names
 from tokenmill.observe.rules import RECORDED, rules
-from tokenmill.records import RequestOutcome
-from tokenmill.run.metrics import METRICS, RunInfo, exported_series
+from tokenmill.run.metrics import METRICS, exported_series
 from tokenmill.run.prometheus import ClientCollector
-from tokenmill.run.watchstate import WatchState, frozen_map
+from tokenmill.run.watchstate import WatchState
 
 ROOT = Path(__file__).resolve().parents[3]
 OBS = ROOT / "observability"
@@ -35,7 +32,6 @@ PROMTOOL = shutil.which("promtool")
 needs_promtool = pytest.mark.skipif(
     PROMTOOL is None, reason="needs Debian's prometheus package (`make system-deps` installs it)"
 )
-URL = "http://10.0.0.1:30000"
 
 
 def test_the_generated_files_are_current() -> None:
@@ -87,33 +83,6 @@ def test_the_board_holds_what_grafanas_import_needs() -> None:
                    "abandoned", "max_tokens", "Upload backlog", "Oldest shard", "Binding", "partition",
                    "SGLang", "vLLM"):  # fmt: skip
         assert wanted in titles, wanted
-
-
-def watched() -> Any:
-    """A watched run that knows every number the table has a row for."""
-    client = ClientMetrics([URL])
-    for reason in ("stop", "length"):
-        client.observe(RequestOutcome(server=URL, ok=True, latency_s=1.5, completion_tokens=100, prompt_tokens=10,
-                                      finish_reason=reason))  # fmt: skip
-    client.observe(RequestOutcome(server=URL, ok=False, latency_s=0.1, error="TransientError"))
-    view = ServerView(URL, None, None, True, None, running=10.0, queued=2.0, kv_usage=0.5, state_usage=0.7,
-                      max_running=64, decode_tok_s=900.0, preemptions_per_min=1.0, scrapes=3)  # fmt: skip
-    row = ServerRow(URL, 3, 8, 5, 0, 100.0, True, None)
-    snap = Snapshot(elapsed_s=10.0, done=5, total=100, completed=5, failed=1, skipped=0, retries=1, inflight=3,
-                    comp_s=0.5, client_tok_s=100.0, eta_s=190.0, servers=[row], waiting=False, last_failure=None,
-                    upload_pending=2, upload_pending_bytes=1000, upload_oldest_s=30.0, upload_error="boom")  # fmt: skip
-    verdict = RecordedVerdict("state-pool-bound", "state-pool bound", "state pool", "warning", "", URL, "")
-    server = SimpleNamespace(url=URL, completed=5, completion_tokens=500, prompt_tokens=50, errors=1, timeouts=1,
-                             inflight=3, limit=8, usable=True)  # fmt: skip
-    stats = SimpleNamespace(failed=1, retries=1, abandoned=1, abandoned_tokens=50.0, held="backlog")
-    state = WatchState(views=(view,), verdicts=(verdict,), cpu=0.3, loop_lag_s=0.01, max_tokens=2048,
-                       expected=frozen_map({URL: Expected("h200", 1200.0, 3000.0, 0.7)}))  # fmt: skip
-    run = SimpleNamespace(
-        dispatcher=SimpleNamespace(stats=stats, servers=[server], inflight=3), client=client, last=snap,
-        info=RunInfo("run-1", "m", 3, Path("out"), 10, 10**9), watch=state,
-    )  # fmt: skip
-    run.state = lambda: run.watch
-    return run
 
 
 def test_the_exporter_serves_every_row_of_the_table() -> None:
@@ -245,8 +214,8 @@ async def test_the_exporter_and_the_event_log_give_one_number_one_value(tmp_path
     """For every row that names its event-log field, the scrape and the tick of the same snapshot agree."""
     import aiohttp
 
-    from tests.unit.run.test_dispatch import prompts
-    from tests.unit.run.test_watch import dispatcher, job
+    from tests.helpers.dispatch import prompts
+    from tests.helpers.watch import dispatcher, job
     from tokenmill.monitor.events import EVENTS_FILE, read_events
     from tokenmill.run.progress import Tracker
     from tokenmill.run.watch import RunMonitor

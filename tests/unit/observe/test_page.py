@@ -6,7 +6,7 @@ from pathlib import Path
 
 import orjson
 
-from tests.unit.observe.test_observability import watched
+from tests.helpers.watch import watched
 from tokenmill.monitor.page import Timeline, page_html, page_state
 from tokenmill.run.viewer import LiveSamples, recent_records, sample_view
 
@@ -79,8 +79,8 @@ async def test_live_samples_are_read_again_only_after_refresh_s(tmp_path: Path) 
 async def test_the_metrics_port_serves_the_page_and_its_state(tmp_path: Path) -> None:
     import aiohttp
 
-    from tests.unit.run.test_dispatch import prompts
-    from tests.unit.run.test_watch import dispatcher, job
+    from tests.helpers.dispatch import prompts
+    from tests.helpers.watch import dispatcher, job
     from tokenmill.run.progress import Tracker
     from tokenmill.run.watch import RunMonitor
 

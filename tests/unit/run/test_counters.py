@@ -12,8 +12,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from rich.console import Console
 
-from tests.unit.run.test_dispatch import prompts
-from tests.unit.run.test_watch import dispatcher, job
+from tests.helpers.dispatch import prompts
+from tests.helpers.watch import dispatcher, job
 from tokenmill.monitor.combine import merge_ticks
 from tokenmill.monitor.dashboard import render
 from tokenmill.monitor.events import EVENTS_FILE, read_events

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from tests import factories
-from tests.unit.run.test_dispatch import ScriptedBackend, Sink, prompts, retry
-from tests.unit.run.test_watch import dispatcher, job
+from tests.helpers import factories
+from tests.helpers.dispatch import ScriptedBackend, Sink, prompts, retry
+from tests.helpers.watch import dispatcher, job
 from tokenmill.run.eta import MEASURED, PLANNED, EtaRule, in_flight_s
 from tokenmill.run.progress import Tracker
 from tokenmill.run.watch import RunMonitor

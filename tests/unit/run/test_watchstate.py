@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.unit.run.test_dispatch import prompts
-from tests.unit.run.test_watch import dispatcher, job
+from tests.helpers.dispatch import prompts
+from tests.helpers.watch import dispatcher, job
 from tokenmill.doctor.predict import Expected
 from tokenmill.monitor.fleet import ServerView
 from tokenmill.monitor.snapshot import RecordedVerdict
