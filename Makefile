@@ -25,6 +25,8 @@ lint: venv
 	$(VENV)/bin/ruff check src tests scripts chaos bench engines
 	$(VENV)/bin/ruff format --check src tests scripts chaos bench engines
 
+# mypy strict over src/tokenmill, tests, bench and chaos (pyproject.toml's [tool.mypy]): about 2 minutes on two busy
+# cores from nothing, a few seconds with its cache (.mypy_cache).
 typecheck: venv
 	$(VENV)/bin/mypy
 
@@ -43,13 +45,16 @@ system-deps:
 		(apt-get update && apt-get install -y --no-install-recommends prometheus)
 
 # The whole suite: lint, types, then every test tier (the real vLLM and SGLang CPU engines included), and the share
-# of src/tokenmill's lines the tests ran in their own process, as one line (a report, not a gate). Tracing costs
-# CPU in the test process (about 1.5x the unit tier's wall time on 2 cores; subprocesses are not traced):
-# `make test COVERAGE=` runs without it.
+# of src/tokenmill's lines the unit tier runs, as one line (a report, not a gate). Tracing costs CPU (about 1.5x
+# the unit tier's wall time on 2 cores), so only the unit tier is traced; `make test COVERAGE=` runs it without.
+# Both parts run even when the first fails, so one run shows every failure.
 COVERAGE ?= --cov=tokenmill --cov-report=
 test: venv system-deps engine engine-model sglang sglang-models lint typecheck
-	$(VENV)/bin/pytest -q -p no:cacheprovider --durations=15 $(COVERAGE) tests
-	@test -z "$(COVERAGE)" || echo "coverage: $$($(VENV)/bin/coverage report --format=total)% of src/tokenmill's lines run by the tests (in their own process)"
+	@unit=0; rest=0; \
+	$(VENV)/bin/pytest -q -p no:cacheprovider --durations=5 $(COVERAGE) tests/unit || unit=$$?; \
+	$(VENV)/bin/pytest -q -p no:cacheprovider --durations=15 --ignore=tests/unit tests || rest=$$?; \
+	test -z "$(COVERAGE)" || echo "coverage: $$($(VENV)/bin/coverage report --format=total)% of src/tokenmill's lines run by the unit tier"; \
+	test $$unit -eq 0 -a $$rest -eq 0
 
 # The twin's timing-sensitive tests beside two CPU hogs (tests/e2e/test_busy_machine.py; a few minutes).
 .PHONY: busy-check

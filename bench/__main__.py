@@ -442,9 +442,13 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
             "{:.0f} s")  # fmt: skip
         lost = sum(at[k]["lost"] + at[k]["duplicates"] for k in ("without", "best_static", "autotune", "fault"))
         add("autotune: prompts lost or recorded twice (4 runs)", lost, "0", lambda v: v == 0, "{:.0f}")
-        rolled = any(s["step"] == "rolled-back" for s in at["fault"]["steps"])
+        # Decided and its revert begun is what the target asks; a job that ends first cuts the revert short (the
+        # fleet it started is stopped with it), which the table says.
+        steps = [s["step"] for s in at["fault"]["steps"]]
+        rolled = "rolled-back" in steps or "roll-back" in steps
+        said = "no" if not rolled else "yes" if "rolled-back" in steps else "yes (the job ended during the revert)"
         add("autotune: a change that does not pay is rolled back", 1.0 if rolled else 0.0, "yes", lambda v: v == 1,
-            "yes" if rolled else "no")  # fmt: skip
+            said)  # fmt: skip
     over = results.get("overload")
     if over:
         for key, row in over.items():

@@ -111,7 +111,7 @@ def build(client: Any, n: int, done: int, unlisted: int) -> dict[str, Any]:
                    "storage_options": {"endpoint_url": client.meta.endpoint_url}},
     }  # fmt: skip
     record = new_record(JobSpec.model_validate(spec))
-    head = RemoteManifest(job_id=record["job_id"], job=record)
+    head = RemoteManifest(job_id=record.job_id, job=record.to_json())
     lines: list[bytes] = []
 
     def put(key: str, body: bytes) -> None:

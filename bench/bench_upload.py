@@ -25,9 +25,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tests.s3server import moto_server
+from tests.helpers.s3server import moto_server
 
-from tokenmill.config import OutputSpec
+from tokenmill.config import OutputSpec, UploadSpec
 from tokenmill.output import OutputDir, verify
 from tokenmill.records import Completion
 from tokenmill.storage.store import Store
@@ -85,7 +85,7 @@ def main() -> None:
             dir=str(out),
             remote=s3.url("bench/"),
             storage_options={"endpoint_url": s3.endpoint},
-            upload={"manifest_interval_s": 0},
+            upload=UploadSpec(manifest_interval_s=0),
         )
         took, uploaded = upload_once(out, spec)
         again, _ = upload_once(out, spec)

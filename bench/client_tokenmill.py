@@ -32,7 +32,7 @@ def main() -> None:
         from tokenmill.run import work
 
         constant = quality.signals("", "stop")
-        work.signals = lambda *_a, **_k: constant  # type: ignore[assignment]
+        vars(work)["signals"] = lambda *_a, **_k: constant  # the name work.py imported, replaced for this run
 
     from tokenmill.config import JobSpec
     from tokenmill.run.runner import run_job

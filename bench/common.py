@@ -13,6 +13,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 TICKS = os.sysconf("SC_CLK_TCK")
@@ -102,6 +104,38 @@ def run_child(module: str, args: Sequence[str], cores: set[int] | None = None, t
         raise RuntimeError(f"{module} printed no result:\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
     result: dict[str, Any] = json.loads(lines[-1])
     return result
+
+
+def sim_job(urls: list[str], prompts: Path, out: Path, **fields: Any) -> dict[str, Any]:
+    """A job against simulated servers, its output in ``out``; ``fields`` are set over the defaults."""
+    job: dict[str, Any] = {
+        "input": {"path": str(prompts), "id_field": "id"},
+        "servers": urls,
+        "api": "openai-chat",
+        "model": "tokenmill-sim",
+        "output": {"dir": str(out)},
+        "status_interval_s": 3600,
+        "monitor": {"scrape_interval_s": 1.0, "event_interval_s": 1.0, "rate_window_s": 5.0},
+    }
+    return job | fields
+
+
+def run_job(job: dict[str, Any], path: Path, what: str) -> tuple[float, str]:
+    """Write ``job`` to ``path`` and run it with ``tokenmill run`` on the client's core(s); its wall seconds and
+    its stderr. A run that fails raises, naming ``what`` and the end of its stderr."""
+    path.write_text(yaml.safe_dump(job))
+    t0 = time.perf_counter()
+    proc = subprocess.run(
+        [sys.executable, "-m", "tokenmill", "run", str(path), "--no-live", "--log-level", "WARNING"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        preexec_fn=lambda: os.sched_setaffinity(0, CLIENT_CORES),
+        check=False,
+    )
+    if proc.returncode != 0:
+        raise RuntimeError(f"tokenmill run ({what}) failed:\n{proc.stderr[-3000:]}")
+    return time.perf_counter() - t0, proc.stderr
 
 
 def write_prompts(path: Path, n: int, words: int = 12) -> Path:

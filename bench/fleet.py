@@ -20,17 +20,13 @@ Per run, over its steady state (the ticks of its event log between 20 % and 90 %
 from __future__ import annotations
 
 import math
-import subprocess
-import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
 import orjson
-import yaml
 
-from bench.common import CLIENT_CORES, ROOT, sims, write_prompts
+from bench.common import run_job, sim_job, sims, write_prompts
 
 MODEL, GPU = "qwen3.6-27b", "rtx-pro-6000"
 FLAGS = "--disable-radix-cache --max-running-requests 127"
@@ -57,31 +53,8 @@ def twin_args() -> list[str]:
 
 
 def _run(urls: list[str], prompts: Path, out: Path, concurrency: int | str) -> float:
-    job = {
-        "input": {"path": str(prompts), "id_field": "id"},
-        "servers": urls,
-        "api": "openai-chat",
-        "model": "tokenmill-sim",
-        "sampling": {"max_tokens": MAX_TOKENS},
-        "concurrency": concurrency,
-        "output": {"dir": str(out)},
-        "status_interval_s": 3600,
-        "monitor": {"scrape_interval_s": 1.0, "event_interval_s": 1.0, "rate_window_s": 5.0},
-    }
-    path = out.parent / f"job-{concurrency}.yaml"
-    path.write_text(yaml.safe_dump(job))
-    t0 = time.perf_counter()
-    proc = subprocess.run(
-        [sys.executable, "-m", "tokenmill", "run", str(path), "--no-live", "--log-level", "WARNING"],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        preexec_fn=lambda: __import__("os").sched_setaffinity(0, CLIENT_CORES),
-        check=False,
-    )
-    if proc.returncode != 0:
-        raise RuntimeError(f"tokenmill run ({concurrency}) failed:\n{proc.stderr[-3000:]}")
-    return time.perf_counter() - t0
+    job = sim_job(urls, prompts, out, sampling={"max_tokens": MAX_TOKENS}, concurrency=concurrency)
+    return run_job(job, out.parent / f"job-{concurrency}.yaml", str(concurrency))[0]
 
 
 def _records(out: Path) -> list[dict[str, Any]]:

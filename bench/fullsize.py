@@ -359,8 +359,8 @@ def time_tools(work: Path, prefix_url: str, completions: int, env: dict[str, str
             ("inspect", ["inspect", target], None),
         ]
         for fmt in EXPORT_FORMATS:
-            dest = tools / f"export-{tag}.{fmt}.jsonl"
-            plan.append((f"export --format {fmt}", ["export", target, "--format", fmt, "-o", str(dest)], dest))
+            exported = tools / f"export-{tag}.{fmt}.jsonl"
+            plan.append((f"export --format {fmt}", ["export", target, "--format", fmt, "-o", str(exported)], exported))
         plan += [
             ("report", ["report", target, "-o", str(tools / f"report-{tag}.html")], None),
             ("status", ["status", target], None),

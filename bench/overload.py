@@ -12,18 +12,15 @@ flapping. The goal: waste at most 2 % of decoded, nothing failed, no server call
 from __future__ import annotations
 
 import re
-import subprocess
 import sys
 import tempfile
-import time
 import urllib.request
 from pathlib import Path
 from typing import Any
 
 import orjson
-import yaml
 
-from bench.common import CLIENT_CORES, ROOT, sims, write_prompts
+from bench.common import run_job, sim_job, sims, write_prompts
 
 MODEL, GPU = "qwen3.6-27b", "rtx-pro-6000"
 FLAGS = "--mamba-scheduler-strategy extra_buffer"
@@ -47,32 +44,15 @@ def decoded(url: str) -> float:
 
 
 def _run(urls: list[str], prompts: Path, out: Path, read_timeout_s: float, max_tokens: int) -> tuple[float, str]:
-    job = {
-        "input": {"path": str(prompts), "id_field": "id"},
-        "servers": urls,
-        "api": "openai-chat",
-        "model": "tokenmill-sim",
-        "sampling": {"max_tokens": max_tokens},
-        "concurrency": CONCURRENCY,
-        "output": {"dir": str(out)},
-        "retry": {"read_timeout_s": read_timeout_s},
-        "status_interval_s": 3600,
-        "monitor": {"scrape_interval_s": 1.0, "event_interval_s": 1.0, "rate_window_s": 5.0},
-    }
-    path = out.parent / f"job-{read_timeout_s:g}.yaml"
-    path.write_text(yaml.safe_dump(job))
-    t0 = time.perf_counter()
-    proc = subprocess.run(
-        [sys.executable, "-m", "tokenmill", "run", str(path), "--no-live", "--log-level", "WARNING"],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        preexec_fn=lambda: __import__("os").sched_setaffinity(0, CLIENT_CORES),
-        check=False,
+    job = sim_job(
+        urls,
+        prompts,
+        out,
+        sampling={"max_tokens": max_tokens},
+        concurrency=CONCURRENCY,
+        retry={"read_timeout_s": read_timeout_s},
     )
-    if proc.returncode != 0:
-        raise RuntimeError(f"tokenmill run (read timeout {read_timeout_s:g} s) failed:\n{proc.stderr[-3000:]}")
-    return time.perf_counter() - t0, proc.stderr
+    return run_job(job, out.parent / f"job-{read_timeout_s:g}.yaml", f"read timeout {read_timeout_s:g} s")
 
 
 def _measure(out: Path, urls: list[str], wall: float, stderr: str, n: int) -> dict[str, Any]:

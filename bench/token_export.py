@@ -82,7 +82,7 @@ def tokenizer_alone(out: Path, tokenizer: Path) -> dict[str, Any]:
     c0 = _cpu()
     templater = ChatTemplater(tokenizer)
     load = _cpu() - c0  # what every export pays once, before its first row (a spawned worker: once each)
-    texts = [templater.render_full(whole_conversation(rec)) for rec in open_corpus(out).iter_live()]
+    texts = [templater.render_full(whole_conversation(rec.to_json())) for rec in open_corpus(out).iter_live()]
     tok = Tokenizer.from_file(str(tokenizer / "tokenizer.json"))
     tokens = 0
     c0, t0 = _cpu(), time.perf_counter()

@@ -72,7 +72,8 @@ def build(out: Path | None = None) -> Path:
         show_progress=False,
     )
     tok.train_from_iterator([prose(), *filler], trainer=trainer)
-    fast = PreTrainedTokenizerFast(
+    # transformers leaves the tokenizer's __init__ unannotated
+    fast = PreTrainedTokenizerFast(  # type: ignore[no-untyped-call]
         tokenizer_object=tok, bos_token=SPECIALS[0], eos_token=SPECIALS[2], pad_token=SPECIALS[0]
     )
     fast.chat_template = CHATML

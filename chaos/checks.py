@@ -78,8 +78,8 @@ def exactly_once(input_ids: list[str], out: Path, fetch: Fetch | None = None) ->
     no_reason: list[str] = []
     open_left: list[str] = []
     local = {p.name for p in record_files(out)}
-    for name in sorted(offloaded(out) - local) if fetch is not None else []:
-        data = fetch(name) or b""
+    taken = (fetch(name) or b"" for name in sorted(offloaded(out) - local)) if fetch is not None else ()
+    for data in taken:
         for line in data.splitlines():
             seen[orjson.loads(line)["id"]] += 1
             completed += 1

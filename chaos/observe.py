@@ -119,8 +119,9 @@ class Invariants:
         self.checks += 1
         ids: Counter[str] = Counter()
         local = {p.name for p in record_files(out)}
-        for name in sorted(offloaded(out) - local) if self.fetch is not None else []:
-            data = self.fetch(name)
+        fetch = self.fetch
+        taken = ((name, fetch(name)) for name in sorted(offloaded(out) - local)) if fetch is not None else ()
+        for name, data in taken:
             if data is None:
                 self.violations.append(f"{when}: {name} is taken over from the remote, but not there")
                 continue

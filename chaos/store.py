@@ -86,7 +86,7 @@ class MotoStore:
         return found
 
     def _client(self) -> Any:
-        import boto3  # type: ignore[import-untyped]
+        import boto3
 
         return boto3.client(
             "s3",

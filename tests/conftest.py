@@ -18,10 +18,10 @@ from typing import TYPE_CHECKING
 import pytest
 
 from tests.engines.pool import KINDS, LiveServer, ServerPool
-from tests.engines.process import StartFailed
+from tests.helpers.servers import live_server
 
 if TYPE_CHECKING:
-    from tests.s3server import S3
+    from tests.helpers.s3server import S3
 
 REAL_ENGINE_TIMEOUT_S = 900  # a real engine starts in 30-240 s on two busy cores, inside its first test
 # fixture name -> the server kind it stands for
@@ -75,14 +75,6 @@ def server_pool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerPool
     pool.close()
 
 
-def live_server(pool: ServerPool, name: str) -> LiveServer:
-    """The pool's server of kind ``name``; a server that does not start fails the test with its log."""
-    try:
-        return pool.get(name)
-    except StartFailed as exc:
-        pytest.fail(str(exc), pytrace=False)
-
-
 @pytest.fixture
 def sglang_dense(server_pool: ServerPool) -> LiveServer:
     """The real SGLang server with the tiny dense model (shared by the session)."""
@@ -111,7 +103,7 @@ def engine_server(server_pool: ServerPool) -> LiveServer:
 @pytest.fixture(scope="module")
 def s3_server() -> Iterator[S3]:
     """A moto S3 server for the module's tests (the test credentials are in the environment while it runs)."""
-    from tests.s3server import moto_server  # boto3 and moto load only for the tests that use them
+    from tests.helpers.s3server import moto_server  # boto3 and moto load only for the tests that use them
 
     with moto_server() as server:
         yield server
@@ -126,7 +118,7 @@ def s3(s3_server: S3) -> S3:
 @pytest.fixture
 def own_s3() -> Iterator[S3]:
     """An S3 server of this test's own, with one bucket, to stop and restart."""
-    from tests.s3server import moto_server
+    from tests.helpers.s3server import moto_server
 
     with moto_server() as server:
         yield server

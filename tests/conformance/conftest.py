@@ -11,11 +11,9 @@ from collections.abc import AsyncIterator
 import aiohttp
 import pytest
 
-from tests.conftest import live_server
 from tests.engines.pool import LiveServer, ServerPool
-
-SGLANG = ("sglang-dense", "sglang-hybrid", "twin-dense", "twin-hybrid")
-OPENAI = (*SGLANG, "vllm")
+from tests.helpers.conformance import SGLANG
+from tests.helpers.servers import live_server
 
 
 @pytest.fixture(params=SGLANG)

@@ -22,10 +22,10 @@ from typing import Any
 import aiohttp
 import pytest
 
-from tests.conformance.client import Family, burst, families, gauge, post, until
-from tests.conftest import live_server
 from tests.engines import sglang
 from tests.engines.pool import SGLANG_DENSE_FLAGGED, LiveServer, ServerPool, sglang_kind, twin_of
+from tests.helpers.conformance import Family, burst, families, gauge, post, until
+from tests.helpers.servers import live_server
 
 KV_SMALL = sglang_kind("sglang-dense-kv2048", False, sglang.dense_flags(kv_tokens=2048))
 # The twins of the load tests run at the pace of the real CPU server: its decode steps take ~10 ms (26 s for the
@@ -69,7 +69,7 @@ async def run_load(http: aiohttp.ClientSession, server: LiveServer, bodies: list
 
     async def one(body: dict[str, Any]) -> dict[str, Any]:
         status, answer = await post(http, server, "/generate", **body)
-        assert status == 200, answer
+        assert status == 200 and isinstance(answer, dict), answer
         return answer
 
     tasks = [asyncio.create_task(one(b)) for b in bodies]

@@ -8,10 +8,10 @@ import re
 
 import aiohttp
 
-from tests import recorded
-from tests.conformance.client import get_json, start_load, until
 from tests.engines import sglang
 from tests.engines.pool import LiveServer
+from tests.helpers import recorded
+from tests.helpers.conformance import get_json, start_load, until
 from tokenmill.planner.calibrate import samples_from_log
 
 DECODE = re.compile(r"Decode batch, #running-req: \d+, ")

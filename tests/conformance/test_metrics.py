@@ -8,9 +8,9 @@ import time
 
 import aiohttp
 
-from tests.conformance.client import Family, families, gauge, generate, metrics_text, post, start_load, until
 from tests.engines import sglang
 from tests.engines.pool import LiveServer
+from tests.helpers.conformance import Family, families, gauge, generate, metrics_text, post, start_load, until
 from tokenmill.monitor.scrape import ServerSnapshot, parse_metrics
 
 SCHEDULER_LABELS = {"engine_type", "model_name", "moe_ep_rank", "pp_rank", "tp_rank"}

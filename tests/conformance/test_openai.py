@@ -10,9 +10,8 @@ from typing import Any
 import aiohttp
 import pytest
 
-from tests.conformance.client import post, stop_string
-from tests.conformance.conftest import OPENAI
 from tests.engines.pool import LiveServer
+from tests.helpers.conformance import OPENAI, post, stop_string
 from tokenmill.backends.base import BackendOptions, make_backend
 from tokenmill.config import SamplingSpec
 from tokenmill.records import Prompt

@@ -8,8 +8,8 @@ import re
 import aiohttp
 import pytest
 
-from tests.conformance.conftest import OPENAI
 from tests.engines.pool import LiveServer
+from tests.helpers.conformance import OPENAI
 from tokenmill.monitor.origin import fetch_origin
 
 HASH = re.compile(r"[0-9a-f]{16}")

@@ -17,8 +17,8 @@ from typing import Any
 import aiohttp
 import pytest
 
-from tests.conformance.client import post
 from tests.engines.pool import SGLANG_DENSE_FLAGGED, LiveServer, twin_of
+from tests.helpers.conformance import post
 from tokenmill.config import JobSpec
 from tokenmill.output.records_reader import iter_records
 from tokenmill.run.runner import run_job

@@ -7,9 +7,8 @@ import re
 import aiohttp
 import pytest
 
-from tests.conformance.client import generate, get_json, post, stop_string
-from tests.conformance.conftest import OPENAI
 from tests.engines.pool import LiveServer
+from tests.helpers.conformance import OPENAI, generate, get_json, post, stop_string
 
 CONTEXT_ERROR = re.compile(r"The input \((\d+) tokens\) is longer than the model's context length \((\d+) tokens\)\.")
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import aiohttp
 
-from tests import recorded
-from tests.conformance.client import get_json
 from tests.engines import sglang
 from tests.engines.pool import LiveServer
+from tests.helpers import recorded
+from tests.helpers.conformance import get_json
 from tokenmill.monitor.info import parse_server_info
 from tokenmill.planner import parse_flags, server_capacity
 

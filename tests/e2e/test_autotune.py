@@ -16,8 +16,8 @@ import orjson
 import pytest
 import yaml
 
-from tests.e2e.conftest import read_records, run_cli, write_job
-from tests.e2e.test_observe import start_run, stop_run, wait_for
+from tests.helpers.cli import read_records, run_cli, start_run, stop_run, write_job
+from tests.helpers.waiting import wait_for
 from tokenmill.autotune.actuators import refusal
 from tokenmill.config import AutotuneSpec, PlannerSpec
 from tokenmill.fleet.state import read_json

@@ -15,7 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from tests.e2e.conftest import read_records, run_cli, write_job
+from tests.helpers.cli import read_records, run_cli, write_job
 from tokenmill.fleet.simprocs import SimProcess
 
 GOOD = [orjson.dumps({"id": f"g{i}", "prompt": f"fine prompt {i}"}) for i in range(3)]

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import read_records, run_cli, write_job, write_prompts
+from tests.helpers.cli import read_records, run_cli, write_job, write_prompts
 from tokenmill.fleet.simprocs import SimProcess
 
 

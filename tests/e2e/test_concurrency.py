@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import TOKENMILL, read_records, write_job, write_prompts
-from tests.waiting import wait_for
+from tests.helpers.cli import TOKENMILL, read_records, write_job, write_prompts
+from tests.helpers.waiting import wait_for
 from tokenmill.config import ControlSpec
 from tokenmill.fleet.simprocs import SimProcess
 from tokenmill.monitor.events import EVENTS_FILE, read_events

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import orjson
 
-from tests.e2e.conftest import TOKENMILL, run_cli
-from tests.waiting import wait_for
+from tests.helpers.cli import TOKENMILL, run_cli
+from tests.helpers.waiting import wait_for
 
 
 def test_demo_completes_and_names_the_binding_resource(tmp_path: Path) -> None:

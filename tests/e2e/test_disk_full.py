@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import read_records, run_cli, write_job, write_prompts
+from tests.helpers.cli import read_records, run_cli, write_job, write_prompts
 from tokenmill.fleet.simprocs import SimProcess
 
 DISK_KB = 2048  # the 600 records (about 1 KB each with their quality, origin and sampling) fit once it is freed

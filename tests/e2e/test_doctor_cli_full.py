@@ -11,9 +11,9 @@ from typing import Any
 
 import aiohttp
 
-from tests.conftest import live_server
-from tests.e2e.test_doctor_sglang import KV_SMALL
 from tests.engines.pool import SGLANG_DENSE, LiveServer, ServerPool, twin_of
+from tests.helpers.engine_doctor import KV_SMALL
+from tests.helpers.servers import live_server
 from tokenmill.doctor.outputs import HEADER, WARNING
 
 IDLE_TWIN = twin_of(SGLANG_DENSE)

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.conftest import live_server
-from tests.e2e.test_doctor_sglang import KV_SMALL, STATE_FLAGS, STATE_SMALL, job_for, named, run_until, verdicts
 from tests.engines.pool import SGLANG_DENSE, ServerPool, twin_of
+from tests.helpers.engine_doctor import KV_SMALL, STATE_FLAGS, STATE_SMALL, job_for, named, run_until, verdicts
+from tests.helpers.servers import live_server
 
 KV_TWIN = twin_of(KV_SMALL)
 STATE_TWIN = twin_of(STATE_SMALL)

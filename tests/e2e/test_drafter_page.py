@@ -15,8 +15,8 @@ import pytest
 import yaml
 from tokenizers import Tokenizer
 
-from tests.e2e.conftest import TOKENMILL, read_records
-from tests.unit.export.test_tokens import prompts_path_reader, speculators_reader
+from tests.helpers.cli import TOKENMILL, read_records
+from tests.helpers.export import prompts_path_reader, speculators_reader
 from tokenmill.fleet.simprocs import SimProcess
 
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "drafter.md"

@@ -11,9 +11,8 @@ from pathlib import Path
 import orjson
 import pytest
 
-from tests.e2e.conftest import run_cli, write_job
-from tests.e2e.test_observe import FAST_MONITOR, TWIN, start_run, stop_run
-from tests.waiting import wait_for
+from tests.helpers.cli import FAST_MONITOR, TWIN, run_cli, start_run, stop_run, write_job
+from tests.helpers.waiting import wait_for
 from tokenmill.fleet.simprocs import SimProcess, start_sim
 from tokenmill.monitor.events import EVENTS_FILE, read_events
 from tokenmill.monitor.snapshot import Snapshot

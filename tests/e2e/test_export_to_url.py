@@ -14,8 +14,8 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from tests.e2e.conftest import TOKENMILL, read_records, write_job, write_prompts
-from tests.s3server import S3, TEST_ENV
+from tests.helpers.cli import TOKENMILL, read_records, write_job, write_prompts
+from tests.helpers.s3server import S3, TEST_ENV
 from tokenmill.fleet.simprocs import start_sim
 
 PROMPTS = 60

@@ -9,7 +9,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from tests.e2e.conftest import run_cli, write_job, write_prompts
+from tests.helpers.cli import run_cli, write_job, write_prompts
 from tokenmill.fleet.simprocs import SimProcess
 
 

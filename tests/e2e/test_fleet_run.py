@@ -15,8 +15,8 @@ from typing import Any
 
 import yaml
 
-from tests.e2e.conftest import TOKENMILL, read_records, run_cli, write_job, write_prompts
-from tests.waiting import wait_for
+from tests.helpers.cli import TOKENMILL, read_records, run_cli, write_job, write_prompts
+from tests.helpers.waiting import wait_for
 from tokenmill.fleet.state import pid_alive, read_json
 
 

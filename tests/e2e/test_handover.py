@@ -14,8 +14,8 @@ from typing import Any
 import orjson
 import pytest
 
-from tests.e2e.conftest import run_cli, write_job, write_prompts
-from tests.s3server import S3, TEST_ENV
+from tests.helpers.cli import run_cli, write_job, write_prompts
+from tests.helpers.s3server import S3, TEST_ENV
 from tokenmill.fleet.simprocs import SimProcess
 
 PREFIX = "corpora/run-1/"

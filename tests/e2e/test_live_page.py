@@ -13,15 +13,15 @@ import shutil
 import subprocess
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
 from PIL import Image
 
-from tests.e2e.conftest import TOKENMILL, write_job
-from tests.e2e.test_observe import FAST_MONITOR, start_run, stop_run
-from tests.integration.test_report_chromium import colored_share
-from tests.waiting import wait_for
+from tests.helpers.cli import FAST_MONITOR, TOKENMILL, start_run, stop_run, write_job
+from tests.helpers.images import colored_share
+from tests.helpers.waiting import wait_for, wait_for_match
 from tokenmill.fleet.simprocs import SimProcess
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
@@ -43,7 +43,7 @@ def chromium(url: str, profile: Path, *args: str, budget_ms: int = 8000) -> subp
     )  # fmt: skip
 
 
-def state(url: str) -> dict[str, object]:
+def state(url: str) -> dict[str, Any]:
     with urllib.request.urlopen(url + "state.json", timeout=10) as resp:
         return dict(json.loads(resp.read()))
 
@@ -67,8 +67,8 @@ def test_the_live_page_renders_shows_the_servers_and_the_eta_and_updates(
     run = start_run(job, "--metrics-port", "0")
     try:
         log = out / "tokenmill.log"
-        page = wait_for("the live page's URL in the log", lambda: log.exists() and re.search(
-            r"the run's live page at (\S+)", log.read_text()), 90, alive=run).group(1)  # fmt: skip
+        page = wait_for_match("the live page's URL in the log", log, r"the run's live page at (\S+)", 90,
+                              alive=run).group(1)  # fmt: skip
         html = urllib.request.urlopen(page, timeout=10).read().decode()
         assert "<script>" in html and not re.search(r"""(src|href)=["']?(https?:)?//""", html)  # nothing external
         first = wait_for("an ETA and answers in the page's state", lambda: state(page), 60, 0.2,
@@ -78,9 +78,13 @@ def test_the_live_page_renders_shows_the_servers_and_the_eta_and_updates(
         assert dom.returncode == 0, dom.stderr[-2000:]
         for s in fleet:
             assert f'<tr data-url="{s.url}">' in dom.stdout, dom.stdout[-3000:]
-        updates = int(re.search(r'data-updates="(\d+)"', dom.stdout).group(1))
+        updated = re.search(r'data-updates="(\d+)"', dom.stdout)
+        assert updated, dom.stdout[-3000:]
+        updates = int(updated.group(1))
         assert updates >= 2, "the page did not poll its state again"
-        eta = re.search(r'id="eta">([^<]+)<', dom.stdout).group(1)
+        shown = re.search(r'id="eta">([^<]+)<', dom.stdout)
+        assert shown, dom.stdout[-3000:]
+        eta = shown.group(1)
         assert re.fullmatch(r"(\d+d)?(\d+h)?\d+m\d*s?", eta), eta
         assert 'class="series"' in dom.stdout  # the throughput and ETA plots have lines
         assert 'id="recent"' in dom.stdout  # the sample viewer shows answers, and the worst loops

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import orjson
 
-from tests.e2e.conftest import read_records, run_cli, write_job
-from tests.unit.export.test_export import specforge_valid
+from tests.helpers.cli import read_records, run_cli, write_job
+from tests.helpers.export import specforge_valid
 from tokenmill.fleet.simprocs import SimProcess
 
 

@@ -6,8 +6,6 @@ from __future__ import annotations
 import json
 import math
 import re
-import signal
-import subprocess
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,35 +14,16 @@ from typing import Any
 import orjson
 import pytest
 
-from tests.e2e.conftest import TOKENMILL, run_cli, write_job, write_prompts
-from tests.waiting import wait_for
+from tests.helpers.cli import FAST_MONITOR, TWIN, run_cli, start_run, stop_run, write_job, write_prompts
+from tests.helpers.waiting import wait_for, wait_for_match
 from tokenmill.fleet.simprocs import SimProcess, start_sim
 from tokenmill.monitor.events import EVENTS_FILE, read_events
 from tokenmill.planner import PoolPlan, server_capacity
-
-FAST_MONITOR = {"scrape_interval_s": 0.5, "event_interval_s": 0.5, "rate_window_s": 5.0}
-TWIN = ("qwen3.6-35b-a3b", "--gpu", "h200")  # SGLang's default flags: extra_buffer, 5 state slots a request
 
 
 def twin_pools() -> PoolPlan:
     """The pools the twin (and the planner) size for this model, GPU and the default flags."""
     return server_capacity(TWIN[0], TWIN[2]).pools
-
-
-def start_run(job: Path, *args: str) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [*TOKENMILL, "run", str(job), "--no-live", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
-
-
-def stop_run(proc: subprocess.Popen[str]) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 def verdict_rules(out: Path) -> list[list[str]]:
@@ -66,10 +45,7 @@ def test_a_watched_run_from_start_to_report(fleet: list[SimProcess], tmp_path: P
     proc = start_run(job, "--metrics-port", "0")
     try:
         log = out / "tokenmill.log"
-        url = wait_for(
-            "the metrics URL in the log",
-            lambda: log.exists() and re.search(r"metrics for Prometheus at (\S+)", log.read_text()),
-        ).group(1)
+        url = wait_for_match("the metrics URL in the log", log, r"metrics for Prometheus at (\S+)").group(1)
         assert url.startswith("http://127.0.0.1:")
         body = urllib.request.urlopen(url, timeout=10).read().decode()
         assert "tokenmill_completions_total" in body and "tokenmill_request_latency_seconds_bucket" in body

@@ -13,10 +13,11 @@ from __future__ import annotations
 import re
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from tests.e2e.conftest import read_records, run_cli, write_job, write_prompts
+from tests.helpers.cli import read_records, run_cli, write_job, write_prompts
 from tokenmill.fleet.simprocs import SimProcess
 from tokenmill.monitor.events import EVENTS_FILE, read_events
 
@@ -31,32 +32,41 @@ RETRY = {"read_timeout_s": 0.4, "max_attempts": 2, "quarantine_after": 3, "backo
          "backoff_max_s": 0.2, "probe_interval_s": 0.2}  # fmt: skip
 
 
+N_FULL = 400
+
+
+def _run_at_64(
+    server: SimProcess, tmp_path: Path, **fields: Any
+) -> tuple[str, list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
+    """400 prompts at concurrency 64 on the full server: the run's stderr, its records (done, failed) and ticks."""
+    data = write_prompts(tmp_path / "in.jsonl", N_FULL)
+    out = tmp_path / "out"
+    job = write_job(
+        tmp_path / "job.yaml", [server.url], data, out, concurrency=64, monitor=FAST_MONITOR, retry=RETRY, **fields
+    )
+    res = run_cli("run", str(job), "--no-live", timeout=300)
+    assert res.returncode == 0, res.stderr
+    done, failed = read_records(out)
+    ticks = [r for r in read_events(out / EVENTS_FILE) if r["kind"] == "tick"]
+    return res.stderr, done, failed, ticks
+
+
 @pytest.mark.parametrize("fleet", [(1, SIM)], indirect=True)
 def test_a_full_server_whose_queue_outgrows_the_read_timeout_is_cut_to_what_it_runs_never_set_aside(
     fleet: list[SimProcess], tmp_path: Path
 ) -> None:
     """A queue of 60 kept on purpose (control.queue_min): its tail waits ~1 s against a read timeout of 0.4 s."""
-    n = 400
-    data = write_prompts(tmp_path / "in.jsonl", n)
-    out = tmp_path / "out"
-    job = write_job(
-        tmp_path / "job.yaml", [fleet[0].url], data, out, concurrency=64, monitor=FAST_MONITOR, retry=RETRY,
-        control={"queue_min": 60, "queue_max": 60},
-    )  # fmt: skip
-    res = run_cli("run", str(job), "--no-live", timeout=300)
-    assert res.returncode == 0, res.stderr
-    assert "setting server" not in res.stderr and "not usable" not in res.stderr, res.stderr
-    assert "waited longer than the read timeout in its queue; in-flight cap 64 -> 4 (what it runs)" in res.stderr
-    done, failed = read_records(out)
+    stderr, done, failed, ticks = _run_at_64(fleet[0], tmp_path, control={"queue_min": 60, "queue_max": 60})
+    assert "setting server" not in stderr and "not usable" not in stderr, stderr
+    assert "waited longer than the read timeout in its queue; in-flight cap 64 -> 4 (what it runs)" in stderr
     assert not failed  # timeouts in the queue spent no attempt (max_attempts 2)
-    assert sorted(r["id"] for r in done) == [f"p{i:05d}" for i in range(n)]
-    ticks = [r for r in read_events(out / EVENTS_FILE) if r["kind"] == "tick"]
+    assert sorted(r["id"] for r in done) == [f"p{i:05d}" for i in range(N_FULL)]
     assert all(row["usable"] for t in ticks for row in t["servers"])
     last = ticks[-1]
     assert last["client"]["abandoned"] > 0 and last["client"]["abandoned_tokens"] > 0
     assert last["servers"][0]["timeouts"] == last["client"]["abandoned"]
     assert last["servers"][0]["limit"] <= CAP  # cut at once to what it runs
-    summary = (out / "summary.md").read_text()
+    summary = (tmp_path / "out" / "summary.md").read_text()
     assert "| abandoned on read timeouts | " in summary and "tokens wasted" in summary
     assert "waited in a queue" in summary
 
@@ -65,21 +75,12 @@ def test_a_full_server_whose_queue_outgrows_the_read_timeout_is_cut_to_what_it_r
 def test_a_fixed_concurrency_far_above_the_cap_keeps_what_the_server_holds_and_abandons_nothing(
     fleet: list[SimProcess], tmp_path: Path
 ) -> None:
-    n = 400
-    data = write_prompts(tmp_path / "in.jsonl", n)
-    out = tmp_path / "out"
-    job = write_job(
-        tmp_path / "job.yaml", [fleet[0].url], data, out, concurrency=64, monitor=FAST_MONITOR, retry=RETRY
-    )  # fmt: skip
-    res = run_cli("run", str(job), "--no-live", timeout=300)
-    assert res.returncode == 0, res.stderr
-    assert "concurrency 64 asks for 64 requests at once from servers that run 4" in res.stderr  # said at start
-    done, failed = read_records(out)
-    assert not failed and len(done) == n
-    ticks = [r for r in read_events(out / EVENTS_FILE) if r["kind"] == "tick"]
+    stderr, done, failed, ticks = _run_at_64(fleet[0], tmp_path)
+    assert "concurrency 64 asks for 64 requests at once from servers that run 4" in stderr  # said at start
+    assert not failed and len(done) == N_FULL
     assert ticks[-1]["client"]["abandoned"] == 0  # nothing waited out the read timeout in its queue
     assert max(row["limit"] for t in ticks for row in t["servers"]) == 2 * CAP  # its cap plus a queue of 4
-    assert "| abandoned on read timeouts | - |" in (out / "summary.md").read_text()
+    assert "| abandoned on read timeouts | - |" in (tmp_path / "out" / "summary.md").read_text()
 
 
 TWIN = ["--model", "qwen3.6-27b", "--gpu", "rtx-pro-6000", "--flags", "--mamba-scheduler-strategy extra_buffer",
@@ -119,7 +120,7 @@ def test_concurrency_256_on_a_twin_wastes_at_most_2_percent_of_what_the_server_d
     assert not failed and len(done) == n
     assert waste <= 0.02, res.stderr[-3000:]
     assert "setting server" not in res.stderr
-    summary = (out / "summary.md").read_text()
+    summary = (tmp_path / "out" / "summary.md").read_text()
     assert "server down" not in summary and "server flapping" not in summary
     ticks = [r for r in read_events(out / EVENTS_FILE) if r["kind"] == "tick"]
     assert all(row["usable"] for t in ticks for row in t["servers"])
@@ -149,7 +150,7 @@ def test_answers_longer_than_the_read_timeout_grow_it_instead_of_livelocking(
     assert not failed and sorted(r["id"] for r in done) == [f"p{i:05d}" for i in range(n)]
     assert "while the server ran it (nothing queued): read timeout 3 s -> 6 s" in res.stderr
     assert "setting server" not in res.stderr
-    summary = (out / "summary.md").read_text()
+    summary = (tmp_path / "out" / "summary.md").read_text()
     assert "ran longer than the timeout" in summary and "read timeout grown to" in summary
     assert "answers outlive the read timeout" in summary  # the doctor's verdict: the timeout grew
     assert "queue wait exceeds the read timeout" not in summary

@@ -10,7 +10,6 @@ by polling with a deadline.
 from __future__ import annotations
 
 import json
-import re
 import shutil
 import subprocess
 import urllib.parse
@@ -23,9 +22,8 @@ import orjson
 import pytest
 import yaml
 
-from tests.e2e.conftest import write_job
-from tests.e2e.test_observe import FAST_MONITOR, TWIN, start_run, stop_run
-from tests.waiting import wait_for
+from tests.helpers.cli import FAST_MONITOR, TWIN, start_run, stop_run, write_job
+from tests.helpers.waiting import wait_for, wait_for_match
 from tokenmill.config.observe import AlertSpec
 from tokenmill.fleet.keeper import free_port
 from tokenmill.fleet.simprocs import SimProcess, start_sim
@@ -119,8 +117,8 @@ def test_every_panel_query_returns_data_and_a_killed_twin_fires_the_alert(
     prom: subprocess.Popen[bytes] | None = None
     try:
         log = out / "tokenmill.log"
-        found = wait_for("the metrics URL in the log", lambda: log.exists() and re.search(
-            r"metrics for Prometheus at http://(\S+)/metrics", log.read_text()), 90, alive=run)  # fmt: skip
+        found = wait_for_match("the metrics URL in the log", log, r"metrics for Prometheus at http://(\S+)/metrics", 90,
+                               alive=run)  # fmt: skip
         prom, base = start_prometheus(tmp_path / "prom", found.group(1), [t.url for t in twins])
         wanted = [t.expr for t in targets() if t.always]
         assert len(wanted) >= 30

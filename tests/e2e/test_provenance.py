@@ -10,7 +10,7 @@ from pathlib import Path
 import aiohttp
 import orjson
 
-from tests.e2e.conftest import read_records, run_cli, write_job
+from tests.helpers.cli import read_records, run_cli, write_job
 from tokenmill.fleet.simprocs import SimProcess
 from tokenmill.monitor.origin import fetch_origin
 

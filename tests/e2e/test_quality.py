@@ -13,9 +13,9 @@ from typing import Any
 import orjson
 import pytest
 
-from tests.e2e.conftest import TOKENMILL, run_cli, write_job
-from tests.s3server import S3, TEST_ENV
-from tests.waiting import wait_for
+from tests.helpers.cli import TOKENMILL, run_cli, write_job
+from tests.helpers.s3server import S3, TEST_ENV
+from tests.helpers.waiting import wait_for
 from tokenmill.config import SimSpec
 from tokenmill.fleet.simprocs import start_sim
 from tokenmill.output.records_reader import iter_records
@@ -25,7 +25,7 @@ from tokenmill.storage.corpus import open_corpus
 
 PROMPTS = 600
 SEED = 5
-RATES = {"loop_rate": 0.05, "empty_rate": 0.03, "unclosed_think_rate": 0.03}
+RATES: dict[str, Any] = {"loop_rate": 0.05, "empty_rate": 0.03, "unclosed_think_rate": 0.03}
 SIM = SimSpec(seed=SEED, **RATES)
 
 
@@ -35,7 +35,7 @@ def spoiled(rec: dict[str, Any]) -> str | None:
     extra = sampling.get("extra_body") or {}
     penalized = any((extra.get(k) or 0) > 0 for k in ("frequency_penalty", "presence_penalty"))
     prompt = rec["prompt"]
-    messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else prompt
+    messages: list[dict[str, object]] = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else prompt
     key = content_key(SEED, render_chat(messages), sampling.get("seed"), penalized)
     return degeneration(key, degeneration_rates(SIM, penalized))
 
@@ -43,7 +43,8 @@ def spoiled(rec: dict[str, Any]) -> str | None:
 def inspect(out: Path) -> dict[str, Any]:
     res = run_cli("inspect", str(out), "--json")
     assert res.returncode == 0, res.stderr
-    return json.loads(res.stdout)
+    report: dict[str, Any] = json.loads(res.stdout)
+    return report
 
 
 def flagged(out: Path) -> set[str]:

@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from tests.e2e.conftest import read_records, run_cli, write_job
+from tests.helpers.cli import read_records, run_cli, write_job
 from tokenmill.fleet.simprocs import SimProcess
 
 TINY = Path(__file__).resolve().parents[2] / ".cache" / "tiny-model"
@@ -80,10 +80,10 @@ def test_a_turn_cut_at_max_tokens_makes_the_conversation_length_everywhere(
     assert turn_rows == {(r["id"], k): t["finish_reason"] for r in done for k, t in enumerate(r["turns"])}
 
     # the parquet table says the same
-    table = tmp_path / "train.parquet"
-    res = run_cli("export", str(out), "--format", "parquet", "--to", str(table))
+    parquet = tmp_path / "train.parquet"
+    res = run_cli("export", str(out), "--format", "parquet", "--to", str(parquet))
     assert res.returncode == 0, res.stderr
-    got = pq.read_table(table).to_pylist()
+    got = pq.read_table(parquet).to_pylist()
     assert {int(r["id"]) for r in got if r["finish_reason"] == "length"} == cut
 
 

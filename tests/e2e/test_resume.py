@@ -7,12 +7,13 @@ import signal
 import subprocess
 import sys
 from collections import Counter
+from functools import partial
 from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import read_records, run_cli, write_job, write_prompts
-from tests.waiting import wait_for
+from tests.helpers.cli import read_records, run_cli, write_job, write_prompts
+from tests.helpers.waiting import wait_for
 from tokenmill.fleet.simprocs import SimProcess
 
 N = 1500
@@ -27,6 +28,10 @@ def count_lines(out: Path) -> int:
         except FileNotFoundError:
             continue
     return total
+
+
+def reached(out: Path, target: int) -> bool:
+    return out.exists() and count_lines(out) >= target
 
 
 @pytest.mark.parametrize("fleet", [(2, ["--max-running-requests", "32"])], indirect=True)
@@ -47,9 +52,7 @@ def test_sigkill_five_times_then_resume_verifies(fleet: list[SimProcess], tmp_pa
             stderr=subprocess.PIPE,
         )
         try:
-            wait_for(
-                f"{target} records", lambda t=target: out.exists() and count_lines(out) >= t, every_s=0.01, alive=proc
-            )
+            wait_for(f"{target} records", partial(reached, out, target), every_s=0.01, alive=proc)
         finally:  # killed whether the test goes on or fails here: no client outlives the test
             proc.send_signal(signal.SIGKILL)
             proc.wait()

@@ -10,9 +10,9 @@ from pathlib import Path
 import orjson
 import pytest
 
-from tests.e2e.conftest import read_records, run_cli, write_job, write_prompts
 from tests.engines.process import free_port
-from tests.waiting import wait_for
+from tests.helpers.cli import read_records, run_cli, write_job, write_prompts
+from tests.helpers.waiting import wait_for
 from tokenmill.fleet.simprocs import SimProcess, start_sim
 
 

@@ -15,9 +15,9 @@ from typing import Any
 import orjson
 import pytest
 
-from tests.e2e.conftest import run_cli, write_job
-from tests.s3server import S3, TEST_ENV
-from tests.waiting import wait_for
+from tests.helpers.cli import run_cli, write_job
+from tests.helpers.s3server import S3, TEST_ENV
+from tests.helpers.waiting import wait_for
 from tokenmill.fleet.simprocs import SimProcess
 from tokenmill.sources.partition import partition_of
 

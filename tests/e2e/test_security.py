@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from tests.e2e.conftest import read_records, run_cli, write_job, write_prompts
+from tests.helpers.cli import read_records, run_cli, write_job, write_prompts
 from tokenmill.fleet.simprocs import sim_fleet
 
 KEY = "sk-tokenmill-LEAKCHECK-7f3a9c"

@@ -9,7 +9,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from tests.e2e.conftest import read_records, run_cli, write_job
+from tests.helpers.cli import read_records, run_cli, write_job
 from tokenmill.fleet.simprocs import SimProcess
 
 

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import run_cli, write_job, write_prompts
-from tests.s3server import TEST_ENV
-from tests.waiting import wait_for
+from tests.helpers.cli import run_cli, write_job, write_prompts
+from tests.helpers.s3server import TEST_ENV
+from tests.helpers.waiting import wait_for
 from tokenmill.fleet.simprocs import SimProcess
 
 

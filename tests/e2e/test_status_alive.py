@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import run_cli, write_job, write_prompts
-from tests.waiting import wait_for
+from tests.helpers.cli import run_cli, write_job, write_prompts
+from tests.helpers.waiting import wait_for
 from tokenmill.fleet.simprocs import SimProcess
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tests.e2e.conftest import read_records, run_cli, write_job
+from tests.helpers.cli import read_records, run_cli, write_job
 from tokenmill.fleet.simprocs import start_sim
 
 PROMPTS = 30

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.e2e.tokens_job import assert_findings, run_tokens_job
 from tests.engines.pool import LiveServer
+from tests.helpers.tokens_job import assert_findings, run_tokens_job
 
 
 def test_vllm_token_export_and_round_trip(tmp_path: Path, engine_server: LiveServer) -> None:

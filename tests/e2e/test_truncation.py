@@ -10,11 +10,11 @@ import orjson
 import pytest
 import yaml
 
-from tests.e2e.conftest import read_records, run_cli, write_job, write_prompts
-from tokenmill.config import JobSpec
+from tests.helpers.cli import read_records, run_cli, write_job, write_prompts
+from tokenmill.config import SamplingSpec
 from tokenmill.fleet.simprocs import SimProcess
 
-DEFAULT_MAX_TOKENS = JobSpec.model_fields["sampling"].default_factory().max_tokens  # type: ignore[misc]
+DEFAULT_MAX_TOKENS = SamplingSpec().max_tokens
 FAST_DOCTOR = {"scrape_interval_s": 0.2, "event_interval_s": 0.2, "doctor": {"confirm_rounds": 1}}
 
 

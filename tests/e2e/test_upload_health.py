@@ -10,9 +10,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.e2e.conftest import read_records, run_cli, write_job, write_prompts
-from tests.s3server import S3, TEST_ENV
-from tests.waiting import wait_for
+from tests.helpers.cli import read_records, run_cli, write_job, write_prompts
+from tests.helpers.s3server import S3, TEST_ENV
+from tests.helpers.waiting import wait_for
 from tokenmill.fleet.simprocs import SimProcess
 
 PREFIX = "corpora/health/run-1/"
@@ -44,7 +44,7 @@ def test_status_shows_the_upload_backlog_while_the_store_is_down_and_the_run_pau
     try:
         shown = wait_for(
             "status to show the run paused for its upload backlog",
-            lambda: (text := status(out)) and "| generation paused |" in text and "store error" in text and text,
+            lambda: text if "| generation paused |" in (text := status(out)) and "store error" in text else "",
             timeout=120,
         )
         waiting = re.search(r"\| upload backlog \| upload: (\d+) shard\(s\) waiting", shown)

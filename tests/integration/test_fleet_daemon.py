@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.waiting import wait_for
+from tests.helpers.waiting import wait_for
 from tokenmill.errors import ServerError
 from tokenmill.fleet.daemon import gone, start_detached, stop
 from tokenmill.fleet.state import load_state, pid_alive

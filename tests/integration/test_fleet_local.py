@@ -12,33 +12,13 @@ from typing import Any
 
 import pytest
 
-from tests.waiting import wait_for
+from tests.helpers.fleet import ENV_SERVER
+from tests.helpers.waiting import wait_for
 from tokenmill.config import FleetSpec
 from tokenmill.errors import ServerError
 from tokenmill.fleet import endpoints
 from tokenmill.fleet.local import local_fleet
 from tokenmill.fleet.state import STATE, read_json
-
-# A stand-in engine: answers every GET with its CUDA_VISIBLE_DEVICES and arguments; `--exit-after S` makes
-# it die S seconds after it starts (a crashing server).
-ENV_SERVER = """
-import http.server, json, os, sys, threading
-args = sys.argv[3:]
-if "--exit-after" in args:
-    threading.Timer(float(args[args.index("--exit-after") + 1]), lambda: os._exit(3)).start()
-print("env server starting", flush=True)
-class H(http.server.BaseHTTPRequestHandler):
-    def do_GET(self):
-        body = json.dumps({"cvd": os.environ.get("CUDA_VISIBLE_DEVICES"), "args": args,
-                           "marker": os.environ.get("MARKER")}).encode()
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-    def log_message(self, *a):
-        pass
-http.server.ThreadingHTTPServer((sys.argv[1], int(sys.argv[2])), H).serve_forever()
-"""
 
 
 def get_json(url: str) -> Any:
@@ -152,6 +132,7 @@ def test_reflag_restarts_each_server_with_the_new_flags(env_profile: FleetSpec) 
 
 
 def test_a_reflag_that_fails_puts_the_old_flags_back(env_profile: FleetSpec) -> None:
+    assert env_profile.command is not None
     with local_fleet(env_profile) as fleet:
         bad = env_profile.model_copy(update={"command": env_profile.command + " --exit-after 0", "flags": {"b": 1}})
         with pytest.raises(ServerError, match="re-flag stopped at server 0") as err:

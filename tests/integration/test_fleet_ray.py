@@ -16,9 +16,9 @@ from typing import Any
 import orjson
 import pytest
 
-from tests.integration.test_fleet_local import ENV_SERVER
-from tests.s3server import S3
-from tests.waiting import wait_for
+from tests.helpers.fleet import ENV_SERVER
+from tests.helpers.s3server import S3
+from tests.helpers.waiting import wait_for
 from tokenmill.config import FleetSpec, JobSpec
 from tokenmill.fleet import endpoints
 from tokenmill.fleet.ray import ray_fleet
@@ -152,7 +152,7 @@ def test_partitions_complete_one_output_that_verifies_and_resume_with_another_co
 def test_run_cli_with_a_ray_fleet_and_two_partitions(cluster: None, tmp_path: Path) -> None:
     import yaml
 
-    from tests.e2e.conftest import run_cli
+    from tests.helpers.cli import run_cli
 
     state_dir = tmp_path / "fleet"
     profile = tmp_path / "fleet.yaml"

@@ -59,7 +59,9 @@ def spoiled(rec: dict[str, Any]) -> str | None:
     extra = rec["sampling"].get("extra_body") or {}
     penalized = any((extra.get(k) or 0) > 0 for k in ("frequency_penalty", "presence_penalty"))
     prompt = rec["prompt"]
-    messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else prompt  # as openai-chat sends it
+    messages: list[dict[str, object]] = (
+        [{"role": "user", "content": prompt}] if isinstance(prompt, str) else prompt
+    )  # as openai-chat sends it
     key = content_key(SIM.seed, render_chat(messages), seed, penalized)
     return degeneration(key, degeneration_rates(SIM, penalized))
 

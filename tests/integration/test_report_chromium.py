@@ -9,11 +9,13 @@ from __future__ import annotations
 import shutil
 import subprocess
 from pathlib import Path
+from typing import cast
 
 import pytest
 from PIL import Image
 
-from tests.unit.report.test_report import write_events
+from tests.helpers.events import write_events
+from tests.helpers.images import colored_share
 from tokenmill.report import build_report
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
@@ -47,14 +49,6 @@ def screenshot(page: Path, shot: Path, profile: Path) -> subprocess.CompletedPro
     )
 
 
-def colored_share(img: Image.Image, box: tuple[int, int, int, int]) -> float:
-    """Share of pixels in ``box`` that are clearly coloured (plot lines, bars), not white/grey/black."""
-    region = img.convert("RGB").crop(box)
-    pixels = list(region.getdata())
-    colored = sum(1 for r, g, b in pixels if max(r, g, b) - min(r, g, b) > 60)
-    return colored / len(pixels)
-
-
 def test_report_renders_in_headless_chromium(tmp_path: Path) -> None:
     out = write_events(tmp_path / "out")
     page = build_report(out)
@@ -68,4 +62,5 @@ def test_report_renders_in_headless_chromium(tmp_path: Path) -> None:
     assert top < 0.05  # text and tables, mostly monochrome
     assert figures > 0.003, f"no plotted lines or bars rendered ({figures:.4f} coloured)"
     gray = img.convert("L")
-    assert gray.getextrema()[0] < 80  # there is dark text on the page
+    darkest, _ = cast(tuple[int, int], gray.getextrema())  # a one-band image's (min, max)
+    assert darkest < 80  # there is dark text on the page

@@ -17,14 +17,15 @@ import aiohttp
 import orjson
 import pytest
 
-from tests.integration.simserver_helpers import metrics, until
+from tests.helpers.simserver import metrics, until
 from tokenmill.config import FaultSpec, SimSpec
 from tokenmill.errors import ConfigError
 from tokenmill.sim import SimServer, run_sim_in_thread
 from tokenmill.sim.text import prompt_token_ids
 
 CHAT = {"model": "tokenmill-sim", "messages": [{"role": "user", "content": "Say something."}], "max_tokens": 64}
-SLOW = {"step_base_ms": 1000.0, "prefill_ms_per_1k": 0.0}  # requests stay in flight until the test ends them
+# requests stay in flight until the test ends them
+SLOW: dict[str, Any] = {"step_base_ms": 1000.0, "prefill_ms_per_1k": 0.0}
 
 
 async def post(session: aiohttp.ClientSession, url: str, body: Any) -> tuple[int, Any]:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.s3server import S3, write_file
+from tests.helpers.s3server import S3, write_file
 from tokenmill.config import OutputSpec
 from tokenmill.errors import StoreConflict, StoreError, StoreUnavailable
 from tokenmill.storage.store import Store, check_name, display_url

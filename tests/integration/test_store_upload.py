@@ -4,82 +4,19 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import orjson
 
-from tests import factories
-from tests.s3server import S3
-from tests.waiting import wait_for
-from tokenmill.config import OutputSpec
+from tests.helpers.s3server import S3
+from tests.helpers.upload import JOB, PREFIX, run_upload, spec, write
+from tests.helpers.waiting import wait_for
+from tokenmill.config import OutputSpec, UploadSpec
 from tokenmill.output import OutputDir, verify
-from tokenmill.records import Completion
 from tokenmill.storage.prefix import MANIFEST, MARKER
 from tokenmill.storage.store import Store
-from tokenmill.storage.upload import Uploader, UploadStatus
-
-PREFIX = "corpus/run-1/"
-JOB = "job-aaaa"
-
-
-def completion(i: int) -> Completion:
-    return factories.completion(
-        f"p{i:05d}",
-        prompt=[{"role": "user", "content": f"question {i}"}],
-        completion=f"answer {i} " * 20,
-        prompt_tokens=10,
-        completion_tokens=40,
-    )
-
-
-def spec(s3: S3, tmp: Path, delete_after_upload: bool = False, **upload: Any) -> OutputSpec:
-    knobs = {"backoff_base_s": 0.01, "backoff_max_s": 0.05, "drain_timeout_s": 20, "manifest_interval_s": 0, **upload}
-    return OutputSpec(
-        dir=str(tmp / "out"),
-        shard_size=10,
-        remote=s3.url(PREFIX),
-        storage_options=s3.options(),
-        upload=knobs,
-        delete_after_upload=delete_after_upload,
-    )
-
-
-def write(out: OutputDir, start: int, n: int) -> None:
-    for i in range(start, start + n):
-        out.write(completion(i))
-
-
-def run_upload(
-    s3: S3,
-    tmp: Path,
-    records: tuple[int, int],
-    *,
-    hook: Callable[[str, str], None] | None = None,
-    job: str = JOB,
-    finished: bool = True,
-    allow_existing: bool = False,
-    reopen: str | None = None,
-    **upload: Any,
-) -> UploadStatus:
-    """One 'run': open the output, start the uploader, write records, seal, drain."""
-    sp = spec(s3, tmp, **upload)
-    up = Uploader(
-        Path(sp.dir),
-        sp,
-        allow_existing_prefix=allow_existing,
-        store=Store(sp.remote or "", sp.storage_options, hook=hook),
-        reopen=reopen,
-    )
-    out = OutputDir(sp.dir, sp.shard_size, on_seal=up.enqueue)
-    out.open()
-    up.start(job)
-    write(out, *records)
-    out.close(seal=True)
-    up.finish(finished, {"failed": 0})
-    up.join(timeout=60)
-    return up.status()
+from tokenmill.storage.upload import Uploader
 
 
 def local_shards(tmp: Path) -> dict[str, bytes]:
@@ -268,7 +205,11 @@ def test_an_unfinished_run_uploads_its_shards_but_writes_no_marker(s3: S3, tmp_p
 async def test_drain_runs_off_the_event_loop(s3: S3, tmp_path: Path) -> None:
     sp = spec(s3, tmp_path)
     gate = threading.Event()
-    up = Uploader(Path(sp.dir), sp, store=Store(sp.remote or "", sp.storage_options, hook=lambda o, n: gate.wait(10)))
+
+    def held(op: str, name: str) -> None:
+        gate.wait(10)
+
+    up = Uploader(Path(sp.dir), sp, store=Store(sp.remote or "", sp.storage_options, hook=held))
     out = OutputDir(sp.dir, sp.shard_size, on_seal=up.enqueue)
     out.open()
     up.start(JOB)
@@ -371,7 +312,7 @@ async def test_drain_does_not_wait_forever_on_a_hung_store_call(s3: S3, tmp_path
 def test_a_local_path_prefix_works_the_same(tmp_path: Path) -> None:
     remote = tmp_path / "remote" / "run-1"
     sp = OutputSpec(
-        dir=str(tmp_path / "out"), shard_size=10, remote=f"file://{remote}", upload={"backoff_base_s": 0.01}
+        dir=str(tmp_path / "out"), shard_size=10, remote=f"file://{remote}", upload=UploadSpec(backoff_base_s=0.01)
     )
     up = Uploader(Path(sp.dir), sp)
     out = OutputDir(sp.dir, sp.shard_size, on_seal=up.enqueue)

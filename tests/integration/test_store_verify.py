@@ -7,8 +7,8 @@ from pathlib import Path
 import orjson
 import pytest
 
-from tests.integration.test_store_upload import JOB, PREFIX, run_upload
-from tests.s3server import S3
+from tests.helpers.s3server import S3
+from tests.helpers.upload import JOB, PREFIX, run_upload
 from tokenmill.errors import StoreError
 from tokenmill.output import verify
 from tokenmill.storage.prefix import MANIFEST, MARKER

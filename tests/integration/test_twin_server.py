@@ -18,7 +18,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from tests.integration.simserver_helpers import metrics, until
+from tests.helpers.simserver import metrics, until
 from tokenmill.config import PlannerSpec, SimSpec
 from tokenmill.planner import GpuCatalog, Workload, load_model, parse_flags, plan, server_capacity
 from tokenmill.sim import SimServer

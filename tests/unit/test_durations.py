@@ -3,7 +3,7 @@ autotune's warm-up was over, the next scrape round had not come yet)."""
 
 from __future__ import annotations
 
-from tests.unit.autotune.test_autotune import ScriptedFleet, drive, tuned
+from tests.helpers.autotune import ScriptedFleet, drive, tuned
 from tokenmill.autotune.loop import Phase
 from tokenmill.fmt import duration
 

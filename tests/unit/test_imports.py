@@ -45,7 +45,7 @@ ONLY_IN = {
         "tokenmill.backends",  # the request path and its session
         "tokenmill.monitor",  # scrapes
         "tokenmill.sim",  # the simulated server
-        "tokenmill.run.exporter",  # the --metrics-port server
+        "tokenmill.run.prometheus",  # the --metrics-port server
         "tokenmill.run.dispatch",  # the session's type, for the probe's signature
     ),
 }

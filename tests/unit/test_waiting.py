@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.waiting import wait_for, wait_for_async
+from tests.helpers.waiting import wait_for, wait_for_async
 
 
 class Clock:

@@ -67,7 +67,7 @@ def merge_ticks(ticks: list[dict[str, Any]]) -> dict[str, Any]:
     client["upload_oldest_s"] = max(oldest) if oldest else None
     for key in ("upload_error", "held"):
         client[key] = next((c[key] for c in clients if c.get(key)), None)
-    for key in ("finish_reasons", "errors"):
+    for key in ("finish_reasons", "errors", "counts"):  # counts: the metric table's run counters
         client[key] = _add_dicts(c.get(key) for c in clients)
     for key in ("output_len", "completed_len"):
         client[key] = _add_histograms([c.get(key) for c in clients])

@@ -19,14 +19,8 @@ from rich.table import Table
 from rich.text import Text
 
 from tokenmill.fmt import UNKNOWN, duration, num, pct
-from tokenmill.monitor.snapshot import (
-    binding_text,
-    expected_text,
-    time_scale_text,
-    truncation,
-    upload_text,
-    waste_text,
-)
+from tokenmill.monitor.lines import counts_text, expected_text, time_scale_text, truncation, upload_text, waste_text
+from tokenmill.monitor.snapshot import binding_text
 from tokenmill.monitor.stats import sparkline
 
 if TYPE_CHECKING:
@@ -74,7 +68,10 @@ def _head(snap: Snapshot) -> Text:
         head.append(f"servers decode {snap.decode_tok_s:,.0f} tok/s  ", style="bold green")
     head.append(f"in flight {snap.inflight}/{snap.limit}  ")
     head.append(f"failed {snap.failed}  ", style="red" if snap.failed else "")
-    head.append(f"retries {snap.retries}  elapsed {duration(snap.elapsed_s)}  ETA {duration(snap.eta_s)}")
+    head.append(f"retries {snap.retries}  ")
+    counted = counts_text(snap)
+    head.append(f"{counted}  " if counted else "")
+    head.append(f"elapsed {duration(snap.elapsed_s)}  ETA {duration(snap.eta_s)}")
     scaled = time_scale_text(snap)
     if scaled:
         head.append(f"  [{scaled}]", style="magenta")

@@ -109,6 +109,30 @@ class _Track:
         self.missed = 0  # scrapes in a row that timed out
         self.gap_since: float | None = None
 
+    def take(self, now: float, snap: ServerSnapshot) -> None:
+        """A healthy scrape's gauges and counters into the windows (a counter that went back: a restart)."""
+        self.running.add(now, snap.running)
+        self.queued.add(now, snap.queued)
+        self.kv.add(now, snap.kv_pool_usage)
+        self.state.add(now, snap.state_usage if _hybrid(self.info, snap) is not False else None)
+        out = _output_counter(snap)
+        if out is not None:
+            self.out.add(now, out)
+            if self.last_out is not None:
+                self.decoded_tokens += out - self.last_out if out >= self.last_out else out
+                if out < self.last_out:
+                    self.want_info = True  # restarted between two scrapes: perhaps with other flags
+            self.last_out = out
+        for window, value in (
+            (self.prompt, _prompt_counter(snap)),
+            (self.prefill_compute, snap.prefill_tokens_total),
+            (self.prefill_cached, snap.prefill_cache_tokens_total),
+            (self.requests, snap.requests_total),
+            (self.preempt, snap.preemptions_total),
+        ):
+            if value is not None:
+                window.add(now, value)
+
 
 def _hybrid(info: ServerInfo | None, snap: ServerSnapshot) -> bool | None:
     """Whether the server has a recurrent-state pool: /server_info says, else the slot gauges; None: unknown."""
@@ -268,57 +292,42 @@ class FleetMonitor:
             track.healthy = snap.healthy
         if snap.healthy:
             track.down_since = None
-            track.running.add(now, snap.running)
-            track.queued.add(now, snap.queued)
-            track.kv.add(now, snap.kv_pool_usage)
-            track.state.add(now, snap.state_usage if _hybrid(track.info, snap) is not False else None)
-            out = _output_counter(snap)
-            if out is not None:
-                track.out.add(now, out)
-                if track.last_out is not None:
-                    track.decoded_tokens += out - track.last_out if out >= track.last_out else out
-                    if out < track.last_out:
-                        track.want_info = True  # restarted between two scrapes: perhaps with other flags
-                track.last_out = out
-            for window, value in (
-                (track.prompt, _prompt_counter(snap)),
-                (track.prefill_compute, snap.prefill_tokens_total),
-                (track.prefill_cached, snap.prefill_cache_tokens_total),
-                (track.requests, snap.requests_total),
-                (track.preempt, snap.preemptions_total),
-            ):
-                if value is not None:
-                    window.add(now, value)
+            track.take(now, snap)
         elif track.down_since is None:
             track.down_since = now
-        preempt = track.preempt.rate_or_none()
-        if preempt is None and snap.engine == "sglang":
-            preempt = 0.0  # SGLang writes the counter only from the first retraction on
-        track.view = ServerView(
-            url=track.url,
-            # while it is down, the last good numbers stay for context (``healthy`` says it is down)
-            snapshot=snap if snap.healthy or track.view.snapshot is None else track.view.snapshot,
-            info=track.info,
-            healthy=snap.healthy,
-            error=snap.error,
-            running=track.running.mean(),
-            running_peak=track.running.max(),
-            queued=track.queued.mean(),
-            queued_min=track.queued.min(),
-            kv_usage=track.kv.mean(),
-            state_usage=track.state.mean(),
-            max_running=snap.max_running or (track.info.max_running if track.info else None),
-            # a server that does not answer produces nothing: its rates drop to 0 at once (the window's last
-            # good rate would go on counting in the fleet's totals); a scrape that timed out says nothing
-            decode_tok_s=track.out.rate_or_none() if snap.healthy else None if snap.timed_out else 0.0,
-            prompt_tok_s=track.prompt.rate_or_none() if snap.healthy else 0.0,
-            prefix_hit_rate=_hit_rate(track.prefill_cached.rate_or_none(), track.prefill_compute.rate_or_none()),
-            requests_s=track.requests.rate_or_none() if snap.healthy else 0.0,
-            preemptions_per_min=None if preempt is None else preempt * 60,
-            transitions=len(track.flips),
-            down_for_s=None if track.down_since is None else now - track.down_since,
-            decoded_tokens=track.decoded_tokens,
-            scrapes=track.scrapes,
-            missed_scrapes=track.missed,
-            gap_s=None if track.gap_since is None else now - track.gap_since,
-        )
+        track.view = _view(track, snap, now)
+
+
+def _view(track: _Track, snap: ServerSnapshot, now: float) -> ServerView:
+    """The server as this scrape leaves it: the snapshot, the windows' means and rates, its up/down history."""
+    preempt = track.preempt.rate_or_none()
+    if preempt is None and snap.engine == "sglang":
+        preempt = 0.0  # SGLang writes the counter only from the first retraction on
+    return ServerView(
+        url=track.url,
+        # while it is down, the last good numbers stay for context (``healthy`` says it is down)
+        snapshot=snap if snap.healthy or track.view.snapshot is None else track.view.snapshot,
+        info=track.info,
+        healthy=snap.healthy,
+        error=snap.error,
+        running=track.running.mean(),
+        running_peak=track.running.max(),
+        queued=track.queued.mean(),
+        queued_min=track.queued.min(),
+        kv_usage=track.kv.mean(),
+        state_usage=track.state.mean(),
+        max_running=snap.max_running or (track.info.max_running if track.info else None),
+        # a server that does not answer produces nothing: its rates drop to 0 at once (the window's last
+        # good rate would go on counting in the fleet's totals); a scrape that timed out says nothing
+        decode_tok_s=track.out.rate_or_none() if snap.healthy else None if snap.timed_out else 0.0,
+        prompt_tok_s=track.prompt.rate_or_none() if snap.healthy else 0.0,
+        prefix_hit_rate=_hit_rate(track.prefill_cached.rate_or_none(), track.prefill_compute.rate_or_none()),
+        requests_s=track.requests.rate_or_none() if snap.healthy else 0.0,
+        preemptions_per_min=None if preempt is None else preempt * 60,
+        transitions=len(track.flips),
+        down_for_s=None if track.down_since is None else now - track.down_since,
+        decoded_tokens=track.decoded_tokens,
+        scrapes=track.scrapes,
+        missed_scrapes=track.missed,
+        gap_s=None if track.gap_since is None else now - track.gap_since,
+    )

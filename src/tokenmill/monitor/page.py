@@ -2,7 +2,7 @@
 
 The page fetches ``state.json`` every few seconds and draws it: progress and ETA, the fleet table with each
 server's pools, throughput and ETA over time as inline SVG plots, the doctor's verdicts, uploads, failures and the
-sample viewer. The run's metrics port serves it live (:mod:`tokenmill.run.exporter`), ``tokenmill serve`` for a
+sample viewer. The run's metrics port serves it live (:mod:`tokenmill.run.prometheus`), ``tokenmill serve`` for a
 finished run or a whole job at its prefix; both build the state here, from snapshots (no I/O).
 """
 
@@ -13,16 +13,8 @@ from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
 
-from tokenmill.monitor.snapshot import (
-    Diagnosis,
-    Snapshot,
-    binding_text,
-    expected_text,
-    time_scale_text,
-    truncation,
-    upload_text,
-    waste_text,
-)
+from tokenmill.monitor.lines import counts_text, expected_text, time_scale_text, truncation, upload_text, waste_text
+from tokenmill.monitor.snapshot import Diagnosis, Snapshot, binding_text
 
 TIMELINE_POINTS = 600  # points kept per series; past it every other point is dropped (older ones thinner)
 
@@ -118,5 +110,6 @@ def page_state(
     out["failures"] = {
         "failed": snap.failed, "retries": snap.retries, "skipped": snap.skipped, "abandoned": snap.abandoned,
         "waste": waste_text(snap), "last": snap.last_failure, "errors": dict(errors or {}),
+        "counts": counts_text(snap),
     }  # fmt: skip
     return out

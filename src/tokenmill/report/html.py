@@ -9,7 +9,7 @@ from html import escape
 from typing import TYPE_CHECKING, Any
 
 from tokenmill.fmt import UNKNOWN, duration, pct
-from tokenmill.monitor.snapshot import cut_text, expected_text, scaled, time_scale_text, upload_text, waste_text
+from tokenmill.monitor.lines import cut_text, expected_text, scaled, time_scale_text, upload_text, waste_text
 from tokenmill.report.data import RunData, VerdictSpan
 from tokenmill.sources.mapping import conversation_policy
 

@@ -9,8 +9,9 @@ The stages, in data-flow order:
   recorded: ``retries``; requests given up on read timeouts: ``abandon``); in-flight targets from the servers'
   metrics (``control``);
 - uploads too far behind pause generation (``backlog``); the housekeeping loop (``housekeeping``);
-- the watch (``watch``, ``progress``, ``exporter`` and the table of the numbers it serves, ``metrics``, the live
-  page's samples, ``viewer``, ``collector``, ``efficiency``, ``eta``);
+- the watch (``watch``, the frozen state it hands the tracker, ``watchstate``, ``progress``, the metrics port,
+  ``prometheus``, and the table of the numbers it serves, ``metrics``, the live page's samples, ``viewer``,
+  ``collector``, ``efficiency``, ``eta``);
 - the summary (``summary``).
 A run with its own fleet (``with_fleet``) and a job split over N clients (``partitions``) start from here too.
 """

@@ -1,8 +1,14 @@
 """The run's numbers as Prometheus sees them, one row each: name, type, help, labels and where the value comes from.
 
-The exporter (:mod:`tokenmill.run.exporter`) serves exactly these rows, and the Grafana board and the alert rules
+The exporter (:mod:`tokenmill.run.prometheus`) serves exactly these rows, and the Grafana board and the alert rules
 of ``observability/`` are generated from them (``scripts/gen_observability.py``; a test fails when a panel or a rule
 queries a name no row exports). A new number is one row here: its reader is a small function of the watched run.
+
+A run counter (a row with ``stat``: the name of a :class:`~tokenmill.run.work.DispatchStats` counter) is one row
+for everything that shows it: the tracker copies it into the snapshot (:func:`run_counters`; a counter without a
+field of its own goes to ``Snapshot.counts``), the event log's tick writes it (under ``client``, or
+``client.counts``), ``tokenmill status`` reads it back, the summary shows it under its ``summary`` label and the
+exporter serves it as ``NAME_total``.
 
 Names are Prometheus's: a counter row ``tokenmill_failures`` is scraped as ``tokenmill_failures_total``, a
 histogram as ``_bucket``, ``_sum`` and ``_count`` (:meth:`Metric.series`). A reader yields (label values, value)
@@ -19,19 +25,19 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 from tokenmill.monitor.snapshot import binding_verdict
 
 if TYPE_CHECKING:
-    from tokenmill.doctor.engine import DoctorState
-    from tokenmill.doctor.predict import Expected
     from tokenmill.monitor.client import ClientMetrics
-    from tokenmill.monitor.fleet import FleetMonitor
     from tokenmill.monitor.snapshot import Snapshot
     from tokenmill.run.dispatch import Dispatcher
+    from tokenmill.run.watchstate import WatchState
 
 Kind = Literal["counter", "gauge", "histogram"]
 Sample = tuple[tuple[str, ...], Any]  # label values, and a float (a Histogram for a histogram row)
 
 
 class Watched(Protocol):
-    """What the rows read of a watched run (:class:`tokenmill.run.watch.RunMonitor` is one)."""
+    """What the rows read of a watched run (:class:`tokenmill.run.watch.RunMonitor` is one): the dispatcher's and
+    the client's counters, the latest snapshot, what the run is, and the watch's own numbers only through its
+    frozen :meth:`state`."""
 
     @property
     def dispatcher(self) -> Dispatcher: ...
@@ -40,17 +46,8 @@ class Watched(Protocol):
     @property
     def last(self) -> Snapshot | None: ...
     @property
-    def cpu_share(self) -> float | None: ...
-    @property
-    def fleet(self) -> FleetMonitor: ...
-    @property
-    def doctor(self) -> DoctorState: ...
-    @property
-    def max_tokens(self) -> int: ...
-    @property
-    def expected(self) -> dict[str, Expected]: ...
-    @property
     def info(self) -> RunInfo: ...
+    def state(self) -> WatchState: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +73,8 @@ class Metric:
     read: Callable[[Watched], Iterable[Sample]]
     source: str  # where the value comes from, in words (docs/observability.md's table)
     tick: str | None = None  # the event log's name of the same number: a key of a tick's client, or servers[].key
+    stat: str | None = None  # a run counter: the dispatcher's counter (DispatchStats) it copies
+    summary: str | None = None  # a run counter's label in the summary table (None: not a row of its own there)
 
     def series(self) -> tuple[str, ...]:
         """The series names a scrape shows for this row."""
@@ -119,6 +118,12 @@ def _stat(attr: str) -> Callable[[Watched], Iterable[Sample]]:
     return lambda m: _one(getattr(m.dispatcher.stats, attr))
 
 
+def counter(name: str, help: str, stat: str, *, summary: str | None = None, tick: str | None = None) -> Metric:
+    """A run counter's row: the dispatcher's counter ``stat``, in the event log as ``tick`` (default: ``stat``)."""
+    return Metric(name, "counter", help, (), _stat(stat), "the dispatcher's counters", tick=tick or stat, stat=stat,
+                  summary=summary)  # fmt: skip
+
+
 def _server(attr: str) -> Callable[[Watched], Iterable[Sample]]:
     """A reader of the dispatcher's own numbers of each server (label ``server``)."""
     return lambda m: (((s.url,), float(getattr(s, attr))) for s in m.dispatcher.servers)
@@ -129,7 +134,7 @@ def _scraped(attr: str, sglang_absent: float | None = None) -> Callable[[Watched
     some counters only from their first event on: for a healthy SGLang server without one, ``sglang_absent``."""
 
     def read(m: Watched) -> Iterable[Sample]:
-        for v in m.fleet.views:
+        for v in m.state().views:
             value = (1.0 if v.healthy else 0.0) if attr == "healthy" else getattr(v, attr)
             if value is None and v.healthy and v.engine == "sglang":
                 value = sglang_absent
@@ -140,7 +145,7 @@ def _scraped(attr: str, sglang_absent: float | None = None) -> Callable[[Watched
 
 
 def _expected(attr: str) -> Callable[[Watched], Iterable[Sample]]:
-    return lambda m: (((url, e.gpu), float(getattr(e, attr))) for url, e in sorted(m.expected.items()))
+    return lambda m: (((url, e.gpu), float(getattr(e, attr))) for url, e in sorted(m.state().expected.items()))
 
 
 def _by(attr: str) -> Callable[[Watched], Iterable[Sample]]:
@@ -154,11 +159,11 @@ def _truncated(m: Watched) -> Iterable[Sample]:
 
 
 def _verdicts(m: Watched) -> Iterable[Sample]:
-    return (((v.rule,), 1.0) for v in m.doctor.shown)
+    return (((v.rule,), 1.0) for v in m.state().verdicts)
 
 
 def _binding(m: Watched) -> Iterable[Sample]:
-    top = binding_verdict(m.doctor.shown)
+    top = binding_verdict(m.state().verdicts)
     return () if top is None else [((top.binds, top.rule), 1.0)]
 
 
@@ -181,16 +186,13 @@ _RUN: tuple[Metric, ...] = (
            "the done set plus this run's completions and failures", tick="done"),
     Metric("tokenmill_eta_seconds", "gauge", "Estimated seconds to the end.", (), _snap("eta_s"),
            "run/eta.py: the measured rate, or the planner's at the fitted eta", tick="eta_s"),
-    Metric("tokenmill_failures", "counter", "Prompts recorded as failed (failed.jsonl) in this run.", (),
-           _stat("failed"), "the dispatcher's counters", tick="failed"),
-    Metric("tokenmill_retries", "counter", "Attempts that failed and were retried.", (), _stat("retries"),
-           "the dispatcher's counters", tick="retries"),
-    Metric("tokenmill_abandoned_requests", "counter",
-           "Requests given up on a read timeout while their server was overloaded (retried).", (),
-           _stat("abandoned"), "the dispatcher's counters", tick="abandoned"),
-    Metric("tokenmill_abandoned_output_tokens", "counter",
-           "Estimated output tokens of those requests (time spent x the per-request rate, at most max_tokens).",
-           (), _stat("abandoned_tokens"), "the dispatcher's counters", tick="abandoned_tokens"),
+    counter("tokenmill_failures", "Prompts recorded as failed (failed.jsonl) in this run.", "failed"),
+    counter("tokenmill_retries", "Attempts that failed and were retried.", "retries"),
+    counter("tokenmill_abandoned_requests",
+            "Requests given up on a read timeout while their server was overloaded (retried).", "abandoned"),
+    counter("tokenmill_abandoned_output_tokens",
+            "Estimated output tokens of those requests (time spent x the per-request rate, at most max_tokens).",
+            "abandoned_tokens"),
     Metric("tokenmill_request_errors", "counter", "Failed attempts by error type.", ("error",), _by("errors"),
            "the client's request observer"),
     Metric("tokenmill_finish_reasons", "counter", "Answers by finish reason.", ("reason",), _by("finish_reasons"),
@@ -199,13 +201,13 @@ _RUN: tuple[Metric, ...] = (
            "Share of this run's answers that hit max_tokens (finish reason length).", (), _truncated,
            "the client's request observer"),
     Metric("tokenmill_max_tokens", "gauge", "The job's sampling.max_tokens.", (),
-           lambda m: _one(m.max_tokens), "the job file", tick="max_tokens"),
+           lambda m: _one(m.state().max_tokens), "the job file", tick="max_tokens"),
     Metric("tokenmill_inflight_requests", "gauge", "Requests in flight over all servers.", (),
            lambda m: _one(m.dispatcher.inflight), "the dispatcher", tick="inflight"),
     Metric("tokenmill_client_cpu_ratio", "gauge", "Client process CPU, share of one core.", (),
-           lambda m: _one(m.cpu_share), "the process's CPU time", tick="cpu"),
+           lambda m: _one(m.state().cpu), "the process's CPU time", tick="cpu"),
     Metric("tokenmill_event_loop_lag_seconds", "gauge", "How late the monitor's timer fired.", (),
-           lambda m: _one(m.fleet.loop_lag_s), "the monitor's timer", tick="loop_lag_s"),
+           lambda m: _one(m.state().loop_lag_s), "the monitor's timer", tick="loop_lag_s"),
     Metric("tokenmill_generation_paused", "gauge", "1 while generation is paused (upload backlog).", (),
            lambda m: _one(bool(m.dispatcher.stats.held)), "run/backlog.py"),
     Metric("tokenmill_upload_pending_shards", "gauge", "Sealed shards waiting for upload.", (),
@@ -274,11 +276,26 @@ _SERVERS: tuple[Metric, ...] = (
 METRICS: tuple[Metric, ...] = _SERVERS + _RUN
 
 
+def rows() -> tuple[Metric, ...]:
+    """The table, as everything it drives reads it (at call time)."""
+    return METRICS
+
+
+def run_counters(stats: object) -> dict[str, Any]:
+    """The run counters of the table, read off the dispatcher's ``stats``, by their event-log names."""
+    return {m.tick or m.stat: getattr(stats, m.stat) for m in rows() if m.stat}
+
+
+def summary_counters() -> tuple[Metric, ...]:
+    """The run counters the summary shows as rows of their own: those with a ``summary`` label."""
+    return tuple(m for m in rows() if m.stat and m.summary)
+
+
 def exported_series() -> frozenset[str]:
     """Every series name a scrape of the exporter can show."""
-    return frozenset(s for m in METRICS for s in m.series())
+    return frozenset(s for m in rows() for s in m.series())
 
 
 def metric(name: str) -> Metric:
     """The row named ``name`` (KeyError for none)."""
-    return {m.name: m for m in METRICS}[name]
+    return {m.name: m for m in rows()}[name]

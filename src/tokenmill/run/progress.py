@@ -1,9 +1,10 @@
-"""Progress of a run: the :class:`Tracker` turns the dispatcher's counters and the monitor's views into one
+"""Progress of a run: the :class:`Tracker` turns the dispatcher's counters and the watch's frozen state into one
 :class:`~tokenmill.monitor.snapshot.Snapshot` per tick (client counters, windowed rates, the ETA of
 :mod:`tokenmill.run.eta` and, when the fleet is watched, each server's scraped numbers and the doctor's
 verdicts); the :class:`Display` shows it as a live ``rich`` dashboard on a terminal and as status lines elsewhere.
 
-Everything here reads counters the dispatcher and the monitor keep; nothing here is on the request path.
+Watching flows one way: the monitor hands a :class:`~tokenmill.run.watchstate.WatchState` (``RunMonitor.state``)
+and the tracker reads nothing else of it. Nothing here is on the request path.
 """
 
 from __future__ import annotations
@@ -12,7 +13,8 @@ import logging
 import sys
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from dataclasses import fields
+from typing import Any
 
 from rich.console import Console
 from rich.live import Live
@@ -20,14 +22,15 @@ from rich.logging import RichHandler
 
 from tokenmill.config import MonitorSpec
 from tokenmill.monitor.dashboard import render
-from tokenmill.monitor.snapshot import ServerRow, Snapshot, status_line
+from tokenmill.monitor.lines import status_line
+from tokenmill.monitor.snapshot import ServerRow, Snapshot
 from tokenmill.monitor.stats import History, Window
 from tokenmill.run.dispatch import Dispatcher
 from tokenmill.run.eta import Eta, EtaRule, in_flight_s
+from tokenmill.run.metrics import run_counters
+from tokenmill.run.watchstate import UNWATCHED, WatchState
+from tokenmill.run.work import DispatchStats
 from tokenmill.storage.upload import UploadStatus
-
-if TYPE_CHECKING:
-    from tokenmill.run.watch import RunMonitor
 
 log = logging.getLogger(__name__)
 
@@ -38,20 +41,19 @@ _DEFAULTS = MonitorSpec()  # where the defaults below come from
 
 
 class Tracker:
-    """Samples the dispatcher's counters (and the monitor's views) and derives rates and the ETA."""
+    """Samples the dispatcher's counters and derives rates and the ETA; the watch's numbers come in as a frozen
+    :class:`~tokenmill.run.watchstate.WatchState` with each :meth:`snapshot`."""
 
     def __init__(
         self,
         dispatcher: Dispatcher,
         clock: Callable[[], float] = time.monotonic,
-        monitor: RunMonitor | None = None,
         history_points: int = _DEFAULTS.history_points,
         history_every_s: float = _DEFAULTS.scrape_interval_s,
         rate_window_s: float = _DEFAULTS.rate_window_s,
     ) -> None:
         self.d = dispatcher
         self.clock = clock
-        self.monitor = monitor
         self.started = clock()
         self.total: int | None = None
         self.done_before = 0
@@ -69,12 +71,13 @@ class Tracker:
         self._eta_rule = EtaRule(self._comp.span_s, self.started)
         self._sent = (0, self.started)  # the dispatcher's requests started, and when that count last grew
 
-    def snapshot(self) -> Snapshot:
+    def snapshot(self, watch: WatchState = UNWATCHED) -> Snapshot:
+        """The tick's snapshot: the dispatcher's counters now, and ``watch``, what the monitor handed over."""
         now = self.clock()
         st = self.d.stats
         self._comp.add(now, st.completed + st.failed)
         self._tok.add(now, st.completion_tokens)
-        rows = self._rows(now)
+        rows = self._rows(now, watch)
         done = self.done_before + st.completed + st.failed
         comp_s = self._comp.rate()
         rates = [r.decode_tok_s for r in rows if r.decode_tok_s is not None]
@@ -83,51 +86,35 @@ class Tracker:
         if now >= self._next_history:
             self._next_history = now + self._history_every
             self._history.add(decode_tok_s if decode_tok_s is not None else client_tok_s)
-        mon = self.monitor
-        up = self.upload() if self.upload is not None else None  # the uploader's status (set by the runner)
         return Snapshot(
             elapsed_s=now - self.started,
             done=done,
             total=self.total,
             completed=st.completed,
-            failed=st.failed,
             skipped=self.skipped,
-            retries=st.retries,
             inflight=self.d.inflight,
             comp_s=comp_s,
             client_tok_s=client_tok_s,
-            eta_s=self._eta(now, done, comp_s).seconds,
+            eta_s=self._eta(now, done, comp_s, watch).seconds,
             servers=rows,
             waiting=st.waiting_since is not None,
             last_failure=st.recent_failures[-1] if st.recent_failures else None,
             decode_tok_s=decode_tok_s,
             history=tuple(self._history.values),
-            verdicts=tuple(mon.doctor.shown) if mon is not None else (),
-            binding=mon.binding if mon is not None else None,
-            cpu=mon.cpu_share if mon is not None else None,
-            loop_lag_s=mon.fleet.loop_lag_s if mon is not None else None,
             prompt_tokens=st.prompt_tokens,
             client_tokens=st.completion_tokens,
             limit=sum(s.limit for s in self.d.servers),
-            autotune=mon.tuner.status() if mon is not None and mon.tuner is not None else None,
-            answers=mon.client.answers if mon is not None else 0,
-            truncated=mon.client.truncated if mon is not None else 0,
-            max_tokens=mon.max_tokens if mon is not None else None,
             rows_read=self.rows_read,
             multi_turn_rows=self.multi_turn,
-            conversation_turns=mon.conversation_turns if mon is not None else None,
-            abandoned=st.abandoned,
-            abandoned_tokens=st.abandoned_tokens,
             outlived=st.outlived,
             repeatedly_abandoned=st.repeatedly_abandoned,
             held=st.held,
-            upload_pending=up.pending if up is not None else None,
-            upload_pending_bytes=up.pending_bytes if up is not None else 0,
-            upload_oldest_s=up.oldest_pending_s if up is not None else None,
-            upload_error=(up.last_error or "failing") if up is not None and up.failing else None,
+            **_counters(st),
+            **_watched(watch),
+            **_uploads(self.upload() if self.upload is not None else None),  # the uploader's (set by the runner)
         )
 
-    def _eta(self, now: float, done: int, comp_s: float) -> Eta:
+    def _eta(self, now: float, done: int, comp_s: float, watch: WatchState) -> Eta:
         """The ETA by :class:`~tokenmill.run.eta.EtaRule`: measured, or planned at the fitted eta while the measured
         rate is not yet founded, and never less than the requests in flight need."""
         started = self.d.stats.started
@@ -137,18 +124,13 @@ class Tracker:
             return Eta()
         remaining = max(0, self.total - done - self.skipped)
         usable = frozenset(s.url for s in self.d.servers if s.usable and not s.draining)
-        mon = self.monitor
-        planned = mon.planned if mon is not None else {}
-        mean_output = mon.client.avg_output_tokens if mon is not None else None
         answered = sum(s.completed for s in self.d.servers)
         latency = sum(s.latency_s for s in self.d.servers) / answered if answered else None
         flight = in_flight_s(remaining, self.d.inflight, comp_s, latency, now - self._sent[1])
-        return self._eta_rule.estimate(now, remaining, comp_s, usable, planned, mean_output, flight)
+        return self._eta_rule.estimate(now, remaining, comp_s, usable, watch.planned, watch.mean_output, flight)
 
-    def _rows(self, now: float) -> list[ServerRow]:
+    def _rows(self, now: float, watch: WatchState) -> list[ServerRow]:
         """One row per server: the client's counters, and the monitor's scrape and the planner's expectation."""
-        mon = self.monitor
-        views = {v.url: v for v in mon.fleet.views} if mon is not None else {}
         rows = []
         for s in self.d.servers:
             w = self._per_server.setdefault(s.url, Window(self._rate_window_s))
@@ -168,30 +150,82 @@ class Tracker:
                 abandoned_tokens=s.abandoned_tokens,
                 read_timeout_s=s.read_timeout_s,
             )
-            v = views.get(s.url)
-            if v is not None and v.scrapes:
-                row.healthy = v.healthy
-                row.running, row.max_running, row.queued = v.running, v.max_running, v.queued
-                row.kv_usage, row.state_usage = v.kv_usage, v.state_usage
-                row.decode_tok_s, row.prompt_tok_s = v.decode_tok_s, v.prompt_tok_s
-                row.gpus, row.decoded_tokens = v.gpus, v.decoded_tokens
-                row.time_scale = v.info.time_scale if v.info is not None else None
-                row.missed_scrapes = v.missed_scrapes
-            exp = mon.expected.get(s.url) if mon is not None else None
-            if exp is not None:
-                row.expected_tok_s, row.ceiling_tok_s, row.gpu = exp.tok_s, exp.ceiling_tok_s, exp.gpu
-            other = mon.compared.get(s.url) if mon is not None else None
-            if other is not None:
-                row.compare_tok_s, row.compare_gpu = other.tok_s, other.gpu
+            _add_watched(row, watch)
             rows.append(row)
         return rows
 
 
-class Display:
-    """Live dashboard on a terminal, else a status line every ``interval_s``; ``tick()`` runs about once a second."""
+_OWN = frozenset(f.name for f in fields(Snapshot))  # the snapshot's own fields
 
-    def __init__(self, tracker: Tracker, interval_s: float, live: bool | None = None, console: Console | None = None):
+
+def _counters(stats: DispatchStats) -> dict[str, Any]:
+    """The table's run counters (:func:`~tokenmill.run.metrics.run_counters`): into the snapshot's field of the same
+    name, or its ``counts``."""
+    counted = run_counters(stats)
+    own = {k: v for k, v in counted.items() if k in _OWN}
+    return {**own, "counts": {k: float(v) for k, v in counted.items() if k not in _OWN}}
+
+
+def _watched(watch: WatchState) -> dict[str, Any]:
+    """The snapshot's fields that come from the watch as they are."""
+    return {
+        "verdicts": watch.verdicts,
+        "binding": watch.binding,
+        "cpu": watch.cpu,
+        "loop_lag_s": watch.loop_lag_s,
+        "autotune": watch.autotune,
+        "answers": watch.answers,
+        "truncated": watch.truncated,
+        "max_tokens": watch.max_tokens,
+        "conversation_turns": watch.conversation_turns,
+    }
+
+
+def _uploads(up: UploadStatus | None) -> dict[str, Any]:
+    """The snapshot's upload fields (a run without ``output.remote`` has no uploader: ``upload_pending`` None)."""
+    if up is None:
+        return {}
+    return {
+        "upload_pending": up.pending,
+        "upload_pending_bytes": up.pending_bytes,
+        "upload_oldest_s": up.oldest_pending_s,
+        "upload_error": (up.last_error or "failing") if up.failing else None,
+    }
+
+
+def _add_watched(row: ServerRow, watch: WatchState) -> None:
+    """A server's scraped numbers and the planner's expectation of it, onto its row."""
+    v = watch.view(row.url)
+    if v is not None:
+        row.healthy = v.healthy
+        row.running, row.max_running, row.queued = v.running, v.max_running, v.queued
+        row.kv_usage, row.state_usage = v.kv_usage, v.state_usage
+        row.decode_tok_s, row.prompt_tok_s = v.decode_tok_s, v.prompt_tok_s
+        row.gpus, row.decoded_tokens = v.gpus, v.decoded_tokens
+        row.time_scale = v.info.time_scale if v.info is not None else None
+        row.missed_scrapes = v.missed_scrapes
+    exp = watch.expected.get(row.url)
+    if exp is not None:
+        row.expected_tok_s, row.ceiling_tok_s, row.gpu = exp.tok_s, exp.ceiling_tok_s, exp.gpu
+    other = watch.compared.get(row.url)
+    if other is not None:
+        row.compare_tok_s, row.compare_gpu = other.tok_s, other.gpu
+
+
+class Display:
+    """Live dashboard on a terminal, else a status line every ``interval_s``; ``tick()`` runs about once a second.
+    ``watch`` hands over the monitor's state for each tick (``RunMonitor.state``; none: an unwatched run)."""
+
+    def __init__(
+        self,
+        tracker: Tracker,
+        interval_s: float,
+        live: bool | None = None,
+        console: Console | None = None,
+        watch: Callable[[], WatchState] | None = None,
+    ) -> None:
         self.tracker = tracker
+        self.watch = watch or (lambda: UNWATCHED)
         self.interval_s = interval_s
         self.console = console or Console(stderr=True)
         self.live_mode = self.console.is_terminal if live is None else live
@@ -215,7 +249,7 @@ class Display:
         self._live.update(render(snap))
 
     def tick(self) -> Snapshot:
-        snap = self.tracker.snapshot()
+        snap = self.tracker.snapshot(self.watch())
         if self._live is not None:
             self._render(snap)
         elif snap.elapsed_s - self._last_line >= self.interval_s:
@@ -226,7 +260,7 @@ class Display:
     def stop(self) -> Snapshot:
         """The last frame, or off a terminal the last status line (a run shorter than ``interval_s`` still gets
         one with its final counts)."""
-        snap = self.tracker.snapshot()
+        snap = self.tracker.snapshot(self.watch())
         if self._live is None and snap.elapsed_s > self._last_line:
             self._last_line = snap.elapsed_s
             print(status_line(snap), file=sys.stderr, flush=True)

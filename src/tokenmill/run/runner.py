@@ -362,12 +362,11 @@ async def _start_watch(
     tracker = Tracker(
         dispatcher,
         clock=run.clock,
-        monitor=monitor,
         history_points=job.monitor.history_points,
         history_every_s=job.monitor.scrape_interval_s,
     )
     tracker.done_before = sum(run.before)
-    display = Display(tracker, job.status_interval_s, live=live)
+    display = Display(tracker, job.status_interval_s, live=live, watch=monitor.state)
 
     async def stop_monitor() -> None:
         assert run.final is not None

@@ -15,16 +15,10 @@ from pathlib import Path
 import orjson
 
 from tokenmill.fmt import duration
-from tokenmill.monitor.snapshot import (
-    Snapshot,
-    binding_verdict,
-    cut_text,
-    expected_text,
-    scaled,
-    time_scale_text,
-    upload_text,
-)
+from tokenmill.monitor.lines import cut_text, expected_text, scaled, time_scale_text, upload_text
+from tokenmill.monitor.snapshot import Snapshot, binding_verdict
 from tokenmill.output import layout
+from tokenmill.run.metrics import summary_counters
 from tokenmill.sources.mapping import conversation_policy
 
 log = logging.getLogger(__name__)
@@ -88,6 +82,7 @@ class Summary:
     upload: str | None = None  # the upload backlog (shards waiting, the oldest, the store's error); None: none
     held: str | None = None  # why generation is paused
     time_scale: str | None = None  # time-scaled twins: the rates (the client's too) are on their clock
+    counts: dict[str, float] = field(default_factory=dict)  # the metric table's run counters with a summary label
 
     @property
     def truncated_share(self) -> float | None:
@@ -100,18 +95,7 @@ class Summary:
         """The summary of the run ``snap`` shows; ``recorded`` is (completed, failed) recorded in the output
         directory, all runs together; ``state`` says where the run stands (``finished`` for a complete one)."""
         elapsed = max(snap.elapsed_s, 1e-9)
-        servers = [
-            ServerSummary(
-                r.url,
-                r.completed,
-                r.errors,
-                r.client_tokens,
-                r.client_tokens / elapsed,
-                decode_tok_s=r.decoded_tokens / elapsed if r.healthy is not None else None,
-                gpus=r.gpus,
-            )
-            for r in snap.servers
-        ]
+        servers = _servers(snap)
         decoded = [s.decode_tok_s for s in servers if s.decode_tok_s is not None]
         gpus = sum(s.gpus for s in servers)
         fleet = sum(decoded) if decoded else None
@@ -160,6 +144,7 @@ class Summary:
             read_timeouts=[f"{r.url}: {r.read_timeout_s:,.0f} s" for r in snap.servers if r.read_timeout_s],
             upload=upload_text(snap) or None,
             held=snap.held,
+            counts={m.tick or "": snap.counts.get(m.tick or "", 0.0) for m in summary_counters()},
         )
 
     def _multi_turn(self) -> str:
@@ -169,6 +154,10 @@ class Summary:
         if not self.multi_turn_rows or self.conversation_turns is None:
             return counted
         return f"{counted}: {conversation_policy(self.conversation_turns)}"
+
+    def _counted(self) -> list[tuple[str, str]]:
+        """A row per run counter of the metric table that has a summary label (:data:`Summary.counts`)."""
+        return [(m.summary or "", f"{self.counts.get(m.tick or '', 0.0):,.0f}") for m in summary_counters()]
 
     def _binding(self) -> str:
         if not self.binding:
@@ -211,6 +200,7 @@ class Summary:
             ("skipped bad rows", f"{self.skipped:,}"),
             ("completed this run", f"{self.completed_this_run:,}"),
             ("retries this run", f"{self.retries:,}"),
+            *self._counted(),
             ("elapsed", timing),
             ("servers", f"{len(self.servers)} ({self.usable_servers} usable), {self.gpus or len(self.servers)} GPUs"),
             ("decode tok/s (servers, aggregate)", scaled(fleet, self.time_scale)),
@@ -249,6 +239,23 @@ class Summary:
                 "`tokenmill retry-failed JOB.yaml` re-queues them.",
             ]
         return "\n".join(lines) + "\n"
+
+
+def _servers(snap: Snapshot) -> list[ServerSummary]:
+    """Each server's numbers over the run (its decode rate from its own counters, when it was scraped)."""
+    elapsed = max(snap.elapsed_s, 1e-9)
+    return [
+        ServerSummary(
+            r.url,
+            r.completed,
+            r.errors,
+            r.client_tokens,
+            r.client_tokens / elapsed,
+            decode_tok_s=r.decoded_tokens / elapsed if r.healthy is not None else None,
+            gpus=r.gpus,
+        )
+        for r in snap.servers
+    ]
 
 
 def write_summary(out: Path, summary: Summary) -> None:

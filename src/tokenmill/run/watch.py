@@ -31,8 +31,9 @@ from tokenmill.monitor.stats import CpuMeter, GaugeWindow
 from tokenmill.planner.run_files import sends_ignore_eos
 from tokenmill.run.control import queue_for
 from tokenmill.run.efficiency import EtaFit
-from tokenmill.run.exporter import Exporter
 from tokenmill.run.metrics import RunInfo
+from tokenmill.run.prometheus import Exporter
+from tokenmill.run.watchstate import WatchState, frozen_map
 
 if TYPE_CHECKING:
     from tokenmill.autotune.loop import Autotuner
@@ -63,10 +64,10 @@ def tick_record(
     return record
 
 
-def _fleet_monitor(
+def _fleet(
     urls: list[str], spec: MonitorSpec, headers: Mapping[str, str] | None, clock: Callable[[], float]
 ) -> FleetMonitor:
-    """The scrapes of the run's servers, as ``monitor`` says (``headers``: the API key's)."""
+    """The run's scrapes of its servers, as ``monitor`` says (with the API key's headers)."""
     return FleetMonitor(
         urls,
         interval_s=spec.scrape_interval_s,
@@ -106,7 +107,7 @@ class RunMonitor:
         urls = [s.url for s in dispatcher.servers]
         self.client = ClientMetrics(urls)
         dispatcher.observer = self.client.observe
-        self.fleet = _fleet_monitor(urls, spec, headers, clock)
+        self.fleet = _fleet(urls, spec, headers, clock)
         self.doctor = DoctorState(spec.doctor.confirm_rounds)
         # planned for the job's requests: the observation's ClientObs carries their max_tokens and ignore_eos
         self.predictor = self._predictor(spec.gpu)
@@ -327,6 +328,25 @@ class RunMonitor:
             return None
         rule = max(self._shown_s, key=lambda r: self._shown_s[r])
         return self._binds[rule]
+
+    def state(self) -> WatchState:
+        """What the tracker reads of the watch now, copied into a value that later rounds do not change."""
+        return WatchState(
+            views=tuple(self.fleet.views),
+            verdicts=tuple(self.doctor.shown),
+            binding=self.binding,
+            cpu=self.cpu_share,
+            loop_lag_s=self.fleet.loop_lag_s,
+            autotune=self.tuner.status() if self.tuner is not None else None,
+            answers=self.client.answers,
+            truncated=self.client.truncated,
+            mean_output=self.client.avg_output_tokens,
+            max_tokens=self.max_tokens,
+            conversation_turns=self.conversation_turns,
+            planned=frozen_map(self.planned),
+            expected=frozen_map(self.expected),
+            compared=frozen_map(self.compared),
+        )
 
     def _verdicts_changed(self, shown: list[Verdict]) -> None:
         self.events.write("verdicts", verdicts=[v.as_dict() for v in shown])

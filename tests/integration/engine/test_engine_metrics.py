@@ -11,7 +11,7 @@ import aiohttp
 import pytest
 
 from tests.engines.pool import LiveServer as EngineServer
-from tests.waiting import wait_for_async
+from tests.helpers.waiting import wait_for_async
 from tokenmill.monitor.scrape import ServerSnapshot, rates, scrape
 
 pytestmark = pytest.mark.engine

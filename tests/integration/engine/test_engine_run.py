@@ -18,7 +18,7 @@ from tokenizers import Tokenizer
 
 from tests.engines.pool import LiveServer as EngineServer
 from tests.engines.vllm import decodes_to
-from tests.waiting import wait_for_async
+from tests.helpers.waiting import wait_for_async
 from tokenmill.monitor.scrape import ServerSnapshot, scrape
 
 pytestmark = pytest.mark.engine

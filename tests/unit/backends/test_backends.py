@@ -22,7 +22,7 @@ def options(**kw: Any) -> BackendOptions:
     return BackendOptions(**base)
 
 
-CHAT_OK = {
+CHAT_OK: dict[str, Any] = {
     "choices": [
         {"message": {"role": "assistant", "content": "hi", "reasoning_content": "why"}, "finish_reason": "stop"}
     ],

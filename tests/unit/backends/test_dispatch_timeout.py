@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator
 import orjson
 from aiohttp import web
 
-from tests import factories
+from tests.helpers import factories
 from tokenmill.backends import BackendOptions, make_backend
 from tokenmill.config import RetrySpec, SamplingSpec
 from tokenmill.records import Completion, Failure, Prompt

@@ -38,7 +38,10 @@ def _save_tokenizer(directory: Path, chat_template: str | None) -> Path:
         vocab_size=400, special_tokens=SPECIALS, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
     )
     bpe.train_from_iterator(CORPUS, trainer)
-    fast = PreTrainedTokenizerFast(tokenizer_object=bpe, eos_token="<|im_end|>", pad_token="<|endoftext|>")
+    # transformers leaves the tokenizer's __init__ unannotated
+    fast = PreTrainedTokenizerFast(  # type: ignore[no-untyped-call]
+        tokenizer_object=bpe, eos_token="<|im_end|>", pad_token="<|endoftext|>"
+    )
     if chat_template is not None:
         fast.chat_template = chat_template
     fast.save_pretrained(str(directory))
@@ -67,6 +70,7 @@ def test_encode_maps_special_tokens_to_single_ids_and_round_trips(chatml_dir: Pa
     assert all(isinstance(i, int) for i in ids)
     raw = Tokenizer.from_file(str(chatml_dir / "tokenizer.json"))
     start, end = raw.token_to_id("<|im_start|>"), raw.token_to_id("<|im_end|>")
+    assert start is not None and end is not None
     assert ids[0] == start and ids.count(start) == 2 and ids.count(end) == 1  # added once each, not as text
     assert raw.decode(ids, skip_special_tokens=False) == text
 

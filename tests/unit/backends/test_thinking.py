@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from tokenmill.backends import BackendOptions, make_backend
-from tokenmill.backends.thinking import ThinkingProbe, judge, where_reasoning
+from tokenmill.backends.thinking import ThinkingProbe, Where, judge, where_reasoning
 from tokenmill.cli.export import export_cmd
 from tokenmill.cli.inspect import inspect_cmd
 from tokenmill.cli.regenerate import regenerate
@@ -20,8 +20,8 @@ from tokenmill.config import FleetSpec, JobSpec, SamplingSpec
 from tokenmill.errors import ConfigError
 from tokenmill.export import DROP_REASONS
 from tokenmill.fleet.template import Slot, render
-from tokenmill.quality.registry import SELECTORS
-from tokenmill.quality.signals import FLAGS, signals
+from tokenmill.quality.registry import FLAGS, SELECTORS
+from tokenmill.quality.signals import signals
 from tokenmill.records import Generation, Prompt
 from tokenmill.sim import api
 from tokenmill.sim.text import THINK_CLOSE_ID, THINK_OPEN_ID, plan_output
@@ -90,7 +90,7 @@ def test_a_share_is_a_stable_hash_of_the_id_near_the_share_and_apart_from_the_pa
         mine = [
             i for i in ids if int.from_bytes(hashlib.blake2b(i.encode(), digest_size=8).digest(), "big") % 2 == part
         ]
-        assert 0.27 < sum(thinking_for(0.3, i) for i in mine) / len(mine) < 0.33
+        assert 0.27 < sum(thinking_for(0.3, i) is True for i in mine) / len(mine) < 0.33
     assert thinking_for("on", "x") is True and thinking_for("off", "x") is False and thinking_for(None, "x") is None
 
 
@@ -171,7 +171,7 @@ def test_the_probe_with_thinking_unset_catches_a_model_that_thinks_inline_by_def
 
 
 @pytest.mark.parametrize("where", ["inline", "separate"])
-def test_the_probe_with_thinking_off_stops_a_model_that_thinks_anyway(where: str) -> None:
+def test_the_probe_with_thinking_off_stops_a_model_that_thinks_anyway(where: Where) -> None:
     with pytest.raises(ConfigError, match="thinking: off, but http://s:1 thought anyway") as caught:
         judge(ThinkingProbe("http://s:1", where, "<think> so", 9, False), "openai-chat", inline_ok=True)
     assert "enable_thinking" in str(caught.value) and "set thinking: on" in str(caught.value)

@@ -160,7 +160,8 @@ def test_dataset_lengths_counted_with_a_tokenizer(tmp_path: Path) -> None:
 
     words = Tokenizer(models.WordLevel({"[UNK]": 0, "user": 1, ":": 2, "hello": 3, "world": 4}, unk_token="[UNK]"))
     words.pre_tokenizer = pre_tokenizers.Whitespace()
-    fast = PreTrainedTokenizerFast(tokenizer_object=words, unk_token="[UNK]")
+    # transformers leaves the tokenizer's __init__ unannotated
+    fast = PreTrainedTokenizerFast(tokenizer_object=words, unk_token="[UNK]")  # type: ignore[no-untyped-call]
     fast.chat_template = "{% for m in messages %}{{ m['role'] }} : {{ m['content'] }} {% endfor %}"
     fast.save_pretrained(str(tmp_path / "tok"))
     data = tmp_path / "chat.jsonl"

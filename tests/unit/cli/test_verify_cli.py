@@ -9,7 +9,7 @@ import orjson
 import pytest
 from click.testing import CliRunner
 
-from tests import factories
+from tests.helpers import factories
 from tokenmill.cli import cli, main
 from tokenmill.output import OutputDir
 from tokenmill.records import Completion

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from tests.unit.doctor.test_doctor_rules import observe
+from tests.helpers.doctor import observe
 from tokenmill.config import DoctorSpec
 from tokenmill.doctor import DoctorState, Verdict, binding, diagnose, format_verdict, format_verdicts
 from tokenmill.doctor.advice import set_flag, slots_per_request

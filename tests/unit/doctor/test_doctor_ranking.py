@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.stage import Load, Stage, fleet, stage
-from tests.unit.run.test_dispatch import prompts
-from tests.unit.run.test_watch import dispatcher, job
+from tests.helpers.dispatch import prompts
+from tests.helpers.stage import Load, Stage, fleet, stage
+from tests.helpers.watch import dispatcher, job
 from tokenmill.config import DoctorSpec
 from tokenmill.doctor import DoctorState, Observation, PlannerPredictor, Verdict, diagnose, format_verdicts
 from tokenmill.doctor.engine import headline, touches_state
@@ -190,17 +190,17 @@ async def test_status_mid_run_shows_each_servers_output_tokens(tmp_path: Path) -
     (tmp_path / "out" / "job.json").write_text("{}")
     d = dispatcher(spec)
     mon = RunMonitor(spec, d, tmp_path / "out", "run1")
-    tracker = Tracker(d, monitor=mon)
+    tracker = Tracker(d)
     await mon.start(total=40, done_before=0)
     assert await d.run(prompts(12))  # the first 12 of 40: the run goes on
     tracker.total = 40
-    mon.tick(tracker.snapshot())
+    mon.tick(tracker.snapshot(mon.state()))
     st = read_status(tmp_path / "out")
     assert st.state == "running"
     (server,) = st.summary.servers
     assert server.client_tokens == 60 and server.completed == 12  # 5 output tokens each
     assert "| http://127.0.0.1:9 | 12 | 0 | 60 |" in st.summary.markdown()
-    await mon.stop(tracker.snapshot(), finished=False)
+    await mon.stop(tracker.snapshot(mon.state()), finished=False)
 
 
 def _views(decode: float, prompt: float) -> list[ServerView]:
@@ -227,18 +227,18 @@ def test_the_fleets_decode_total_drops_a_dead_server_at_once(tmp_path: Path) -> 
     servers = fleet(2, MODEL, GPU, "", Load(1024, 1024, 32))
     spec = job(tmp_path).model_copy(update={"servers": [s.url for s in servers]})
     mon = RunMonitor(spec, dispatcher(spec), tmp_path, "run1")
-    tracker = Tracker(mon.dispatcher, monitor=mon)
+    tracker = Tracker(mon.dispatcher)
     for t in range(0, 91, 3):
         for s in servers:
             s.run_until(float(t))
             mon.fleet.ingest(s.url, s.scrape(), s.info)
-    both = tracker.snapshot().decode_tok_s
+    both = tracker.snapshot(mon.state()).decode_tok_s
     servers[1].up = False
     servers[0].run_until(93.0)
     servers[1].now = 93.0
     for s in servers:
         mon.fleet.ingest(s.url, s.scrape(), s.info)
-    snap = tracker.snapshot()
+    snap = tracker.snapshot(mon.state())
     live = snap.servers[0].decode_tok_s
     assert both is not None and live is not None and live > 0.3 * both
     assert snap.servers[1].decode_tok_s == 0.0 and snap.decode_tok_s == live

@@ -8,7 +8,8 @@ from tokenmill.doctor.model import ClientObs, ServerObs
 from tokenmill.doctor.predict import IDEAL, PlannerPredictor
 from tokenmill.monitor.fleet import ServerView
 from tokenmill.monitor.info import ServerInfo, parse_server_info
-from tokenmill.monitor.snapshot import ServerRow, Snapshot, expected_text, status_line
+from tokenmill.monitor.lines import expected_text, status_line
+from tokenmill.monitor.snapshot import ServerRow, Snapshot
 from tokenmill.planner import GpuCatalog, Workload, load_model, parse_flags, plan
 from tokenmill.run.summary import Summary
 

@@ -4,7 +4,7 @@ decided on; and a change is proposed only with the evidence it rests on."""
 
 from __future__ import annotations
 
-from tests.unit.doctor.test_doctor_rules import URL, evidence, observe, verdicts
+from tests.helpers.doctor import URL, evidence, observe, verdicts
 from tokenmill.config import DoctorSpec
 from tokenmill.doctor import ClientObs, ClientSide, Observation, ServerObs, diagnose, format_verdicts
 from tokenmill.monitor.fleet import ServerView
@@ -105,7 +105,7 @@ def test_no_concurrency_is_proposed_when_the_clients_side_is_unknown() -> None:
 def test_kv_admission_proposes_a_max_tokens_near_the_answers_first() -> None:
     """The recorded server (4 of 64 run, 8 wait, KV 5-46 %): the answers seen (median 200, p90 400 of a limit of
     1,984) fit a limit of 1,024 that cuts about 1 % of them; that comes before more KV memory and the fp8 KV."""
-    process = {"max_tokens": 1984, "avg_prompt_tokens": 60, "ignore_eos": True}
+    process: dict[str, object] = {"max_tokens": 1984, "avg_prompt_tokens": 60, "ignore_eos": True}
     process |= {"completed_p50": 200.0, "completed_p90": 400.0}
     v = verdicts(observe("kv_bound", process=process))["kv-bound"]
     assert v.changes == ("--max-tokens 1024", "--max-total-tokens 16384", "--kv-cache-dtype fp8_e4m3")

@@ -8,13 +8,19 @@ from dataclasses import replace
 
 import pytest
 
-from tests.unit.doctor.test_doctor_rules import observe, verdicts
+from tests.helpers.doctor import observe, verdicts
 from tokenmill.config import AutotuneSpec
 from tokenmill.config.fleet import TUNABLE_FLAGS
 from tokenmill.doctor import format_verdicts
 from tokenmill.doctor.outputs import EFFECTS, HEADER, WARNING, changes_outputs, flags_of
 
-FIXTURES = ("state_bound_no_buffer", "state_bound_extra_buffer", "state_pool_full", "kv_bound", "retractions")
+FIXTURES: tuple[str, ...] = (
+    "state_bound_no_buffer",
+    "state_bound_extra_buffer",
+    "state_pool_full",
+    "kv_bound",
+    "retractions",
+)
 FIXTURES += ("scheduler_conservative", "compute_bound", "prefill_heavy", "underfeeding")
 
 

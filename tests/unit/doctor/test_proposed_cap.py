@@ -10,7 +10,7 @@ runs out and SGLang retracts.
 
 from __future__ import annotations
 
-from tests.stage import Load, Stage, StagedServer, fleet, stage
+from tests.helpers.stage import Load, Stage, StagedServer, fleet, stage
 from tokenmill.config import DoctorSpec
 from tokenmill.doctor import PlannerPredictor, diagnose
 from tokenmill.doctor.engine import headline

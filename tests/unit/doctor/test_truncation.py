@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import random
+from typing import Any
 
 import pytest
 
@@ -13,7 +14,8 @@ from tokenmill.doctor import ClientObs, Observation, diagnose
 from tokenmill.doctor.advice import suggested_max_tokens
 from tokenmill.histogram import Histogram
 from tokenmill.monitor.client import OUTPUT_LEN_BUCKETS, ClientMetrics
-from tokenmill.monitor.snapshot import Snapshot, status_line
+from tokenmill.monitor.lines import status_line
+from tokenmill.monitor.snapshot import Snapshot
 from tokenmill.planner.plan import Workload, train_cut
 from tokenmill.quality.corpus import inspect_records
 from tokenmill.records import RequestOutcome
@@ -131,7 +133,7 @@ def _record(rid: str, prompt: int, completion: int, turns: list[tuple[int, int]]
 
 
 def test_inspect_counts_what_a_train_max_length_cuts() -> None:
-    records = [
+    records: list[dict[str, Any]] = [
         _record("a", 100, 900),  # 1,000: fits
         _record("b", 500, 3500),  # 4,000: 2,000 past 2,000
         # a conversation: the last turn's prompt holds every earlier turn and answer, 1,200 + 300 = 1,500

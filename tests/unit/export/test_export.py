@@ -9,6 +9,7 @@ import orjson
 import pyarrow.parquet as pq
 import pytest
 
+from tests.helpers.export import specforge_valid
 from tokenmill.errors import ConfigError
 from tokenmill.export import ExportOptions, export
 from tokenmill.export.conversation import conversation
@@ -62,18 +63,6 @@ def out(tmp_path: Path) -> Path:
     od.fail(Failure("f", "x", "PermanentError", "HTTP 400: too long", 400, "http://s", 1, 1.0))
     od.close(seal=False)  # leave an open shard: its whole lines are exported too
     return root
-
-
-def specforge_valid(convo: list[dict[str, Any]]) -> bool:
-    """SpecForge's conversation rules: non-empty string contents, leading system turns, then user/assistant
-    strictly alternating, starting with user."""
-    if not convo or any(not isinstance(m.get("content"), str) or not m["content"] for m in convo):
-        return False
-    i = 0
-    while i < len(convo) and convo[i]["role"] == "system":
-        i += 1
-    rest = [m["role"] for m in convo[i:]]
-    return bool(rest) and all(r == ("user" if k % 2 == 0 else "assistant") for k, r in enumerate(rest))
 
 
 def rows(path: Path) -> dict[str, dict[str, Any]]:

@@ -10,7 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 
-from tests.factories import completion
+from tests.helpers.factories import completion
 from tokenmill.cli import cli
 from tokenmill.errors import ConfigError
 from tokenmill.export import ExportOptions, export

@@ -12,7 +12,7 @@ import orjson
 import pytest
 from click.testing import CliRunner
 
-from tests.factories import completion
+from tests.helpers.factories import completion
 from tokenmill.cli import cli
 from tokenmill.export import parallel
 from tokenmill.output import OutputDir

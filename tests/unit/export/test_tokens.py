@@ -9,7 +9,6 @@ breaks it).
 
 from __future__ import annotations
 
-from numbers import Integral
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +16,7 @@ import orjson
 import pytest
 from click.testing import CliRunner
 
-from tests.factories import completion
+from tests.helpers.factories import completion
 from tokenmill.cli import cli
 from tokenmill.errors import ConfigError
 from tokenmill.export import ExportOptions, export
@@ -26,6 +25,7 @@ from tokenmill.export.tokens import TokenOptions
 from tokenmill.output import OutputDir
 
 pytest.importorskip("transformers")
+from tests.helpers.export import prompts_path_reader, speculators_reader
 from tokenmill.backends.templating import ChatTemplater
 
 TINY = Path(__file__).resolve().parents[3] / ".cache" / "tiny-model"
@@ -35,57 +35,16 @@ pytestmark = pytest.mark.skipif(not (TINY / "tokenizer.json").exists(), reason="
 # -- the trainers' readers ------------------------------------------------------------------------------------------
 
 
-def prompts_path_reader(path: Path) -> list[dict[str, Any]]:
-    """SpecForge's ``data.prompts_path`` rules: the first row must hold both fields (else it is not read as
-    pre-tokenized), every row flat integer ids (no bools) and a 0/1 mask of the same non-empty length."""
-    lines = [(n, orjson.loads(line)) for n, line in enumerate(path.read_bytes().splitlines(), 1) if line.strip()]
-    if not lines or not {"input_ids", "loss_mask"} <= set(lines[0][1]):
-        raise ValueError(f"{path}: the first record is not a pre-tokenized row")
-    for n, row in lines:
-        where = f"{path}:{n}"
-        if "input_ids" not in row or "loss_mask" not in row:
-            raise ValueError(f"{where} must contain both input_ids and loss_mask")
-        ids, mask = row["input_ids"], row["loss_mask"]
-        for name, seq in (("input_ids", ids), ("loss_mask", mask)):
-            if not isinstance(seq, list) or any(isinstance(t, list) for t in seq):
-                raise ValueError(f"{where} field {name} must be a one-dimensional list")
-            if any(not isinstance(t, Integral) or isinstance(t, bool) for t in seq):
-                raise ValueError(f"{where} field {name} must hold integers")
-        if any(m not in (0, 1) for m in mask):
-            raise ValueError(f"{where} loss_mask must be 0 or 1")
-        if len(ids) != len(mask):
-            raise ValueError(f"{where} has mismatched input_ids/loss_mask lengths")
-        if not ids:
-            raise ValueError(f"{where} contains an empty token sequence")
-    return [row for _, row in lines]
-
-
-def speculators_reader(path: Path) -> list[tuple[list[int], list[int]]]:
-    """speculators' speculator-format pass-through: both columns in every row, one length per row, flat lists."""
-    rows = [orjson.loads(line) for line in path.read_bytes().splitlines() if line.strip()]
-    columns = set.intersection(*(set(r) for r in rows)) if rows else set()
-    if not {"input_ids", "loss_mask"} <= columns:
-        raise ValueError("not speculator-format rows: input_ids and loss_mask must be columns of every row")
-    out = []
-    for r in rows:
-        ids, mask = r["input_ids"], r["loss_mask"]
-        if any(isinstance(t, list) for t in (*ids, *mask)):
-            raise ValueError("nested token lists")
-        if len(ids) != len(mask):
-            raise ValueError(f"Speculator-format row shape mismatch: input_ids={len(ids)}, loss_mask={len(mask)}")
-        out.append((ids, mask))
-    return out
-
-
 def test_the_readers_refuse_what_the_trainers_refuse(tmp_path: Path) -> None:
     bad = tmp_path / "bad.jsonl"
-    for row in (
+    refused: tuple[dict[str, Any], ...] = (
         {"input_ids": [1, 2], "loss_mask": [0]},
         {"input_ids": [1, 2], "loss_mask": [0, 2]},
         {"input_ids": [1, True], "loss_mask": [0, 1]},
         {"input_ids": [], "loss_mask": []},
         {"conversations": []},
-    ):
+    )
+    for row in refused:
         bad.write_bytes(orjson.dumps(row) + b"\n")
         with pytest.raises(ValueError):
             prompts_path_reader(bad)

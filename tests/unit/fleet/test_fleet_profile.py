@@ -43,7 +43,12 @@ def test_bad_profiles_name_the_field(tmp_path: Path, fields: dict[str, object], 
 
 
 def test_default_templates_render_each_engine() -> None:
-    flags = {"mem-fraction-static": 0.9, "enable-metrics": True, "skipped": None, "--disable-radix-cache": True}
+    flags: dict[str, str | int | float | bool | None] = {
+        "mem-fraction-static": 0.9,
+        "enable-metrics": True,
+        "skipped": None,
+        "--disable-radix-cache": True,
+    }
     slot = Slot(index=1, gpus=(2, 3), host="0.0.0.0", port=30001)
     sglang = render(FleetSpec(engine="sglang", model="Qwen/Qwen3-8B", flags=flags, tp_size=2, gpus=4), slot)
     assert sglang[1:3] == ["-m", "sglang.launch_server"]

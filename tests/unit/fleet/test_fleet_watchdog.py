@@ -53,7 +53,7 @@ def test_looks_are_taken_once_per_interval() -> None:
 
 def test_a_counter_that_stops_while_requests_run_is_a_hang() -> None:
     spec = WatchdogSpec(interval_s=5, stall_s=30)
-    readings = [Reading(4, 100), Reading(4, 150), *[Reading(4, 150)] * 7]
+    readings: list[Reading | None] = [Reading(4, 100), Reading(4, 150), *[Reading(4, 150)] * 7]
     w, clock = dog(spec, [], readings)
     got = looks(w, clock, 9, 5.0)
     # the counter last moved at t=10; at t=40 it has been still for 30 s with requests running
@@ -72,7 +72,7 @@ def test_an_idle_server_and_a_busy_one_are_not_hung() -> None:
 
 def test_requests_stopping_resets_the_stall_clock() -> None:
     spec = WatchdogSpec(interval_s=5, stall_s=12)
-    readings = [Reading(2, 7), Reading(2, 7), Reading(0, 7), *[Reading(2, 7)] * 4]
+    readings: list[Reading | None] = [Reading(2, 7), Reading(2, 7), Reading(0, 7), *[Reading(2, 7)] * 4]
     w, clock = dog(spec, [], readings)
     got = looks(w, clock, 7, 5.0)
     # still since t=5, but idle at t=15: busy again from t=20, so hung at t=35, not at t=20
@@ -82,11 +82,11 @@ def test_requests_stopping_resets_the_stall_clock() -> None:
 def test_a_server_whose_counter_moves_is_never_killed_however_many_probes_it_misses() -> None:
     """On a busy machine a busy server misses its health probes: its token counter moving says it works."""
     spec = WatchdogSpec(interval_s=5, probe_timeout_s=2, probe_failures=3, stall_s=300)
-    moving = [Reading(64, 1000 + 500 * i) for i in range(20)]
+    moving: list[Reading | None] = [Reading(64, 1000 + 500 * i) for i in range(20)]
     w, clock = dog(spec, [False] * 20, moving)
     assert looks(w, clock, 20, 5.0) == [None] * 20
     assert w.misses == 0 and w.busy_misses == 19  # every miss after the first reading was a busy one
-    still = [Reading(64, 1000)] * 4  # the same misses with a counter that stands still: hung
+    still: list[Reading | None] = [Reading(64, 1000)] * 4  # the same misses with a counter that stands still: hung
     w, clock = dog(spec, [False] * 4, still)
     got = looks(w, clock, 4, 5.0)
     assert got[:2] == [None, None] and got[2] is not None and "token counter did not move" in got[2]

@@ -7,7 +7,8 @@ from rich.console import Console
 
 from tokenmill.doctor import Verdict
 from tokenmill.monitor.dashboard import render
-from tokenmill.monitor.snapshot import ServerRow, Snapshot, status_line
+from tokenmill.monitor.lines import status_line
+from tokenmill.monitor.snapshot import ServerRow, Snapshot
 from tokenmill.monitor.stats import CpuMeter, GaugeWindow, Window, sparkline
 
 
@@ -98,7 +99,7 @@ def test_sparkline_scales_to_the_largest_value() -> None:
 
 def test_windows() -> None:
     w = Window(span_s=10)
-    for t, v in ((0, 0), (5, 50), (10, 100), (15, 150)):
+    for t, v in ((0, 0.0), (5, 50.0), (10, 100.0), (15, 150.0)):
         w.add(t, v)
     assert w.rate() == 10.0
     w.add(16, 3)  # the counter restarted: no negative rate
@@ -127,7 +128,7 @@ def test_log_records_go_through_the_live_console_while_the_dashboard_shows() -> 
     from tokenmill.run.progress import Display
 
     class Fixed:
-        def snapshot(self) -> Snapshot:
+        def snapshot(self, watch: object = None) -> Snapshot:
             return snap()
 
     own = Console(file=io.StringIO())
@@ -153,7 +154,7 @@ def test_off_a_terminal_a_run_ends_with_its_status_line_however_short(capsys: py
         def __init__(self) -> None:
             self.elapsed = 0.0
 
-        def snapshot(self) -> Snapshot:
+        def snapshot(self, watch: object = None) -> Snapshot:
             return dataclasses.replace(snap(), elapsed_s=self.elapsed)
 
     tracker = Clocked()

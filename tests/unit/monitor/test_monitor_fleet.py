@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from tests import recorded
+from tests.helpers import recorded
 from tokenmill.monitor.fleet import FleetMonitor
 from tokenmill.monitor.info import launch_flags, parse_loads, parse_server_info
 from tokenmill.monitor.scrape import ServerSnapshot, parse_metrics, relevant_text

@@ -12,7 +12,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from tests import recorded
+from tests.helpers import recorded
 from tokenmill.monitor.scrape import (
     NAME_MAPS,
     ServerSnapshot,

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import orjson
 
-from tests.unit.observe.test_observability import watched
+from tests.helpers.watch import watched
 from tokenmill.monitor.page import Timeline, page_html, page_state
 from tokenmill.run.viewer import LiveSamples, recent_records, sample_view
 
@@ -24,7 +24,7 @@ def test_the_timeline_stays_bounded_and_keeps_its_ends() -> None:
 
 def test_the_page_state_says_what_the_page_shows() -> None:
     run = watched()
-    st = page_state(run.last, Timeline(), title="m -> out", state="running", verdicts=run.doctor.shown,
+    st = page_state(run.last, Timeline(), title="m -> out", state="running", verdicts=run.state().verdicts,
                     errors={"TransientError": 2})  # fmt: skip
     assert st["progress"]["eta_s"] == 190.0 and st["progress"]["total"] == 100
     assert st["progress"]["binding"] == "state pool (state-pool bound)"
@@ -79,8 +79,8 @@ async def test_live_samples_are_read_again_only_after_refresh_s(tmp_path: Path) 
 async def test_the_metrics_port_serves_the_page_and_its_state(tmp_path: Path) -> None:
     import aiohttp
 
-    from tests.unit.run.test_dispatch import prompts
-    from tests.unit.run.test_watch import dispatcher, job
+    from tests.helpers.dispatch import prompts
+    from tests.helpers.watch import dispatcher, job
     from tokenmill.run.progress import Tracker
     from tokenmill.run.watch import RunMonitor
 
@@ -88,12 +88,12 @@ async def test_the_metrics_port_serves_the_page_and_its_state(tmp_path: Path) ->
     (tmp_path / "out").mkdir()
     d = dispatcher(spec)
     mon = RunMonitor(spec, d, tmp_path / "out", "run1")
-    tracker = Tracker(d, monitor=mon)
+    tracker = Tracker(d)
     await mon.start(total=20, done_before=0)
     try:
         assert await d.run(prompts(20))
         tracker.total = 20
-        mon.tick(tracker.snapshot())
+        mon.tick(tracker.snapshot(mon.state()))
         assert mon.metrics_url is not None
         root = mon.metrics_url.removesuffix("metrics")
         async with aiohttp.ClientSession() as session:
@@ -103,7 +103,7 @@ async def test_the_metrics_port_serves_the_page_and_its_state(tmp_path: Path) ->
             async with session.get(root + "state.json") as resp:
                 st = await resp.json()
     finally:
-        await mon.stop(tracker.snapshot(), finished=True)
+        await mon.stop(tracker.snapshot(mon.state()), finished=True)
     assert st["state"] == "running" and st["progress"]["done"] == 20 and st["progress"]["total"] == 20
     assert [s["url"] for s in st["servers"]] == ["http://127.0.0.1:9"] and st["servers"][0]["completed"] == 20
     assert len(st["history"]["t"]) == 1 and st["history"]["done"] == [20.0]

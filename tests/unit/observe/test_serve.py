@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.unit.report.test_report import URLS, _tick, write_events
+from tests.helpers.events import URLS, tick_event, write_events
 from tokenmill.errors import OutputError
 from tokenmill.monitor.events import EVENT_FORMAT, EVENTS_FILE, EventLog
 from tokenmill.observe.serve import PageSource, make_server, read_state
@@ -45,7 +45,7 @@ def test_the_source_reads_the_logs_again_when_they_grow_and_refetches_a_prefix(t
     assert first["state"] == "finished" and len(first["history"]["t"]) == 10 and fetches == []
     log = EventLog(out / EVENTS_FILE, "r9")  # a rerun going on now
     log.write("start", format=EVENT_FORMAT, model="m", servers=list(URLS), total=2000, done_before=30)
-    log.write("tick", **_tick(0, 30))
+    log.write("tick", **tick_event(0, 30))
     log.close()
     now[0] = 31.0
     again = json.loads(source.body())

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests import factories
+from tests.helpers import factories
 from tokenmill.errors import OutputError
 from tokenmill.output import OutputDir, verify
 from tokenmill.output.layout import Names, list_dir

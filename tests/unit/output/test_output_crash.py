@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests import factories
+from tests.helpers import factories
 from tokenmill.output import OutputDir, verify
 from tokenmill.records import Completion, Failure, Skip
 

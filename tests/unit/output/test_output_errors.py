@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests import factories
+from tests.helpers import factories
 from tokenmill.errors import OutputError
 from tokenmill.output import OutputDir, verify
 from tokenmill.records import Completion, Failure

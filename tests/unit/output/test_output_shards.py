@@ -8,7 +8,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from tests import factories
+from tests.helpers import factories
 from tokenmill.errors import ConfigError, OutputError
 from tokenmill.output import OutputDir, SealedShard, verify
 from tokenmill.records import Completion, Failure, Skip

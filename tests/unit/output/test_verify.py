@@ -7,7 +7,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from tests import factories
+from tests.helpers import factories
 from tokenmill.errors import OutputError
 from tokenmill.output import OutputDir, verify
 from tokenmill.output.verify import LISTED_PER_KIND

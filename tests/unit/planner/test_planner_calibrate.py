@@ -9,7 +9,7 @@ import pytest
 from aiohttp import web
 from click.testing import CliRunner
 
-from tests import recorded
+from tests.helpers import recorded
 from tokenmill.cli import cli
 from tokenmill.errors import InputError, ServerError
 from tokenmill.monitor.samples import scrape_samples

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -214,7 +215,7 @@ def test_architecture_and_vision_fields_for_sglangs_multimodal_rules() -> None:
 
 
 def test_a_nested_text_config_is_multimodal_and_vision_keys_are_read_literally() -> None:
-    cfg = {
+    cfg: dict[str, Any] = {
         "architectures": ["SomeVLForConditionalGeneration"],
         "text_config": {
             "hidden_size": 64,

@@ -36,7 +36,7 @@ EFFECTIVE_20 = 67_669_360_640
 def test_step_bytes_and_time_by_hand() -> None:
     cap = server_capacity("qwen3.6-27b", "rtx-pro-6000", "--mamba-scheduler-strategy no_buffer", config=CONFIG)
     st = cap.step(20, 20 * 1536)
-    assert (st.weight_bytes, st.request_bytes) == (pytest.approx(W_READ), pytest.approx(REQUEST_20))
+    assert (st.weight_bytes, st.request_bytes) == pytest.approx((W_READ, REQUEST_20))
     assert st.bytes == pytest.approx(W_READ + REQUEST_20, rel=1e-12)
     assert st.effective_bytes == pytest.approx(EFFECTIVE_20, rel=1e-12)
     assert st.bound == "memory"

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.stage import Load, StagedServer
+from tests.helpers.stage import Load, StagedServer
 from tokenmill.config import PlannerSpec
 from tokenmill.planner import parse_flags
 from tokenmill.planner.capacity import build_capacity

@@ -10,7 +10,7 @@ import orjson
 import pyarrow.parquet as pq
 from click.testing import CliRunner
 
-from tests.factories import completion
+from tests.helpers.factories import completion
 from tokenmill.cli import cli
 from tokenmill.output import OutputDir
 from tokenmill.quality.signals import signals

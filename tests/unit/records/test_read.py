@@ -8,7 +8,7 @@ from typing import Any
 
 import orjson
 
-from tests.factories import completion
+from tests.helpers.factories import completion
 from tokenmill.config import parse_job
 from tokenmill.errors import PermanentError
 from tokenmill.output.identity import JobRecord
@@ -81,6 +81,7 @@ def test_the_job_reads_back_as_the_typed_spec(tmp_path: Path) -> None:
 def test_a_sampled_integer_id_keeps_its_type_as_the_primary_id() -> None:
     row = Prompt(id="7", messages=[{"role": "user", "content": "q"}], id_value=7)
     first, second = list(expand(iter([row]), 2, None))
+    assert isinstance(first, Prompt) and isinstance(second, Prompt)
     maker = RecordMaker(model="m", sampling={}, wall=lambda: 1.0)
     gen = Generation("a", "stop", 1, 1)
     written = [orjson.loads(encode(maker.completion(Work(p), gen, "http://s", 0.1))) for p in (first, second)]

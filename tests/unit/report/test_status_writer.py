@@ -11,7 +11,7 @@ from pathlib import Path
 import orjson
 from click.testing import CliRunner
 
-from tests.unit.run.test_watch import _write_out
+from tests.helpers.watch import write_out
 from tokenmill.cli import cli
 from tokenmill.output.holder import Holder
 
@@ -30,7 +30,7 @@ def status_line(out: Path) -> str:
 
 def test_a_gone_process_on_this_host_is_interrupted_at_once(tmp_path: Path) -> None:
     out = tmp_path / "out"
-    _write_out(out, end=False, tick_age=2.0)  # its last tick is fresh
+    write_out(out, end=False, tick_age=2.0)  # its last tick is fresh
     lock(out, dataclasses.replace(Holder.me(), pid=GONE_PID, phase="running", since=time.time()))
     line = status_line(out)
     assert line.startswith(f"interrupted: the process is gone (pid {GONE_PID} on ") and "no longer runs)" in line
@@ -39,10 +39,10 @@ def test_a_gone_process_on_this_host_is_interrupted_at_once(tmp_path: Path) -> N
 def test_another_host_s_run_is_judged_by_its_heartbeat(tmp_path: Path) -> None:
     elsewhere = dataclasses.replace(Holder.me(), pid=GONE_PID, host="gpu-node-7", phase="running")
     fresh, stale = tmp_path / "fresh", tmp_path / "stale"
-    _write_out(fresh, end=False, tick_age=2.0)
+    write_out(fresh, end=False, tick_age=2.0)
     lock(fresh, elsewhere)
     assert status_line(fresh).startswith("running (last update")  # its pid means nothing here
-    _write_out(stale, end=False, tick_age=3600.0)
+    write_out(stale, end=False, tick_age=3600.0)
     lock(stale, elsewhere)
     assert status_line(stale).startswith("interrupted: no update for 1h")
 

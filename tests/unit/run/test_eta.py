@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from tests import factories
-from tests.unit.run.test_dispatch import ScriptedBackend, Sink, prompts, retry
-from tests.unit.run.test_watch import dispatcher, job
+from tests.helpers import factories
+from tests.helpers.dispatch import ScriptedBackend, Sink, prompts, retry
+from tests.helpers.watch import dispatcher, job
 from tokenmill.run.eta import MEASURED, PLANNED, EtaRule, in_flight_s
 from tokenmill.run.progress import Tracker
 from tokenmill.run.watch import RunMonitor
@@ -56,19 +56,19 @@ async def test_the_tracker_s_eta_uses_the_monitor_s_planned_rates_on_its_clock(t
     spec = job(tmp_path)
     d = dispatcher(spec)
     mon = RunMonitor(spec, d, tmp_path / "out", "run1", clock=lambda: now[0])
-    tracker = Tracker(d, clock=lambda: now[0], monitor=mon)
+    tracker = Tracker(d, clock=lambda: now[0])
     tracker.total = 1000
-    tracker.snapshot()
+    tracker.snapshot(mon.state())
     assert await d.run(prompts(20))  # 20 answers of 5 tokens each
     (url,) = [s.url for s in d.servers]
     mon.planned = {url: 1.0}  # what a round plans at the server's fitted eta
     now[0] = 10.0
-    early = tracker.snapshot()
+    early = tracker.snapshot(mon.state())
     assert early.comp_s == pytest.approx(2.0)
     assert early.eta_s == pytest.approx(980 * 5 / 1.0)  # planned: the window is not yet a window of this fleet
     d.stats.completed += 60
     now[0] = 40.0
-    later = tracker.snapshot()
+    later = tracker.snapshot(mon.state())
     assert later.eta_s == pytest.approx(920 / 2.0)  # measured: 60 prompts done in the last 30 s
 
 

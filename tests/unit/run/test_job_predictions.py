@@ -39,7 +39,9 @@ def test_autotune_s_predictions_are_planned_for_the_job_s_request_kind() -> None
     assert pred.before.tok_s_per_gpu == planned(KV, ignore_eos=True)
     assert pred.after.tok_s_per_gpu == planned(40_000, ignore_eos=True)
     other = PlannerPredictor()(OBS, CLIENT, MORE_KV)
-    assert other is not None and other.before.tok_s_per_gpu > pred.before.tok_s_per_gpu
+    assert other is not None
+    before, other_before = pred.before.tok_s_per_gpu, other.before.tok_s_per_gpu
+    assert before is not None and other_before is not None and other_before > before
 
 
 def test_the_rate_at_a_fitted_eta_is_the_planner_s_with_that_eta_and_the_client_s_limit() -> None:
@@ -58,7 +60,7 @@ def test_the_rate_at_a_fitted_eta_is_the_planner_s_with_that_eta_and_the_client_
 def test_a_run_plans_with_its_job_s_request_kind(tmp_path: object) -> None:
     from pathlib import Path
 
-    from tests.unit.run.test_watch import dispatcher
+    from tests.helpers.watch import dispatcher
     from tokenmill.config import JobSpec
     from tokenmill.run.watch import RunMonitor
 

@@ -9,9 +9,9 @@ from typing import Any
 
 import aiohttp
 
-from tests import factories
-from tests.unit.doctor.test_doctor_rules import observe, verdicts
-from tests.unit.run.test_dispatch import ScriptedBackend, Sink, prompts, retry
+from tests.helpers import factories
+from tests.helpers.dispatch import ScriptedBackend, Sink, prompts, retry
+from tests.helpers.doctor import observe, verdicts
 from tokenmill.config import ControlSpec
 from tokenmill.errors import RequestTimeout
 from tokenmill.monitor.fleet import ServerView
@@ -140,7 +140,7 @@ def test_a_timeout_while_running_grows_the_read_timeout_to_its_ceiling_then_cuts
     assert pool.overloaded(s, sent=11.0, now=23.0) == "work"
     assert s.read_timeout_s == 12.0 and s.limit == 4 and s.timeout_cap == 4 and s.work_cuts == 1  # fewer run
     assert s.limit_reason == "answers outlive the read timeout's ceiling: fewer running"
-    assert s.work_timeouts == 4 and s.timeouts == 4 and s.last_timeout == "work"
+    assert (s.work_timeouts, s.timeouts, s.last_timeout) == (4, 4, "work")
     s.saw(queued=30.0, running=4.0, decode_tok_s=400.0)
     assert pool.overloaded(s, sent=30.0, now=42.0) == "queue" and s.last_timeout == "queue"
 

@@ -50,8 +50,11 @@ def test_no_server_by_the_deadline_names_each_url_and_its_error() -> None:
 
 def test_a_server_that_comes_up_during_the_wait_starts_the_run() -> None:
     async def main() -> tuple[list[float], str | None]:
+        async def not_ready(_: web.Request) -> web.Response:
+            return web.Response(status=503)  # there, not ready: an answer
+
         app = web.Application()
-        app.router.add_get("/health", lambda _: web.Response(status=503))  # there, not ready: an answer
+        app.router.add_get("/health", not_ready)
         runner = web.AppRunner(app)
         await runner.setup()
         site = web.TCPSite(runner, "127.0.0.1", 0)

@@ -11,8 +11,9 @@ from pathlib import Path
 from rich.console import Console
 
 from tokenmill.monitor.dashboard import render
+from tokenmill.monitor.lines import status_line, time_scale_text
 from tokenmill.monitor.page import Timeline, page_html, page_state
-from tokenmill.monitor.snapshot import ServerRow, Snapshot, status_line, time_scale_text
+from tokenmill.monitor.snapshot import ServerRow, Snapshot
 from tokenmill.report.data import RunData
 from tokenmill.report.html import _servers, summary_rows
 from tokenmill.run.summary import Summary

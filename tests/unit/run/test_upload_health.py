@@ -9,14 +9,15 @@ from typing import Any
 
 import pytest
 
-from tests import factories
-from tests.unit.doctor.test_doctor_rules import observe, verdicts
-from tests.unit.run.test_dispatch import ScriptedBackend, Sink, prompts, retry
+from tests.helpers import factories
+from tests.helpers.dispatch import ScriptedBackend, Sink, prompts, retry
+from tests.helpers.doctor import observe, verdicts
 from tokenmill.config import UploadSpec
 from tokenmill.config.output import parse_bytes
 from tokenmill.doctor import ClientObs, Observation
 from tokenmill.monitor.events import EVENT_FORMAT, EVENTS_FILE, EventLog
-from tokenmill.monitor.snapshot import Snapshot, status_line
+from tokenmill.monitor.lines import status_line
+from tokenmill.monitor.snapshot import Snapshot
 from tokenmill.records import Prompt
 from tokenmill.report import load
 from tokenmill.report.html import summary_rows

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -11,10 +10,10 @@ import orjson
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests import factories, recorded
-from tests.unit.run.test_dispatch import ScriptedBackend, Sink, prompts, retry
+from tests.helpers import recorded
+from tests.helpers.dispatch import prompts
+from tests.helpers.watch import VERDICT, dispatcher, job, write_out
 from tokenmill.config import JobSpec
-from tokenmill.errors import TransientError
 from tokenmill.histogram import Histogram
 from tokenmill.monitor.client import ClientMetrics
 from tokenmill.monitor.events import EVENT_FORMAT, EVENTS_FILE, EventLog, last_events, read_events
@@ -22,33 +21,8 @@ from tokenmill.monitor.fleet import ServerView
 from tokenmill.monitor.info import parse_server_info
 from tokenmill.monitor.snapshot import Snapshot
 from tokenmill.report.status import read_status, recorded_counts, status_text
-from tokenmill.run.dispatch import Dispatcher
 from tokenmill.run.progress import Tracker
 from tokenmill.run.watch import RunMonitor
-
-
-def job(tmp_path: Path, **monitor: object) -> JobSpec:
-    return JobSpec.model_validate(
-        {
-            "input": {"path": str(tmp_path / "in.jsonl")},
-            "servers": ["http://127.0.0.1:9"],
-            "output": {"dir": str(tmp_path / "out")},
-            "concurrency": 4,
-            "monitor": {"enabled": False, **monitor},
-        }
-    )
-
-
-def dispatcher(jobspec: JobSpec, fail_every: int = 0) -> Dispatcher:
-    calls = {"n": 0}
-
-    def script(server: str, prompt: object, backend: object) -> object:
-        calls["n"] += 1
-        if fail_every and calls["n"] % fail_every == 0:
-            return TransientError("boom")
-        return None
-
-    return factories.dispatcher(jobspec.servers, ScriptedBackend(script), Sink(), retry(), 4)
 
 
 async def test_the_observer_hook_feeds_client_metrics(tmp_path: Path) -> None:
@@ -104,17 +78,17 @@ async def test_run_monitor_writes_ticks_and_serves_prometheus_metrics(tmp_path: 
     (tmp_path / "out").mkdir()
     d = dispatcher(spec)
     mon = RunMonitor(spec, d, tmp_path / "out", "run1")
-    tracker = Tracker(d, monitor=mon)
+    tracker = Tracker(d)
     await mon.start(total=20, done_before=0)
     try:
         assert await d.run(prompts(20))
         tracker.total = 20
-        mon.tick(tracker.snapshot())
+        mon.tick(tracker.snapshot(mon.state()))
         assert mon.metrics_url is not None and mon.metrics_url.startswith("http://127.0.0.1:")
         async with aiohttp.ClientSession() as session, session.get(mon.metrics_url) as resp:
             body = await resp.text()
     finally:
-        await mon.stop(tracker.snapshot(), finished=True)
+        await mon.stop(tracker.snapshot(mon.state()), finished=True)
     samples = {
         s.name + str(sorted(s.labels.items())): s.value for f in text_string_to_metric_families(body) for s in f.samples
     }
@@ -148,60 +122,15 @@ async def test_a_taken_metrics_port_is_a_warning_and_the_run_goes_on(
         await second.start(None, 0)
         assert second.exporter is None and second.metrics_url is None
         assert "choose another monitor.metrics_port" in caplog.text and "goes on without" in caplog.text
-        await second.stop(Tracker(second.dispatcher, monitor=second).snapshot(), finished=False)
+        await second.stop(Tracker(second.dispatcher).snapshot(second.state()), finished=False)
     finally:
         assert first.exporter is not None
         await first.exporter.stop()
 
 
-VERDICT = {
-    "rule": "state-pool-bound",
-    "title": "state-pool bound",
-    "binds": "state pool",
-    "severity": "warning",
-    "summary": "running 131/131 with 60 queued",
-    "where": "http://s",
-    "line": "state-pool bound (http://s): running 131/131 with 60 queued",
-}
-TICK = {  # the last tick of a run in progress
-    "elapsed_s": 10.0,
-    "client": {"done": 8, "total": 20, "completed": 7, "failed": 1, "client_tokens": 700, "eta_s": 15.0},
-    "servers": [
-        {
-            "url": "http://s", "usable": True, "healthy": True, "decoded_tokens": 1000, "client_tokens": 700,
-            "gpus": 2, "completed": 7,
-        }
-    ],
-    "binding": "state pool",
-    "verdicts": [VERDICT],
-}  # fmt: skip
-V1_TICK = {  # the same tick as the version before the format number wrote it
-    "elapsed": 10.0,
-    "client": {"done": 8, "total": 20, "completed": 7, "failed": 1, "completion_tokens": 700, "eta_s": 15.0},
-    "servers": [{"url": "http://s", "usable": True, "healthy": True, "output_tokens": 1000, "gpus": 2, "completed": 7}],
-    "binding": "state pool",
-    "verdicts": ["state-pool-bound"],
-}
-
-
-def _write_out(out: Path, end: bool, tick_age: float, v1: bool = False) -> None:
-    out.mkdir()
-    (out / "job.json").write_bytes(orjson.dumps({"spec": {"model": "m", "api": "openai-chat"}}))
-    (out / "completions_000000.jsonl.open").write_bytes(b'{"id":"a","status":"ok"}\n' * 7)
-    (out / "failed.jsonl").write_bytes(b'{"id":"b","status":"failed"}\n')
-    now = time.time()
-    log = EventLog(out / EVENTS_FILE, "r", wall=lambda: now - tick_age)
-    start: dict[str, object] = {} if v1 else {"format": EVENT_FORMAT}
-    log.write("start", **start, model="m", api="openai-chat", output=str(out), done_before=0)
-    log.write("tick", **(V1_TICK if v1 else TICK))
-    if end:
-        log.write("end", finished=True, elapsed_s=10.0)
-    log.close()
-
-
 def test_status_of_a_run_in_progress(tmp_path: Path) -> None:
     out = tmp_path / "out"
-    _write_out(out, end=False, tick_age=2.0)
+    write_out(out, end=False, tick_age=2.0)
     assert recorded_counts(out) == (7, 1)
     st = read_status(out)
     assert st.state == "running"
@@ -218,7 +147,7 @@ def test_status_of_a_run_in_progress(tmp_path: Path) -> None:
 
 
 def test_status_reads_a_log_of_the_previous_format(tmp_path: Path) -> None:
-    _write_out(tmp_path / "old", end=False, tick_age=2.0, v1=True)
+    write_out(tmp_path / "old", end=False, tick_age=2.0, v1=True)
     old = read_status(tmp_path / "old").summary
     assert (old.completed_this_run, old.client_tokens, old.total_rows) == (7, 700, 20)
     assert old.decode_tok_s == pytest.approx(100.0) and old.decode_tok_s_per_gpu == pytest.approx(50.0)
@@ -227,9 +156,9 @@ def test_status_reads_a_log_of_the_previous_format(tmp_path: Path) -> None:
 
 
 def test_status_finished_and_interrupted(tmp_path: Path) -> None:
-    _write_out(tmp_path / "a", end=True, tick_age=5.0)
+    write_out(tmp_path / "a", end=True, tick_age=5.0)
     assert read_status(tmp_path / "a").state == "finished"
-    _write_out(tmp_path / "b", end=False, tick_age=3600.0)
+    write_out(tmp_path / "b", end=False, tick_age=3600.0)
     st = read_status(tmp_path / "b")
     assert st.state == "interrupted" and "rerun the same command" in status_text(st)
 
@@ -242,7 +171,7 @@ def test_status_of_something_else_says_so(tmp_path: Path) -> None:
 
 
 async def test_the_run_binding_is_the_verdict_shown_longest(tmp_path: Path) -> None:
-    from tests.unit.doctor.test_doctor_rules import observe
+    from tests.helpers.doctor import observe
 
     spec = job(tmp_path, doctor={"confirm_rounds": 1})
     (tmp_path / "out").mkdir()

@@ -15,7 +15,7 @@ LENGTH = Draft(token_ids=[1003], text="bad", finish="length")
 
 
 def test_chat_counts_the_rendered_prompt_and_defaults_to_the_rest_of_the_context() -> None:
-    messages = [{"role": "user", "content": "hello"}]
+    messages: list[dict[str, object]] = [{"role": "user", "content": "hello"}]
     spec = api.parse_chat({"messages": messages}, CTX)
     n = estimate_tokens(render_chat(messages))
     assert spec.prompt_tokens == n

@@ -5,6 +5,7 @@ from __future__ import annotations
 import statistics
 
 from tokenmill.sim.text import (
+    Degeneration,
     content_key,
     decode,
     estimate_tokens,
@@ -88,13 +89,15 @@ def test_degenerate_answers_come_in_the_configured_shares_and_are_what_they_say(
 
     cfg = SimSpec(loop_rate=0.05, empty_rate=0.02, unclosed_think_rate=0.03)
     kinds = [degeneration(content_key(0, f"p{i}"), degeneration_rates(cfg, penalized=False)) for i in range(20000)]
-    for kind, rate in (("loop", 0.05), ("empty", 0.02), ("unclosed_think", 0.03)):
+    rates: tuple[tuple[Degeneration, float], ...] = (("loop", 0.05), ("empty", 0.02), ("unclosed_think", 0.03))
+    for kind, rate in rates:
         assert abs(kinds.count(kind) / len(kinds) - rate) < 0.006
     penalized = [degeneration(content_key(0, f"p{i}"), degeneration_rates(cfg, penalized=True)) for i in range(20000)]
     assert abs(penalized.count("loop") / len(penalized) - 0.005) < 0.002  # a penalty makes loops 10x rarer
     assert degeneration(content_key(0, "p"), degeneration_rates(SimSpec(), penalized=False)) is None
 
-    for kind, flags in (("loop", ["truncated", "repetition"]), ("empty", ["empty"])):
+    cases: tuple[tuple[Degeneration, list[str]], ...] = (("loop", ["truncated", "repetition"]), ("empty", ["empty"]))
+    for kind, flags in cases:
         d = plan_output(content_key(0, "q"), 600, ignore_eos=False, mean=200, sigma=0.6, degeneration=kind)
         assert decode(d.token_ids) == d.text
         assert signals(d.text, d.finish).flags() == flags

@@ -8,7 +8,7 @@ import re
 
 import yaml
 
-from tests.unit.doctor.test_doctor_rules import FIXTURES, observe, verdicts
+from tests.helpers.doctor import FIXTURES, observe, verdicts
 
 
 def test_a_twins_measured_rates_carry_their_value_on_the_gpus_clock() -> None:

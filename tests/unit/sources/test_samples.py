@@ -12,7 +12,7 @@ import orjson
 import pytest
 from aiohttp import web
 
-from tests.factories import completion
+from tests.helpers.factories import completion
 from tokenmill.backends import BackendOptions, make_backend
 from tokenmill.config import InputSpec, SamplingSpec, parse_job
 from tokenmill.errors import ConfigError

@@ -33,7 +33,9 @@ def _dataset_dir(tmp_path: Path, rows: list[dict[str, object]]) -> Path:
 
 
 def test_local_dataset_directory_streams_through_datasets(tmp_path: Path) -> None:
-    rows = [{"conversations": [{"from": "human", "value": f"q{i}"}], "uid": f"u{i}"} for i in range(5)]
+    rows: list[dict[str, object]] = [
+        {"conversations": [{"from": "human", "value": f"q{i}"}], "uid": f"u{i}"} for i in range(5)
+    ]
     root = _dataset_dir(tmp_path, rows)
     spec = InputSpec.model_validate({"hf": {"dataset": str(root)}, "id_field": "uid", "offset": 1, "limit": 3})
     items = list(iter_prompts(spec))

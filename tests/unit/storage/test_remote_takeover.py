@@ -14,11 +14,12 @@ from typing import Any
 import orjson
 import pytest
 
-from tests import factories
+from tests.helpers import factories
 from tokenmill.config import JobSpec
 from tokenmill.errors import ConfigError, StoreConflict, StoreUnavailable
 from tokenmill.output import OutputDir, layout, verify
 from tokenmill.output.identity import check_job_identity
+from tokenmill.output.scan import scan_bytes
 from tokenmill.storage.audit import audit_prefix
 from tokenmill.storage.prefix import MANIFEST, MARKER, RemoteManifest, aside_name, done_marker
 from tokenmill.storage.restore import RemoteStart, prepare_remote
@@ -302,7 +303,7 @@ def test_unlisted_uploads_are_scanned_as_they_are_read_never_all_held_at_once(
     claim.index.clear()
     store.replace_bytes(MANIFEST, claim.encode(), tag)
     read, scanned, ahead = [0], [0], [0]
-    plain_read, plain_scan = store.read, readback.scan_bytes
+    plain_read, plain_scan = store.read, scan_bytes
 
     def counted_read(name: str) -> Any:
         got = plain_read(name)

@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 
 import pytest
 
-from tests import factories
+from tests.helpers import factories
 from tokenmill.config import JobSpec, OutputSpec, UploadSpec
 from tokenmill.errors import StoreConflict, StoreUnavailable
 from tokenmill.output import OutputDir, SealedShard, manifest

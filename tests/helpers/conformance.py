@@ -1,4 +1,5 @@
-"""Small HTTP helpers for the conformance tests: JSON calls, /metrics as typed families, polling, load."""
+"""Small HTTP helpers for the conformance tests: the server kinds, JSON calls, /metrics as typed families, polling,
+load."""
 
 from __future__ import annotations
 
@@ -13,19 +14,22 @@ import orjson
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.engines.pool import LiveServer
-from tests.waiting import wait_for_async
+from tests.helpers.waiting import wait_for_async
 
 POLL_DEADLINE_S = 60.0
 POLL_PAUSE_S = 0.02
+# the server kinds of the conformance suite: every SGLang kind, real and twin; the OpenAI routes also on vLLM
+SGLANG = ("sglang-dense", "sglang-hybrid", "twin-dense", "twin-hybrid")
+OPENAI = (*SGLANG, "vllm")
 
 
-async def post(http: aiohttp.ClientSession, server: LiveServer, path: str, **body: Any) -> tuple[int, dict[str, Any]]:
-    """POST a JSON body (OpenAI routes get the served model name); returns the status and the decoded JSON."""
+async def post(http: aiohttp.ClientSession, server: LiveServer, path: str, **body: Any) -> tuple[int, Any]:
+    """POST a JSON body (OpenAI routes get the served model name); returns the status and the decoded JSON (an
+    object, or a list for a batch)."""
     if path.startswith("/v1/"):
         body.setdefault("model", server.model)
     async with http.post(server.base_url + path, json=body) as resp:
-        payload: dict[str, Any] = await resp.json(content_type=None)
-        return resp.status, payload
+        return resp.status, await resp.json(content_type=None)
 
 
 async def burst(server: LiveServer, path: str, bodies: Sequence[Mapping[str, Any]]) -> list[tuple[int, Any]]:
@@ -123,7 +127,7 @@ async def generate(
     status, body = await post(
         http, server, "/generate", text=text, sampling_params={"max_new_tokens": max_new_tokens, **params}
     )
-    assert status == 200, body
+    assert status == 200 and isinstance(body, dict), body
     return body
 
 

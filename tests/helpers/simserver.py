@@ -7,7 +7,7 @@ from collections.abc import Awaitable, Callable
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.waiting import wait_for_async
+from tests.helpers.waiting import wait_for_async
 
 # Labels every sample carries (left out of the keys so tests can name series briefly).
 CONST_LABELS = {"model_name", "engine_type", "tp_rank", "pp_rank", "moe_ep_rank", "pid", "is_streaming"}

@@ -8,9 +8,9 @@ from typing import Any
 from tokenmill.backends import Backend
 from tokenmill.config import RetrySpec
 from tokenmill.records import Completion, Failure
-from tokenmill.run.dispatch import Dispatcher, Sink
+from tokenmill.run.dispatch import Dispatcher
 from tokenmill.run.servers import ServerPool
-from tokenmill.run.work import RecordMaker
+from tokenmill.run.work import RecordMaker, Sink
 
 
 def completion(rid: str, **fields: Any) -> Completion:

@@ -9,9 +9,9 @@ from typing import Any
 import orjson
 from tokenizers import Tokenizer
 
-from tests.e2e.conftest import run_cli, write_job
 from tests.engines.pool import LiveServer
-from tests.unit.export.test_tokens import prompts_path_reader, speculators_reader
+from tests.helpers.cli import run_cli, write_job
+from tests.helpers.export import prompts_path_reader, speculators_reader
 
 N_SINGLE = 6
 N_MULTI = 3

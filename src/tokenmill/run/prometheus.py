@@ -20,8 +20,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 
 from tokenmill.errors import ConfigError
 from tokenmill.monitor.page import Timeline, page_html, page_state
-from tokenmill.run.metrics import METRICS, Watched
 from tokenmill.run.metrics import Metric as MetricRow
+from tokenmill.run.metrics import Watched, rows
 from tokenmill.run.viewer import LiveSamples
 
 log = logging.getLogger(__name__)
@@ -39,7 +39,7 @@ class ClientCollector:
         self.m = monitor
 
     def collect(self) -> Iterator[Metric]:
-        for row in METRICS:
+        for row in rows():
             yield self.family(row)
 
     def family(self, row: MetricRow) -> Metric:
@@ -86,7 +86,7 @@ class Exporter:
         part = "" if info.partition is None else f" (partition {info.partition})"
         state = page_state(
             self.m.last, self.timeline, title=f"{info.model} -> {info.out}{part}", state="running",
-            verdicts=self.m.doctor.shown, samples=await self.samples.get(), errors=dict(self.m.client.errors),
+            verdicts=self.m.state().verdicts, samples=await self.samples.get(), errors=dict(self.m.client.errors),
         )  # fmt: skip
         return web.Response(body=orjson.dumps(state), content_type="application/json")
 

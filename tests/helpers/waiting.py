@@ -10,6 +10,7 @@ waiting out the deadline. The clock and the pause are injectable, so the waiting
 from __future__ import annotations
 
 import asyncio
+import re
 import subprocess
 import time
 from collections.abc import Awaitable, Callable
@@ -138,3 +139,16 @@ async def wait_for_async(
             return value
         poll.expire()
         await sleep(every_s)
+
+
+def wait_for_match(
+    what: str, path: Path, pattern: str, timeout: float = DEFAULT_TIMEOUT_S, *, alive: Watched | None = None
+) -> re.Match[str]:
+    """The first match of ``pattern`` in the text file at ``path``, once it exists (a log line a process writes)."""
+
+    def check() -> re.Match[str] | None:
+        return re.search(pattern, path.read_text()) if path.exists() else None
+
+    found = wait_for(what, check, timeout, alive=alive)
+    assert found is not None  # wait_for returns only a value its ``done`` (here: truthy) accepts
+    return found

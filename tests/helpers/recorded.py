@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-DIR = Path(__file__).resolve().parent / "fixtures" / "sglang-0.5.23"
+DIR = Path(__file__).resolve().parents[1] / "fixtures" / "sglang-0.5.23"
 META: dict[str, Any] = json.loads((DIR / "meta.json").read_text())
 
 
