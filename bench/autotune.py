@@ -156,7 +156,8 @@ def best_static(input_len: float, output_len: float, n: int) -> dict[str, Any]:
     from tokenmill.planner import parse_flags
     from tokenmill.planner.catalog import load_model
     from tokenmill.planner.hardware import GpuCatalog
-    from tokenmill.planner.plan import Workload, what_if
+    from tokenmill.planner.plan import Workload
+    from tokenmill.planner.whatif import what_if
 
     model, gpu = load_model(MODEL), GpuCatalog.load().get(GPU)
     workload = Workload(prompts=n, input_len=input_len, output_len=output_len)

@@ -26,7 +26,8 @@ from tokenmill.monitor.snapshot import Snapshot
 from tokenmill.planner import parse_flags
 from tokenmill.planner.catalog import load_model
 from tokenmill.planner.hardware import GpuCatalog
-from tokenmill.planner.plan import Workload, what_if
+from tokenmill.planner.plan import Workload
+from tokenmill.planner.whatif import what_if
 
 MODEL, GPU = "qwen3.6-27b", "rtx-pro-6000"
 MAX_TOKENS = 3000  # the job's sampling.max_tokens: what SGLang's admission charges each request

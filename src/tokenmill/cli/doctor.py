@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
@@ -19,6 +20,9 @@ from tokenmill.cli.options import (
 from tokenmill.config import DoctorSpec, normalize_url
 from tokenmill.config.servers import read_servers
 from tokenmill.errors import ConfigError
+
+if TYPE_CHECKING:
+    from tokenmill.doctor.checkup import Checkup
 
 _DEFAULTS = {name: field.default for name, field in DoctorSpec.model_fields.items()}  # shown in the help
 
@@ -132,7 +136,7 @@ def doctor(
         tokenmill doctor --servers-file servers.txt --output run-out/    # with the running job's side
     """
     from tokenmill.doctor.checkup import Planning, checkup, oneshot_spec
-    from tokenmill.doctor.render import format_verdicts, hardware_text, rules_text, servers_table
+    from tokenmill.doctor.render import rules_text
     from tokenmill.run.access import auth_headers, read_api_key
 
     if list_rules:
@@ -155,9 +159,16 @@ def doctor(
     if as_json:
         click.echo(json.dumps(found.as_dict(), indent=2))
         return
+    _show(found, len(urls))
+
+
+def _show(found: Checkup, servers: int) -> None:
+    """The checkup as text: the servers, how the rates settled, the decode rate against the hardware, the verdicts."""
+    from tokenmill.doctor.render import format_verdicts, hardware_text, servers_table
+
     click.echo(servers_table(found.obs.servers))
     click.echo(found.settling.text())
     if found.vs_hardware:
         click.echo(hardware_text(found.vs_hardware))
     click.echo("")
-    click.echo(format_verdicts(found.verdicts, len(urls)))
+    click.echo(format_verdicts(found.verdicts, servers))

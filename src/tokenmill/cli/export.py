@@ -128,15 +128,10 @@ def export_cmd(
     """
     from tokenmill.export.parallel import cores
     from tokenmill.export.tokens import TokenOptions
-    from tokenmill.quality.records import parse_selectors
 
-    selectors = parse_selectors(drop, "--drop") if drop else ()
-    if drop_truncated and "truncated" not in selectors:
-        selectors = ("truncated", *selectors)
+    selectors = _selectors(drop, drop_truncated)
     name = format_of(fmt).default_name
-    keep: tuple[str, ...] | str = (
-        "all" if keep_fields.strip() == "all" else tuple(f.strip() for f in keep_fields.split(",") if f.strip())
-    )
+    keep = _kept_fields(keep_fields)
     tokens = TokenOptions(str(tokenizer) if tokenizer else None, per_turn, max_length, max_disagree)
     opts = ExportOptions(
         format=fmt,
@@ -155,6 +150,21 @@ def export_cmd(
         click.echo(f"{where}: {counts.render()}\ncounts in {counts_path(where)}")
     if counts.tokens is not None and counts.tokens.usage.disagrees:
         click.echo(f"warning: {counts.tokens.usage.warning()}", err=True)
+
+
+def _selectors(drop: str, drop_truncated: bool) -> tuple[str, ...]:
+    """The ``--drop`` selectors, ``truncated`` first with ``--drop-truncated``."""
+    from tokenmill.quality.records import parse_selectors
+
+    selectors = parse_selectors(drop, "--drop") if drop else ()
+    if drop_truncated and "truncated" not in selectors:
+        selectors = ("truncated", *selectors)
+    return selectors
+
+
+def _kept_fields(keep_fields: str) -> tuple[str, ...] | str:
+    """``--keep-fields``: ``all``, or the names given (comma-separated; none for an empty list)."""
+    return "all" if keep_fields.strip() == "all" else tuple(f.strip() for f in keep_fields.split(",") if f.strip())
 
 
 def _export_to_url(target: str, dest: RemoteFile, opts: ExportOptions) -> ExportCounts:

@@ -23,7 +23,8 @@ from tokenmill.planner.flags import parse_flags
 from tokenmill.planner.hardware import GpuCatalog, GpuSpec
 from tokenmill.planner.models import kv_bytes_per_token, param_counts, state_bytes_per_slot
 from tokenmill.planner.question import PlanAnswer, PlanQuestion, WorkloadQuestion, answer
-from tokenmill.planner.render import render_plan, report_dict, what_if_dicts, what_if_table
+from tokenmill.planner.render import render_plan, what_if_table
+from tokenmill.planner.report_json import report_dict, what_if_dicts
 from tokenmill.planner.run_files import JobRequests, read_job
 
 

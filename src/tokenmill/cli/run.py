@@ -221,7 +221,6 @@ def run(
     import os
 
     from tokenmill.errors import ConfigError
-    from tokenmill.run.target import AsWritten, decide_target
     from tokenmill.run.with_fleet import FleetLaunch
     from tokenmill.sources.partition import parse_partition
 
@@ -230,12 +229,7 @@ def run(
     if partition is not None and launch.partitions > 1:
         raise ConfigError("give --partition I/N (one partition here) or --partitions N (all of them on Ray), not both")
     job = load_job(job_file, {**_overrides(**fields), **launch.job_overrides()})
-    target = decide_target(job, AsWritten.read(job_file), remote=remote_url, upload=upload)
-    if launch.partitions > 1 and not target.success:
-        raise ConfigError(
-            "--upload of a run with --limit/--offset is for one client: drop --partitions, or --upload (the trial "
-            "then stays local), or give --remote URL (a prefix of the trial's own)"
-        )
+    target = _run_target(job, job_file, remote_url, upload, launch.partitions)
     why = "--reopen" if reopen else None
     launch.run(
         job,
@@ -253,6 +247,21 @@ def run(
         ),
         lambda job, count, address: execute_partitions(target.apply(job), count, address, allow_changed_job, why),
     )
+
+
+def _run_target(job: JobSpec, job_file: str, remote_url: str | None, upload: bool, partitions: int) -> RunTarget:
+    """Where ``run`` writes (:func:`tokenmill.run.target.decide_target`); an ``--upload`` of a trial is for one
+    client, never ``--partitions``."""
+    from tokenmill.errors import ConfigError
+    from tokenmill.run.target import AsWritten, decide_target
+
+    target = decide_target(job, AsWritten.read(job_file), remote=remote_url, upload=upload)
+    if partitions > 1 and not target.success:
+        raise ConfigError(
+            "--upload of a run with --limit/--offset is for one client: drop --partitions, or --upload (the trial "
+            "then stays local), or give --remote URL (a prefix of the trial's own)"
+        )
+    return target
 
 
 @click.command(name="retry-failed")

@@ -1,12 +1,13 @@
 """Job spec, fleet profile, simulated-server, planner and monitor settings: the one home of every default.
 
-Each area has its module (job, output, fleet, sim, planner, monitor, export, observe: the alert rules' thresholds;
-base holds what they share); every name is imported from here.
+Each area has its module (job and its parts: input, sampling, retry, control, output; fleet, sim, planner, monitor,
+export, observe: the alert rules' thresholds; base holds what they share); every name is imported from here.
 """
 
 from __future__ import annotations
 
 from tokenmill.config.base import Model, format_validation_error, normalize_url, set_dotted
+from tokenmill.config.control import ControlSpec
 from tokenmill.config.export import ExportSpec
 from tokenmill.config.fleet import (
     TUNABLE_FLAGS,
@@ -17,30 +18,22 @@ from tokenmill.config.fleet import (
     WatchdogSpec,
     load_profile,
 )
-from tokenmill.config.job import (
+from tokenmill.config.input import (
     AUTO_ID_COLUMN,
     AUTO_ID_FIELD,
-    THINKING_PROBE_MAX_TOKENS,
-    ApiKind,
     BadRowPolicy,
-    ControlSpec,
     HFInputSpec,
     InputSpec,
-    JobSpec,
     Mapping,
     PartitionSpec,
-    RetrySpec,
-    SamplingSpec,
-    ThinkingInline,
-    ThinkingMode,
-    backoff,
-    load_job,
-    parse_job,
 )
+from tokenmill.config.job import ApiKind, JobSpec, load_job, parse_job
 from tokenmill.config.monitor import DoctorSpec, MonitorSpec
 from tokenmill.config.observe import AlertSpec
 from tokenmill.config.output import MASKED, OutputSpec, UploadSpec
 from tokenmill.config.planner import PlannerSpec
+from tokenmill.config.retry import RetrySpec, backoff
+from tokenmill.config.sampling import THINKING_PROBE_MAX_TOKENS, SamplingSpec, ThinkingInline, ThinkingMode
 from tokenmill.config.sim import FaultSpec, SimSpec
 
 __all__ = [

@@ -25,8 +25,9 @@ from tokenmill.doctor.model import (
     ServerObs,
     Verdict,
 )
+from tokenmill.doctor.observed import observed_prediction, restore_prediction
 from tokenmill.doctor.outputs import changes_outputs
-from tokenmill.doctor.predict import Predictor, observed_prediction, restore_prediction
+from tokenmill.doctor.predict import Predictor
 from tokenmill.doctor.rules import RULES, Rule, hybrid
 from tokenmill.monitor.snapshot import binding_verdict
 

@@ -4,23 +4,20 @@ This is the doctor's one seam to the planner. :class:`PlannerPredictor` needs th
 config.json; by default the server's ``model_path``) and the GPU (given, or told by the simulated twin). It plans
 the requests the client sends: their mean lengths so far, and their ``max_tokens`` and ``ignore_eos`` when the
 client says (:class:`~tokenmill.doctor.model.ClientObs`), since SGLang admits each kind by its own rule
-(:mod:`tokenmill.planner.admission`). What the planner refuses (an unknown model or GPU, flags that do not fit: its
-``ConfigError``) gives no prediction rather than an error: the verdict still stands on the observed numbers. Any
-other error is a bug in the planner: it is logged with its traceback (and gives no prediction either, so a long run
-goes on).
+(:mod:`tokenmill.planner.admission`; what a server is planned with: :mod:`tokenmill.doctor.setting`). What the
+planner refuses (an unknown model or GPU, flags that do not fit: its ``ConfigError``) gives no prediction rather than
+an error: the verdict still stands on the observed numbers (:mod:`tokenmill.doctor.observed`). Any other error is a
+bug in the planner: it is logged with its traceback (and gives no prediction either, so a long run goes on).
 :meth:`PlannerPredictor.today` is the planner's picture of a server as it runs now
 (its cap, rate, the side of the roofline its decode step is on, the share of its time spent prefilling),
-which the rules read to name what binds. :func:`restore_prediction` is the fleet's gain from bringing a dead
-server back, from the live servers' own rates.
+which the rules read to name what binds.
 """
 
 from __future__ import annotations
 
-import logging
-import math
-from collections.abc import Callable, MutableMapping, Sequence
+from collections.abc import MutableMapping
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol
 
 from tokenmill.config import PlannerSpec
 from tokenmill.doctor import advice
@@ -29,26 +26,27 @@ from tokenmill.doctor.model import (
     ClientObs,
     MemoryLevel,
     MemoryRisk,
-    Observation,
     PlanPoint,
     Prediction,
     ServerObs,
 )
-from tokenmill.errors import ConfigError, DoesNotFitError
+from tokenmill.doctor.setting import (
+    DEFAULT_INPUT_LEN,
+    DEFAULT_OUTPUT_LEN,
+    STEADY_PROMPTS,
+    PlanSetting,
+    length_sigma,
+    or_none,
+    per_request,
+    two_digits,
+)
+from tokenmill.errors import DoesNotFitError
 
 if TYPE_CHECKING:
     from tokenmill.planner.capacity import ServerCapacity
     from tokenmill.planner.hardware import GpuSpec
     from tokenmill.planner.models import ModelSpec
-    from tokenmill.planner.plan import PlanResult, Workload
-
-log = logging.getLogger(__name__)
-T = TypeVar("T")
-
-STEADY_PROMPTS = 1_000_000  # the prompt count never binds a steady-state prediction
-DEFAULT_INPUT_LEN = 1024.0
-DEFAULT_OUTPUT_LEN = 1024.0
-
+    from tokenmill.planner.plan import PlanResult
 
 # the roofline's ceiling: every byte at the GPU's peak bandwidth, every FLOP at its peak, no fixed cost a step
 IDEAL = {"eta_bw": 1.0, "eta_request_ratio": 1.0, "eta_compute": 1.0, "t_fixed_ms": 0.0, "t_fixed_no_overlap_ms": 0.0}
@@ -71,79 +69,12 @@ class Predictor(Protocol):
     def today(self, obs: ServerObs, client: ClientObs) -> PlanPoint | None: ...
 
 
-def _per_request(tokens_s: float | None, requests_s: float | None) -> float | None:
-    """Mean tokens per finished request from the server's own counters."""
-    return tokens_s / requests_s if tokens_s and requests_s else None
-
-
 CACHE_ENTRIES = 1024  # a long run's workload drifts: the caches start afresh rather than grow
 
 
 def _bound(cache: MutableMapping[tuple[object, ...], Any]) -> None:
     if len(cache) >= CACHE_ENTRIES:
         cache.clear()
-
-
-def _or_none(what: str, call: Callable[[], T]) -> T | None:
-    """``call()``, or None when the planner refuses (its ConfigError, said at INFO: ``what``); any other error is a
-    bug in the planner, logged at ERROR with its traceback."""
-    try:
-        return call()
-    except ConfigError as exc:
-        log.info("%s: %s", what, exc)
-    except Exception:
-        log.exception("%s: the planner failed", what)
-    return None
-
-
-def length_sigma(client: ClientObs) -> float | None:
-    """The log-normal sigma of the answers' lengths from the median and 90th percentile of those not cut at
-    max_tokens (``ln(p90 / p50) / 1.2816``, rounded to 0.05), None without both: the planner then assumes its
-    default spread. The running set's size in steady state depends on it (long answers run longer)."""
-    p50, p90 = client.completed_p50, client.completed_p90
-    if not p50 or not p90 or p90 <= p50:
-        return None
-    return max(0.05, round(math.log(p90 / p50) / _Z90 / 0.05) * 0.05)
-
-
-_Z90 = 1.2816  # the standard normal's 90th percentile
-
-
-def _two_digits(x: float) -> float:
-    return float(f"{x:.2g}")
-
-
-@dataclass(frozen=True, slots=True)
-class _Setting:
-    """What one server is planned with: model, GPU, the observed workload, the requests' kind and the SGLang
-    release."""
-
-    model_name: str
-    gpu_name: str
-    model: ModelSpec
-    gpu: GpuSpec
-    inp: float
-    out: float
-    max_tokens: int | None
-    ignore_eos: bool
-    version: str | None
-    config: PlannerSpec
-    sigma: float | None = None  # the answers' length spread, from the client's quantiles (None: unknown)
-
-    @property
-    def key(self) -> tuple[object, ...]:
-        return (
-            self.model_name, self.gpu_name, self.inp, self.out, self.max_tokens, self.ignore_eos, self.version,
-            self.sigma,
-        )  # fmt: skip
-
-    def workload(self, prompts: int = STEADY_PROMPTS) -> Workload:
-        """The client's requests as the planner plans them: their lengths, limit and kind."""
-        from tokenmill.planner.workload import request_workload
-
-        return request_workload(
-            prompts, self.inp, self.out, self.max_tokens, self.ignore_eos, "doctor", output_sigma=self.sigma
-        )
 
 
 class PlannerPredictor:
@@ -170,19 +101,19 @@ class PlannerPredictor:
         if name not in self._specs:
             from tokenmill.planner.catalog import load_model
 
-            self._specs[name] = _or_none(f"no predictions for model {name!r}", lambda: load_model(name))
+            self._specs[name] = or_none(f"no predictions for model {name!r}", lambda: load_model(name))
         return self._specs[name]
 
     def _gpu(self, name: str) -> GpuSpec | None:
         if name not in self._gpus:
             from tokenmill.planner.hardware import GpuCatalog
 
-            self._gpus[name] = _or_none(
+            self._gpus[name] = or_none(
                 f"no predictions for GPU {name!r}", lambda: GpuCatalog.load(self.gpu_file).get(name)
             )
         return self._gpus[name]
 
-    def _setting(self, obs: ServerObs, client: ClientObs) -> _Setting | None:
+    def _setting(self, obs: ServerObs, client: ClientObs) -> PlanSetting | None:
         """The model, GPU, workload and release to plan ``obs`` with; None when the planner cannot."""
         info = obs.view.info
         model_name = self.model or (info.model_path if info else None)
@@ -193,12 +124,12 @@ class PlannerPredictor:
         if model is None or gpu is None:
             return None
         v = obs.view
-        inp = _two_digits(client.avg_prompt_tokens or _per_request(v.prompt_tok_s, v.requests_s) or DEFAULT_INPUT_LEN)
-        out = _two_digits(client.avg_output_tokens or _per_request(v.decode_tok_s, v.requests_s) or DEFAULT_OUTPUT_LEN)
+        inp = two_digits(client.avg_prompt_tokens or per_request(v.prompt_tok_s, v.requests_s) or DEFAULT_INPUT_LEN)
+        out = two_digits(client.avg_output_tokens or per_request(v.decode_tok_s, v.requests_s) or DEFAULT_OUTPUT_LEN)
         version = info.version if info else None
         kind = (client.max_tokens, client.ignore_eos)
         config = self._config(version)
-        return _Setting(model_name, gpu_name, model, gpu, inp, out, *kind, version, config, length_sigma(client))
+        return PlanSetting(model_name, gpu_name, model, gpu, inp, out, *kind, version, config, length_sigma(client))
 
     def __call__(self, obs: ServerObs, client: ClientObs, candidate: Candidate) -> Prediction | None:
         setting = self._setting(obs, client)
@@ -226,8 +157,8 @@ class PlannerPredictor:
             self._today[key] = self._picture(setting, advice.current_flags(obs), observed, ctx)
         return self._today[key]
 
-    def _picture(self, s: _Setting, flags: list[str], running: int, ctx: float) -> PlanPoint | None:
-        result = _or_none("no plan of today's server", lambda: self._plan(s, flags))
+    def _picture(self, s: PlanSetting, flags: list[str], running: int, ctx: float) -> PlanPoint | None:
+        result = or_none("no plan of today's server", lambda: s.plan(flags))
         if result is None:
             return None
         cap = result.capacity
@@ -263,7 +194,7 @@ class PlannerPredictor:
         if setting is None:
             return None
         flags = advice.current_flags(obs)
-        result = _or_none("no capacity to fit eta with", lambda: self._plan(setting, flags))
+        result = or_none("no capacity to fit eta with", lambda: setting.plan(flags))
         return result.capacity if result is not None else None
 
     def rate_at(self, obs: ServerObs, client: ClientObs, eta_bw: float) -> float | None:
@@ -288,11 +219,11 @@ class PlannerPredictor:
         except DoesNotFitError:
             return None
 
-    def _expect(self, s: _Setting, flags: list[str]) -> Expected | None:
+    def _expect(self, s: PlanSetting, flags: list[str]) -> Expected | None:
         ideal = s.config.model_copy(update=IDEAL)
-        pair = _or_none(
+        pair = or_none(
             "no expected rate",
-            lambda: (self._plan(s, flags), self._plan(s, flags, ideal)),
+            lambda: (s.plan(flags), s.plan(flags, ideal)),
         )
         if pair is None:
             return None
@@ -309,14 +240,14 @@ class PlannerPredictor:
         return config.model_copy(update={"sglang_version": version})
 
     @staticmethod
-    def _radix_off_cap(s: _Setting, cand: Candidate) -> Candidate:
+    def _radix_off_cap(s: PlanSetting, cand: Candidate) -> Candidate:
         """With the radix cache off, the planner's cap that fills memory exactly (for the client's requests, as
         SGLang admits their kind) replaces the observed guess."""
         flags = list(cand.flags_after)
         if not cand.fill_memory or "--disable-radix-cache" not in flags or "--max-running-requests" not in flags:
             return cand  # only a radix-off cap is sized to memory; other changes keep today's flags
         from tokenmill.planner.flags import parse_flags
-        from tokenmill.planner.plan import best_radix_off_running
+        from tokenmill.planner.whatif import best_radix_off_running
 
         engine = parse_flags(flags).with_(max_running_requests=None)
         n = best_radix_off_running(s.model, s.gpu, engine, s.workload(), 1, s.config)
@@ -326,9 +257,9 @@ class PlannerPredictor:
         return replace(cand, change=change, flags_after=tuple(after), est_max_running=n)
 
     def _predict(
-        self, setting: _Setting, before: list[str], cand: Candidate, observed_cap: int | None
+        self, setting: PlanSetting, before: list[str], cand: Candidate, observed_cap: int | None
     ) -> Prediction | None:
-        planned = _or_none(f"no prediction for {cand.change}", lambda: self._before_after(setting, before, cand))
+        planned = or_none(f"no prediction for {cand.change}", lambda: self._before_after(setting, before, cand))
         if planned is None:
             return None
         cand, b, a = planned
@@ -352,7 +283,7 @@ class PlannerPredictor:
         )
 
     @staticmethod
-    def _memory_risk(s: _Setting, change: str, b: PlanResult, a: PlanResult) -> MemoryRisk | None:
+    def _memory_risk(s: PlanSetting, change: str, b: PlanResult, a: PlanResult) -> MemoryRisk | None:
         """For a change that touches memory (or moves the line between the pools and the rest): what it leaves
         outside the static pools against SGLang's own reserve estimate (``PlannerSpec.oom_risk_high``)."""
         before, after = b.capacity.pools, a.capacity.pools
@@ -366,15 +297,15 @@ class PlannerPredictor:
         return MemoryRisk(level, before.headroom_gib, after.headroom_gib, after.reserve_gib)
 
     def _before_after(
-        self, setting: _Setting, before: list[str], cand: Candidate
+        self, setting: PlanSetting, before: list[str], cand: Candidate
     ) -> tuple[Candidate, PlanResult, PlanResult]:
         """The candidate (its radix-off cap sized to memory) and the plans of today's flags and of the change."""
         cand = self._radix_off_cap(setting, cand)
         if cand.running_before is not None:
             before = advice.set_flag(before, "--max-running-requests", str(max(1, cand.running_before)))
-        b = self._plan(setting, before)
+        b = setting.plan(before)
         after = setting if cand.max_tokens is None else replace(setting, max_tokens=cand.max_tokens)
-        a = self._plan(after, list(cand.flags_after))
+        a = after.plan(list(cand.flags_after))
         return cand, b, a
 
     @staticmethod
@@ -383,46 +314,3 @@ class PlannerPredictor:
         if observed and abs(planned - observed) > 0.25 * observed:
             return f"the planner puts today's cap at {planned}, the server reports {observed}: check --gpu / --model"
         return None
-
-    @staticmethod
-    def _plan(s: _Setting, flags: list[str], config: PlannerSpec | None = None) -> PlanResult:
-        """``flags`` planned for the setting's server and requests (with ``config``: other assumptions)."""
-        from tokenmill.planner.flags import parse_flags
-        from tokenmill.planner.plan import plan
-
-        engine = parse_flags(flags)
-        return plan(s.model, s.gpu, engine, s.workload(), config or s.config, gpu_count=engine.tp_size)
-
-
-def observed_prediction(obs: ServerObs, candidate: Candidate) -> Prediction | None:
-    """Max running before/after from the observed numbers alone (no throughput)."""
-    if candidate.est_max_running is None:
-        return None
-    v = obs.view
-    if candidate.running_before is not None:
-        before = candidate.running_before
-        return Prediction(
-            candidate.change, PlanPoint(before), PlanPoint(candidate.est_max_running), "observed", what="running"
-        )
-    if not v.max_running:
-        return None
-    return Prediction(candidate.change, PlanPoint(v.max_running), PlanPoint(candidate.est_max_running), "observed")
-
-
-def restore_prediction(obs: Observation, down: Sequence[str]) -> Prediction | None:
-    """The fleet's throughput with the ``down`` servers back, each at the live servers' mean decode rate."""
-    live = [s.view for s in obs.servers if s.url not in down and s.view.healthy and s.view.decode_tok_s]
-    if not live or not down:
-        return None
-    now = sum(v.decode_tok_s or 0.0 for v in live)
-    gpus = sum(s.view.gpus for s in obs.servers)
-    back = now + now / len(live) * len(down)
-    n = len(obs.servers)
-    return Prediction(
-        "bring the server back" if len(down) == 1 else f"bring the {len(down)} servers back",
-        PlanPoint(n - len(down), now / gpus),
-        PlanPoint(n, back / gpus),
-        "observed",
-        what="servers up",
-        scope="fleet",
-    )

@@ -111,7 +111,7 @@ class Fleet:
         """Start every server and wait until all are healthy; ServerError (with log tails) if any is not."""
         self._state_lock.acquire()
         try:
-            self._clear_stale()
+            _clear_stale(self.state_dir)
             self.handles = self.launcher(self.profile, self.state_dir)
             self._watcher = threading.Thread(target=self._watch, name="tokenmill-fleet-watch", daemon=True)
             self._watcher.start()
@@ -287,10 +287,6 @@ class Fleet:
 
     # ---- state directory ----------------------------------------------------------------------------------
 
-    def _clear_stale(self) -> None:
-        for name in (ENDPOINTS, APPLY_REQUEST):
-            (self.state_dir / name).unlink(missing_ok=True)
-
     def publish(self, final: bool = False) -> None:
         """Rewrite the endpoints file and state.json if anything changed."""
         with self._lock:
@@ -368,3 +364,9 @@ class Fleet:
         with self._lock:
             self._apply = ApplyProgress(request_id, state, tuple(progress))
         self.publish()
+
+
+def _clear_stale(state_dir: Path) -> None:
+    """Remove what a fleet that died left in its state directory: the endpoints file and an unread apply request."""
+    for name in (ENDPOINTS, APPLY_REQUEST):
+        (state_dir / name).unlink(missing_ok=True)

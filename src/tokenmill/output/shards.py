@@ -122,7 +122,7 @@ class OutputDir:
     def lock(self) -> None:
         """Create the directory if needed and take the writer lock (what :meth:`open` does first; call it alone
         to change the directory before it is opened, e.g. to take records over from the remote copy)."""
-        self._make_dir()
+        _make_dir(self.root)
         self._lock.acquire()
         try:
             if self._shared_lock is not None:
@@ -249,17 +249,6 @@ class OutputDir:
 
     # -- internals -------------------------------------------------------------------------------------
 
-    def _make_dir(self) -> None:
-        if self.root.exists() and not self.root.is_dir():
-            raise OutputError(f"output path {self.root} exists and is not a directory: choose another output.dir")
-        created = not self.root.exists()
-        try:
-            self.root.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise output_error(exc, "creating", self.root) from exc
-        if created:
-            fsync_dir(self.root.parent)
-
     def _usable(self) -> ResumeState:
         if self._broken is not None:
             raise self._broken
@@ -365,6 +354,19 @@ class OutputDir:
             moved = self.root / layout.archived_failed_name(max(taken, default=0) + 1)
             rename(src, moved)
         return moved
+
+
+def _make_dir(root: Path) -> None:
+    """Create the output directory (and its parents, the new entry made durable); a file in its place is an error."""
+    if root.exists() and not root.is_dir():
+        raise OutputError(f"output path {root} exists and is not a directory: choose another output.dir")
+    created = not root.exists()
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise output_error(exc, "creating", root) from exc
+    if created:
+        fsync_dir(root.parent)
 
 
 def _remove_empty(path: Path) -> None:

@@ -21,7 +21,8 @@ from tokenmill.planner.flags import EngineFlags, command_line, parse_flags
 from tokenmill.planner.hardware import GpuCatalog, GpuSpec
 from tokenmill.planner.memory import PoolPlan, size_pools
 from tokenmill.planner.models import ModelSpec
-from tokenmill.planner.plan import PlanResult, Workload, compare, plan, what_if
+from tokenmill.planner.plan import PlanResult, Workload, compare, plan
+from tokenmill.planner.whatif import what_if
 
 __all__ = [
     "Calibration",

@@ -176,25 +176,8 @@ def from_hf_config(cfg: Mapping[str, Any], name: str, **meta: Any) -> ModelSpec:
         output_gate=bool(r.get("attn_output_gate") or model_type in _GATED_ATTENTION_TYPES),
     )
     recurrent = _recurrent(r, model_type, count["recurrent"]) if count["recurrent"] else None
-    mlp = (
-        Mlp(layers=count["mlp"], intermediate=r.int("intermediate_size", "ffn_hidden_size"), gated=gated_mlp)
-        if count["mlp"]
-        else None
-    )
-    moe = (
-        Moe(
-            layers=count["moe"],
-            experts=r.int("num_experts", "num_local_experts", "n_routed_experts"),
-            top_k=r.int("num_experts_per_tok", "moe_topk"),
-            expert_intermediate=r.int("moe_intermediate_size"),
-            shared_intermediate=r.int(
-                "shared_expert_intermediate_size", "moe_shared_expert_intermediate_size", default=0
-            ),
-            gated=gated_mlp,
-        )
-        if count["moe"]
-        else None
-    )
+    mlp = _mlp(r, count["mlp"], gated_mlp)
+    moe = _moe(r, count["moe"], gated_mlp)
     if r.missing:
         raise _missing(name, model_type, r.missing)
     vision_cfg = cfg.get("vision_config")
@@ -220,6 +203,27 @@ def from_hf_config(cfg: Mapping[str, Any], name: str, **meta: Any) -> ModelSpec:
         text_subconfig=r.nested,
         vision=_vision_sizing(vision_cfg) if isinstance(vision_cfg, Mapping) else None,
         **meta,
+    )
+
+
+def _mlp(r: _Reader, layers: int, gated: bool) -> Mlp | None:
+    """The dense MLP of ``layers`` layers (None when no layer has one)."""
+    if not layers:
+        return None
+    return Mlp(layers=layers, intermediate=r.int("intermediate_size", "ffn_hidden_size"), gated=gated)
+
+
+def _moe(r: _Reader, layers: int, gated: bool) -> Moe | None:
+    """The mixture of experts of ``layers`` layers (None when no layer has one)."""
+    if not layers:
+        return None
+    return Moe(
+        layers=layers,
+        experts=r.int("num_experts", "num_local_experts", "n_routed_experts"),
+        top_k=r.int("num_experts_per_tok", "moe_topk"),
+        expert_intermediate=r.int("moe_intermediate_size"),
+        shared_intermediate=r.int("shared_expert_intermediate_size", "moe_shared_expert_intermediate_size", default=0),
+        gated=gated,
     )
 
 

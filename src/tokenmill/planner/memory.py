@@ -7,7 +7,7 @@ docs/planner.md says where older releases differ):
    ``reserved = 512 + 1.5*max(chunked_prefill, 2048) + tp/8*1024 + 2*decode_graph_bs + 8*prefill_graph_sizes``
    MiB, at least 10 GiB on GPUs over 60 GiB, then times SGLang's multimodal factor for a multimodal model
    (``arg_groups/memory_hook.py``: ``handle_gpu_memory_settings``, ``reserve_for_graph_mb``,
-   ``adjust_mem_fraction_for_vlm``).
+   ``adjust_mem_fraction_for_vlm``; :mod:`tokenmill.planner.reserve`).
 2. ``rest = available_before_weights * mfs - weights - multimodal_reserve``
    (``mem_cache/kv_cache_configurator.py``: ``_profile_available_bytes``, ``mm_runtime_reservation_gb``).
 3. State slots (``_handle_max_mamba_cache``): ``--max-mamba-cache-size``; else ``--max-running-requests`` when
@@ -36,24 +36,16 @@ from tokenmill.planner.models import (
     state_bytes_per_slot,
     weight_bytes,
 )
+from tokenmill.planner.reserve import auto_mem_fraction_static, reserved_mib, vlm_mem_fraction_factor
 from tokenmill.planner.strategy import StrategyChoice, resolve_strategy
 
 __all__ = [
-    "LARGEST_AUTO_CUDA_GRAPH_BS",
     "MIB",
     "DoesNotFitError",
     "PoolPlan",
     "StrategyChoice",
-    "auto_chunked_prefill_size",
-    "auto_cuda_graph_max_bs",
-    "auto_mem_fraction_static",
-    "decode_graph_max_bs",
-    "graph_reserve_mib",
-    "prefill_graph_sizes",
-    "reserved_mib",
     "resolve_strategy",
     "size_pools",
-    "vlm_mem_fraction_factor",
 ]
 
 MIB = 1 << 20
@@ -64,108 +56,7 @@ STATE_PADDING_SLOTS = 1  # MambaPool allocates size + 1 (memory_pool.py) and the
 AUTO_MAX_RUNNING_MIN = 2048
 AUTO_MAX_RUNNING_MAX = 4096
 AUTO_MAX_RUNNING_PER_CONTEXT = 512
-LARGEST_AUTO_CUDA_GRAPH_BS = 512  # the largest decode --cuda-graph-max-bs SGLang picks itself
-PREFILL_GRAPH_MIB_PER_SIZE = 8  # reserve_for_graph_mb: non-torch memory per captured prefill size
 MULTIMODAL_RESERVE_MIB = 100  # SGLANG_VLM_CACHE_SIZE_MB default, taken from the KV budget
-VLM_BASE_FACTOR = 0.95  # adjust_mem_fraction_for_vlm: the factor for a ViT-L/14-sized tower
-VLM_BASELINE_LAYERS = 24  # ViT-L/14; also SGLang's fallback when the vision config has no num_hidden_layers
-VLM_BASELINE_HIDDEN = 1024  # ViT-L/14; also the fallback hidden size
-VLM_SENSITIVITY = 0.1  # 10 % per doubling of the tower's layers x hidden^2
-VLM_ADJUSTMENT_RANGE = (0.8, 1.05)
-
-
-def auto_chunked_prefill_size(gpu_mib: int) -> int:
-    """SGLang's default --chunked-prefill-size by GPU memory (0.5.23 ``handle_gpu_memory_settings``)."""
-    gib = gpu_mib / 1024
-    if gib < 20:
-        return 2048
-    if gib < 60:
-        return 4096
-    if gib < 160:
-        return 8192
-    return 16384
-
-
-def auto_cuda_graph_max_bs(gpu_mib: int, tp: int) -> int:
-    """SGLang's default decode --cuda-graph-max-bs by GPU memory and TP (0.5.23 ``handle_gpu_memory_settings``)."""
-    gib = gpu_mib / 1024
-    small_tp = tp < 4
-    if gib < 20:
-        return 8
-    if gib < 35:
-        return 48 if small_tp else 160
-    if gib < 60:
-        return 32 if small_tp else 160
-    if gib < 160:
-        return 256 if small_tp else LARGEST_AUTO_CUDA_GRAPH_BS
-    return LARGEST_AUTO_CUDA_GRAPH_BS
-
-
-def decode_graph_max_bs(gpu_mib: int, flags: EngineFlags) -> int:
-    """The decode CUDA graph's largest batch: the flag, or the default cut to ``--max-running-requests``."""
-    if flags.cuda_graph_max_bs is not None:
-        return flags.cuda_graph_max_bs
-    default = auto_cuda_graph_max_bs(gpu_mib, flags.tp_size)
-    if flags.max_running_requests is not None:
-        return min(default, flags.max_running_requests)
-    return default
-
-
-def prefill_graph_sizes(max_tokens: int) -> int:
-    """How many token counts SGLang captures prefill CUDA graphs for, up to ``max_tokens``
-    (``generate_prefill_cuda_graph_batch_sizes``: 4..32 by 4, 48..256 by 16, 288..512 by 32, 576..1024 by 64,
-    1280..4096 by 256, then by 512)."""
-    steps = ((4, 32, 4), (48, 256, 16), (288, 512, 32), (576, 1024, 64), (1280, 4096, 256), (4608, max_tokens, 512))
-    return sum(len(range(lo, min(hi, max_tokens) + 1, step)) for lo, hi, step in steps)
-
-
-def _chunked_prefill(gpu_mib: int, flags: EngineFlags) -> int:
-    return flags.chunked_prefill_size or auto_chunked_prefill_size(gpu_mib)
-
-
-def graph_reserve_mib(gpu_mib: int, flags: EngineFlags, model: ModelSpec | None = None) -> float:
-    """CUDA-graph memory SGLang keeps outside the pools (``reserve_for_graph_mb``): 2 MiB per decode batch size
-    up to the decode graph's largest batch, 8 MiB per captured prefill size. The prefill graph is on by default
-    on CUDA; multimodal architectures outside SGLang's allow list run prefill without it."""
-    if flags.disable_cuda_graph:
-        return 0.0
-    reserve = 0.0 if flags.disable_decode_graph else 2.0 * decode_graph_max_bs(gpu_mib, flags)
-    prefill_graph = not flags.disable_prefill_graph and (model is None or model.keeps_prefill_graph)
-    chunk = _chunked_prefill(gpu_mib, flags)
-    if prefill_graph and chunk > 0:
-        tokens = chunk if flags.max_total_tokens is None else min(chunk, flags.max_total_tokens)
-        reserve += PREFILL_GRAPH_MIB_PER_SIZE * prefill_graph_sizes(tokens)
-    return reserve
-
-
-def reserved_mib(gpu_mib: int, flags: EngineFlags, model: ModelSpec | None = None) -> float:
-    """Memory SGLang keeps outside the static pools when it picks --mem-fraction-static itself."""
-    chunk = _chunked_prefill(gpu_mib, flags)
-    activation_tokens = max(chunk, 2048) if chunk > 0 else max(16384, 2048)  # --max-prefill-tokens 16384
-    reserved = 512 + 1.5 * activation_tokens + flags.tp_size / 8 * 1024 + graph_reserve_mib(gpu_mib, flags, model)
-    if gpu_mib > 60 * 1024:
-        reserved = max(reserved, 10 * 1024)
-    return reserved
-
-
-def vlm_mem_fraction_factor(model: ModelSpec | None) -> float:
-    """SGLang's automatic-fraction factor for a multimodal model (``adjust_mem_fraction_for_vlm``): 0.95 times
-    ``clamp(1 - 0.1*(L*H^2/(24*1024^2) - 1), 0.8, 1.05)`` from the vision config's ``num_hidden_layers`` (24 when
-    the key is absent) and ``hidden_size`` (1024 when absent); 1 for text-only models or no vision config."""
-    if model is None or not model.is_multimodal or model.vision is None:
-        return 1.0
-    layers = model.vision.num_hidden_layers or VLM_BASELINE_LAYERS
-    hidden = model.vision.hidden_size or VLM_BASELINE_HIDDEN
-    ratio = layers * hidden**2 / (VLM_BASELINE_LAYERS * VLM_BASELINE_HIDDEN**2)
-    low, high = VLM_ADJUSTMENT_RANGE
-    return VLM_BASE_FACTOR * max(low, min(high, 1.0 - VLM_SENSITIVITY * (ratio - 1.0)))
-
-
-def auto_mem_fraction_static(gpu_mib: int, flags: EngineFlags, model: ModelSpec | None = None) -> float:
-    """SGLang's automatic --mem-fraction-static (``handle_gpu_memory_settings``); ``model`` None: a text-only
-    model that keeps the prefill CUDA graph."""
-    base = round((gpu_mib - reserved_mib(gpu_mib, flags, model)) / gpu_mib, 3)
-    return base * vlm_mem_fraction_factor(model)
 
 
 @dataclass(frozen=True, slots=True)
@@ -271,22 +162,11 @@ def size_pools(
     kv_cell = kv_bytes_per_token(model, kv_dtype, tp)
     slot = state_bytes_per_slot(model, ssm_dtype, flags.mamba_conv_dtype, tp)
     slots, slots_source = _state_slots(model, flags, rest_bytes, slot)
-    if model.is_hybrid and slots <= 0:
-        raise DoesNotFitError(
-            f"not enough GPU memory for the {model.name} state cache ({slot / MIB:.1f} MiB a slot, "
-            f"{rest:.1f} GiB left after weights); raise --mem-fraction-static or use bf16 state "
-            "(--mamba-ssm-dtype bfloat16)"
-        )
     state_bytes = (slots + STATE_PADDING_SLOTS) * slot if model.is_hybrid else 0
     kv_bytes = rest_bytes - state_bytes
     page = _page_size(strategy, flags)
     tokens = _kv_tokens(flags, kv_bytes, kv_cell, page)
-    if tokens <= 0:
-        raise DoesNotFitError(
-            f"no room left for KV cache on {gpu.name}: {slots} state slots take "
-            f"{state_bytes / GIB:.1f} of {rest:.1f} GiB; lower --max-running-requests / "
-            "--max-mamba-cache-size or raise --mem-fraction-static"
-        )
+    _pools_fit(model, gpu, slots, slot, state_bytes, tokens, rest)
     context = flags.context_length or model.context_length
     max_running, source = _max_running(flags, tokens, context, slots, strategy.slots_per_request, model.is_hybrid)
     headroom = gpu.memory_gib * (1 - mfs.value)
@@ -322,6 +202,24 @@ def size_pools(
         sglang_version=sglang_version,
         notes=tuple(notes),
     )
+
+
+def _pools_fit(
+    model: ModelSpec, gpu: GpuSpec, slots: int, slot: int, state_bytes: int, tokens: int, rest: float
+) -> None:
+    """DoesNotFitError unless the ``rest`` GiB after the weights hold a hybrid's state slot and a KV token."""
+    if model.is_hybrid and slots <= 0:
+        raise DoesNotFitError(
+            f"not enough GPU memory for the {model.name} state cache ({slot / MIB:.1f} MiB a slot, "
+            f"{rest:.1f} GiB left after weights); raise --mem-fraction-static or use bf16 state "
+            "(--mamba-ssm-dtype bfloat16)"
+        )
+    if tokens <= 0:
+        raise DoesNotFitError(
+            f"no room left for KV cache on {gpu.name}: {slots} state slots take "
+            f"{state_bytes / GIB:.1f} of {rest:.1f} GiB; lower --max-running-requests / "
+            "--max-mamba-cache-size or raise --mem-fraction-static"
+        )
 
 
 def _rest_gib(

@@ -12,10 +12,11 @@ from tokenmill.errors import ConfigError, DoesNotFitError
 from tokenmill.planner.catalog import load_model
 from tokenmill.planner.flags import parse_flags
 from tokenmill.planner.hardware import GpuCatalog, GpuSpec
-from tokenmill.planner.plan import TrainCut, WhatIfRow, Workload, compare, train_cut, what_if
+from tokenmill.planner.plan import TrainCut, Workload, compare, train_cut
 from tokenmill.planner.plan import plan as make_plan
-from tokenmill.planner.render import PlanReport
+from tokenmill.planner.report import PlanReport
 from tokenmill.planner.ssm import ssm_assumption
+from tokenmill.planner.whatif import WhatIfRow, what_if
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,40 +1,20 @@
-"""Plans as rich tables for a terminal and as plain dicts for ``--json`` (no I/O here)."""
+"""Plans as rich tables for a terminal (no I/O here; as plain dicts for ``--json``: :mod:`.report_json`)."""
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import Any
 
 from rich import box
 from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from tokenmill.config import PlannerSpec
 from tokenmill.fmt import duration
-from tokenmill.planner.hardware import GIB, GpuSpec
-from tokenmill.planner.memory import MIB
-from tokenmill.planner.models import ModelSpec, param_counts, weight_bytes
-from tokenmill.planner.plan import Comparison, PlanResult, WhatIfRow
-from tokenmill.planner.ssm import SsmAssumption
+from tokenmill.planner.models import param_counts
+from tokenmill.planner.plan import Comparison, PlanResult
+from tokenmill.planner.report import PlanReport, notes, ssm_lines, whole
+from tokenmill.planner.whatif import WhatIfRow
 from tokenmill.planner.workload import Workload
-
-
-@dataclass(frozen=True, slots=True)
-class PlanReport:
-    """Everything ``tokenmill plan`` shows."""
-
-    result: PlanResult
-    comparisons: tuple[Comparison, ...]
-    what_if: tuple[WhatIfRow, ...]
-    config: PlannerSpec
-    eta_source: str
-    ssm: SsmAssumption | None = None  # a hybrid's SSM state dtype, where it comes from, the other dtype's plan
-
-
-def _n(x: float) -> str:
-    return f"{x:,.0f}"
 
 
 def _mfs(value: float | None) -> str:
@@ -81,16 +61,16 @@ def capacity_table(r: PlanResult) -> Table:
         "decode step",
         f"{st.time_s * 1000:.1f} ms, {st.bound}-bound ({st.bytes / 1e9:.1f} GB, {st.flops / 1e12:.2f} TFLOP per GPU)",
     )
-    t.add_row("decode", f"{_n(r.decode_tok_s / cap.gpus)} tok/s per GPU")
+    t.add_row("decode", f"{whole(r.decode_tok_s / cap.gpus)} tok/s per GPU")
     t.add_row(
         "with prefill",
         Text.assemble(
-            (f"{_n(r.tok_s_per_gpu)} tok/s per GPU", "bold green"),
+            (f"{whole(r.tok_s_per_gpu)} tok/s per GPU", "bold green"),
             f" ({r.prefill_s_per_request:.3f} s prefill a request)",
         ),
     )
     servers = f"{r.replicas} server{'s' if r.replicas > 1 else ''} of {cap.gpus} GPU{'s' if cap.gpus > 1 else ''}"
-    t.add_row("fleet", f"{_n(r.fleet_tok_s)} tok/s ({servers})")
+    t.add_row("fleet", f"{whole(r.fleet_tok_s)} tok/s ({servers})")
     eta = duration(r.eta_s if math.isfinite(r.eta_s) else None)
     t.add_row("ETA", f"{eta} for {r.workload.output_tokens / 1e6:,.2f} M output tokens")
     return t
@@ -102,8 +82,8 @@ def curve_table(r: PlanResult) -> Table:
     t.add_column("decode tok/s", justify="right")
     t.add_column("bound")
     for pt in r.curve:
-        t.add_row(f"{pt.running:,}", _n(pt.tok_s_per_gpu), pt.bound)
-    t.caption = f"ceiling as running grows: {_n(r.ceiling_tok_s_per_gpu)} tok/s"
+        t.add_row(f"{pt.running:,}", whole(pt.tok_s_per_gpu), pt.bound)
+    t.caption = f"ceiling as running grows: {whole(r.ceiling_tok_s_per_gpu)} tok/s"
     return t
 
 
@@ -123,7 +103,7 @@ def compare_table(r: PlanResult, comparisons: tuple[Comparison, ...]) -> Table:
             t.add_row(c.reference.key, "-", "does not fit", "-", "-")
             continue
         pct = f"{c.percent:.0f}%" if c.percent is not None else "-"
-        t.add_row(c.reference.key, f"{c.result.running:,}", c.result.binding, _n(c.result.tok_s_per_gpu), pct)
+        t.add_row(c.reference.key, f"{c.result.running:,}", c.result.binding, whole(c.result.tok_s_per_gpu), pct)
     return t
 
 
@@ -138,7 +118,7 @@ def _row_cells(row: WhatIfRow, base: float) -> list[str]:
         _mfs(row.mem_fraction),
         f"{res.running:,}",
         res.binding,
-        _n(row.tok_s_per_gpu),
+        whole(row.tok_s_per_gpu),
         vs,
     ]
 
@@ -200,27 +180,6 @@ def what_if_table(base: float, rows: tuple[WhatIfRow, ...], shown: int) -> Group
     return _ranked_table(title, base, visible, "; ".join(parts) or None)
 
 
-def notes(report: PlanReport) -> list[str]:
-    r = report.result
-    cap = r.capacity
-    out = list(dict.fromkeys(cap.pools.notes))
-    gpu: GpuSpec = cap.gpu
-    if gpu.unverified:
-        out.append(f"{gpu.name}: unverified numbers: {', '.join(gpu.unverified)} (see gpus.yaml sources)")
-    if cap.model.assumed:
-        out.append(f"{cap.model.name}: assumed config fields: {'; '.join(cap.model.assumed)}")
-    if cap.flags.ignored:
-        out.append(f"flags not modeled (ignored): {' '.join(cap.flags.ignored)}")
-    out.append(
-        f"eta_bw {cap.roofline.eta_bw:g} ({report.eta_source}; state/KV traffic at "
-        f"{cap.roofline.eta_request_ratio:g} x eta_bw), eta_compute {cap.roofline.eta_compute:g}, "
-        f"SGLang {cap.sglang_version or 'newest'} rules, t_fixed {cap.roofline.t_fixed_s * 1000:g} ms "
-        f"({cap.roofline.t_fixed_no_overlap_s * 1000:g} ms without "
-        "overlap); prefix-cache hits are not modeled"
-    )
-    return out
-
-
 def header(report: PlanReport) -> Text:
     r = report.result
     cap = r.capacity
@@ -243,39 +202,6 @@ def _limit_text(w: Workload) -> str:
     return f", max_tokens {w.limit:,}" if w.max_tokens is not None else ""
 
 
-def ssm_lines(report: PlanReport) -> list[str]:
-    """The SSM state dtype planned and where it comes from, then the plan with the other dtype."""
-    a, r = report.ssm, report.result
-    if a is None:
-        return []
-    lines = [f"SSM state: {a.dtype}, from {a.source}"]
-    o = a.other_result
-    if o is None:
-        lines.append(f"with {a.other} state ({a.other_flag}): does not fit: {a.other_error}")
-        return lines
-    gain = o.tok_s_per_gpu / r.tok_s_per_gpu - 1 if r.tok_s_per_gpu > 0 else 0.0
-    eta = duration(o.eta_s if math.isfinite(o.eta_s) else None)
-    lines.append(
-        f"with {a.other} state ({a.other_flag}): {o.running:,} running (bound by {o.binding}), "
-        f"{_n(o.tok_s_per_gpu)} tok/s per GPU ({gain * 100:+.0f}%), ETA {eta}"
-    )
-    return lines
-
-
-def ssm_dict(report: PlanReport) -> dict[str, Any] | None:
-    a = report.ssm
-    if a is None:
-        return None
-    o = a.other_result
-    other = None if o is None else {"running": o.running, "binding": o.binding, "tok_s_per_gpu": o.tok_s_per_gpu}
-    return {
-        "dtype": a.dtype,
-        "source": a.source,
-        "other": {"dtype": a.other, "flag": a.other_flag, "plan": other, "error": a.other_error},
-        "text": ssm_lines(report),
-    }
-
-
 def render_plan(report: PlanReport) -> RenderableType:
     parts: list[RenderableType] = [header(report), capacity_table(report.result)]
     if report.ssm is not None:
@@ -291,148 +217,3 @@ def render_plan(report: PlanReport) -> RenderableType:
         parts.append(what_if_table(base, report.what_if, report.config.whatif_rows_shown))
     parts.append(Text("\n".join(f"note: {n}" for n in notes(report)), style="dim"))
     return Group(*parts)
-
-
-# --------------------------------------------------------------------------------------------------
-# JSON
-
-
-def _finite(x: float) -> float | None:
-    return x if math.isfinite(x) else None
-
-
-def result_dict(r: PlanResult) -> dict[str, Any]:
-    cap = r.capacity
-    p = cap.pools
-    return {
-        "command": r.command,
-        "gpus": r.gpus,
-        "replicas": r.replicas,
-        "tp_size": cap.gpus,
-        "mem_fraction_static": p.mem_fraction_static,
-        "mem_fraction_auto": p.mem_fraction_auto,
-        "weights_gib": p.weights_gib,
-        "weight_dtype": p.weight_dtype,
-        "rest_gib": p.rest_gib,
-        "headroom_gib": p.headroom_gib,
-        "strategy": p.strategy.strategy,
-        "radix_cache": p.strategy.radix_cache,
-        "overlap": p.strategy.overlap,
-        "slots_per_request": p.slots_per_request,
-        "ssm_dtype": p.ssm_dtype if cap.model.is_hybrid else None,
-        "state_bytes_per_slot": p.state_bytes_per_slot,
-        "mamba_slots": p.mamba_slots,
-        "mamba_slots_source": p.mamba_slots_source,
-        "state_gib": p.state_gib,
-        "kv_dtype": p.kv_dtype,
-        "kv_bytes_per_token": p.kv_bytes_per_token,
-        "kv_tokens": p.kv_tokens,
-        "kv_gib": p.kv_gib,
-        "max_running": p.max_running,
-        "max_running_source": p.max_running_source,
-        "running": r.running,
-        "binding": r.binding,
-        "limits": r.limits,
-        "step_ms": r.step.time_s * 1000,
-        "step_bound": r.step.bound,
-        "step_bytes": r.step.bytes,
-        "step_flops": r.step.flops,
-        "decode_tok_s_per_gpu": r.decode_tok_s / cap.gpus,
-        "prefill_s_per_request": r.prefill_s_per_request,
-        "tok_s_per_gpu": r.tok_s_per_gpu,
-        "fleet_tok_s": r.fleet_tok_s,
-        "eta_s": _finite(r.eta_s),
-        "ceiling_tok_s_per_gpu": r.ceiling_tok_s_per_gpu,
-        "curve": [{"running": c.running, "tok_s_per_gpu": c.tok_s_per_gpu, "bound": c.bound} for c in r.curve],
-        "notes": list(p.notes),
-    }
-
-
-def _model_dict(m: ModelSpec) -> dict[str, Any]:
-    p = param_counts(m)
-    return {
-        "name": m.name,
-        "model_type": m.model_type,
-        "params_total": p.total,
-        "params_active": p.active,
-        "weight_dtype": m.weight_dtype,
-        "weight_bytes_resident": weight_bytes(m).resident,
-        "attention_layers": m.attention.layers,
-        "recurrent_layers": m.recurrent.layers if m.recurrent else 0,
-        "recurrent_kind": m.recurrent.kind if m.recurrent else None,
-        "assumed": list(m.assumed),
-        "sources": list(m.sources),
-    }
-
-
-def _gpu_dict(g: GpuSpec) -> dict[str, Any]:
-    return {
-        "key": g.key,
-        "name": g.name,
-        "memory_gib": g.memory_mib * MIB / GIB,
-        "bandwidth_gbs": g.bandwidth_gbs,
-        "bf16_tflops": g.bf16_tflops,
-        "fp8_tflops": g.fp8_tflops,
-        "fp4_tflops": g.fp4_tflops,
-        "unverified": list(g.unverified),
-    }
-
-
-def what_if_dicts(rows: tuple[WhatIfRow, ...]) -> list[dict[str, Any]]:
-    return [
-        {
-            "rank": i,
-            "base": row.is_base,
-            "strategy": row.strategy,
-            "ssm_dtype": row.ssm_dtype,
-            "weight_dtype": row.weight_dtype,
-            "mem_fraction_static": row.mem_fraction,
-            "flags": row.command,
-            "notes": list(row.notes),
-            "error": row.error,
-            "plan": result_dict(row.result) if row.result else None,
-        }
-        for i, row in enumerate(rows, 1)
-    ]
-
-
-def report_dict(report: PlanReport) -> dict[str, Any]:
-    r = report.result
-    w = r.workload
-    return {
-        "model": _model_dict(r.capacity.model),
-        "gpu": _gpu_dict(r.capacity.gpu),
-        "workload": {
-            "prompts": w.prompts,
-            "input_len": w.input_len,
-            "output_len": w.output_len,
-            "avg_context": w.avg_context,
-            "max_tokens": w.limit,
-            "ignore_eos": w.ignore_eos,
-            "source": w.source,
-        },
-        "assumptions": {
-            "eta_bw": r.capacity.roofline.eta_bw,
-            "eta_source": report.eta_source,
-            "eta_request_ratio": r.capacity.roofline.eta_request_ratio,
-            "eta_compute": r.capacity.roofline.eta_compute,
-            "t_fixed_ms": r.capacity.roofline.t_fixed_s * 1000,
-            "t_fixed_no_overlap_ms": r.capacity.roofline.t_fixed_no_overlap_s * 1000,
-            "cuda_context_gib": report.config.cuda_context_gib,
-            "kv_target_usage": report.config.kv_target_usage,
-            "sglang_version": report.config.sglang_version,
-        },
-        "plan": result_dict(r),
-        "ssm_state": ssm_dict(report),
-        "compare": [
-            {
-                "gpu": c.reference.key,
-                "percent": c.percent,
-                "error": c.error,
-                "plan": result_dict(c.result) if c.result else None,
-            }
-            for c in report.comparisons
-        ],
-        "what_if": what_if_dicts(report.what_if),
-        "notes": notes(report),
-    }

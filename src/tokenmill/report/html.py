@@ -6,12 +6,15 @@ import base64
 import datetime as dt
 from collections.abc import Sequence
 from html import escape
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tokenmill.fmt import UNKNOWN, duration, pct
 from tokenmill.monitor.lines import cut_text, expected_text, scaled, time_scale_text, upload_text, waste_text
 from tokenmill.report.data import RunData, VerdictSpan
 from tokenmill.sources.mapping import conversation_policy
+
+if TYPE_CHECKING:
+    from tokenmill.monitor.snapshot import Snapshot
 
 CSS = """
 body { font-family: system-ui, -apple-system, Segoe UI, Roboto, sans-serif; margin: 24px auto; max-width: 1060px;
@@ -98,18 +101,26 @@ def summary_rows(data: RunData) -> list[tuple[str, str]]:
             ("decode rate vs the hardware (now)", escape((expected_text(last) if last else "") or "-")),
         ]
     if last is not None:
-        rows.append(("answers cut at max_tokens (last run)", cut_text(last.truncated, last.answers, last.max_tokens)))
-        rows.append(("abandoned on read timeouts (last run)", escape(waste_text(last) or "-")))
-        upload = _upload(data.upload) if data.upload is not None else upload_text(last)
-        if upload:
-            rows.append(("upload", escape(upload)))
-        if last.held and data.upload is None:
-            rows.append(("generation paused", escape(last.held)))
-        if last.rows_read:
-            turns = f"{last.multi_turn_rows:,} of {last.rows_read:,} rows"
-            if last.multi_turn_rows and last.conversation_turns:
-                turns += f": {conversation_policy(last.conversation_turns)}"
-            rows.append(("rows with several user turns", escape(turns)))
+        rows += _last_run_rows(data, last)
+    return rows
+
+
+def _last_run_rows(data: RunData, last: Snapshot) -> list[tuple[str, str]]:
+    """The rows the last tick of the last run says: answers cut, abandoned, the upload, a pause, multi-turn rows."""
+    rows = [
+        ("answers cut at max_tokens (last run)", cut_text(last.truncated, last.answers, last.max_tokens)),
+        ("abandoned on read timeouts (last run)", escape(waste_text(last) or "-")),
+    ]
+    upload = _upload(data.upload) if data.upload is not None else upload_text(last)
+    if upload:
+        rows.append(("upload", escape(upload)))
+    if last.held and data.upload is None:
+        rows.append(("generation paused", escape(last.held)))
+    if last.rows_read:
+        turns = f"{last.multi_turn_rows:,} of {last.rows_read:,} rows"
+        if last.multi_turn_rows and last.conversation_turns:
+            turns += f": {conversation_policy(last.conversation_turns)}"
+        rows.append(("rows with several user turns", escape(turns)))
     return rows
 
 

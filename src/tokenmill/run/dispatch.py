@@ -3,7 +3,8 @@
 One row's path: the loop takes a prompt (a ready retry first, else the next from the source), waits until
 some usable server has a free slot (the pool picks it: :mod:`tokenmill.run.servers`), and starts one request
 task. The task records a Completion or a Failure in the sink (built by :mod:`tokenmill.run.work`), or, on a
-transient error, schedules a retry after an exponential backoff with jitter. A server that fails
+transient error, schedules a retry after an exponential backoff with jitter (:mod:`tokenmill.run.retries`: what a
+failed attempt does to its prompt and its server). A server that fails
 ``quarantine_after`` times in a row is set aside and probed every ``probe_interval_s`` until it answers again;
 while no server is usable the loop waits and says so, so prompts are never burned as failures. Whether a
 failure spends one of the prompt's attempts is a property of its type (:mod:`tokenmill.errors`): the servers'
@@ -26,7 +27,6 @@ import asyncio
 import logging
 import random
 import time
-from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 import aiohttp
@@ -43,15 +43,13 @@ from tokenmill.errors import (
     TransientError,
 )
 from tokenmill.records import Generation, Prompt, RequestOutcome
-from tokenmill.run.abandon import note_abandoned, past_ceiling, wasted_tokens
 from tokenmill.run.collector import collect_less
+from tokenmill.run.retries import Retries
 from tokenmill.run.servers import ReadTimeouts, ServerPool, ServerState
 from tokenmill.run.work import DispatchStats, RecordMaker, Sink, Work
 
 log = logging.getLogger(__name__)
 
-# A prompt whose failures are all the servers' fault is still failed after this many times max_attempts.
-HARD_ATTEMPT_FACTOR = 10
 NO_SERVER_LOG_EVERY_S = 60.0
 
 Probe = Callable[[aiohttp.ClientSession, str], Awaitable[bool]]
@@ -85,11 +83,11 @@ class Dispatcher:
         self.probe = probe
         self.observer = observer  # sees every finished attempt; never changes what the loop does
         self.stats = DispatchStats()
-        self._ready: deque[Work] = deque()
-        self._delayed = 0
+        self._wake = asyncio.Event()
+        self.retries = Retries(pool, sink, retry, records, self.stats, wake=self._wake, clock=clock, rng=self.rng)
+        self._ready = self.retries.ready  # the same deque: the loop takes from it, a conversation's next turn first
         self._inflight = 0
         self._tasks: set[asyncio.Task[None]] = set()
-        self._wake = asyncio.Event()
         pool.on_change = self._wake.set
         if pool.timeouts is None:
             pool.timeouts = ReadTimeouts(retry.read_timeout_s, max(retry.read_timeout_s, retry.read_timeout_max_s))
@@ -97,8 +95,6 @@ class Dispatcher:
         self._fatal: BaseException | None = None
         self._session: aiohttp.ClientSession | None = None
         self._last_wait_log = -1e18
-        max_tokens = records.sampling.get("max_tokens")
-        self._max_tokens = max_tokens if isinstance(max_tokens, int) else None
 
     # ---- public -------------------------------------------------------------------------------------------
 
@@ -163,7 +159,7 @@ class Dispatcher:
             if self._ready:
                 work = self._ready.popleft()
             elif source_done:
-                if self._inflight == 0 and self._delayed == 0:
+                if self._inflight == 0 and self.retries.delayed == 0:
                     return True
                 await self._wait()
                 continue
@@ -268,22 +264,22 @@ class Dispatcher:
         except MisconfiguredError as exc:
             self.pool.set_aside(server, exc.message, self.clock(), misconfigured=True)
             work.attempts -= 1
-            self._requeue(work, 0.0)
+            self.retries.requeue(work, 0.0)
         except PermanentError as exc:
             self._observe(server, start, None, exc)
             server.consecutive_failures = 0
             server.failed += 1
-            self._record_failure(work, exc, server)
+            self.retries.fail(work, exc, server)
         except RequestTimeout as exc:
             self._observe(server, start, None, exc)
             kind = self.pool.overloaded(server, start, self.clock())
             if kind is None:
-                self._on_transient(work, server, exc)
+                self.retries.on_transient(work, server, exc)
             else:
-                self._on_overload(work, server, exc, self.clock() - start, kind == "work", timeout)
+                self.retries.on_overload(work, server, exc, self.clock() - start, kind == "work", timeout)
         except TransientError as exc:
             self._observe(server, start, None, exc)
-            self._on_transient(work, server, exc)
+            self.retries.on_transient(work, server, exc)
         else:
             self._observe(server, start, gen, None)
             self._on_success(work, server, gen, self.clock() - start)
@@ -320,68 +316,6 @@ class Dispatcher:
             return
         self.stats.completed += 1
         self.sink.write(self.records.completion(work, gen, server.url, latency))
-
-    def _on_transient(self, work: Work, server: ServerState, exc: TransientError) -> None:
-        server.errors += 1
-        if exc.status in (429, 503):
-            server.throttled += 1
-        server.consecutive_failures += 1
-        self.stats.retries += 1
-        self.stats.recent_failures.append(f"{server.url}: {exc.message}")
-        if server.consecutive_failures >= self.retry.quarantine_after and server.usable:
-            why = f"{server.consecutive_failures} failures in a row, last: {exc.message}"
-            self.pool.set_aside(server, why, self.clock())
-        if exc.counts_against_prompt:
-            work.strikes += 1
-        work.last_server = server.url
-        if work.strikes >= self.retry.max_attempts or work.attempts >= HARD_ATTEMPT_FACTOR * self.retry.max_attempts:
-            self._record_failure(work, exc, server)
-            return
-        self._requeue(work, self.retry.backoff_s(work.attempts) * self.rng.uniform(0.5, 1.5))
-
-    def _on_overload(
-        self, work: Work, server: ServerState, exc: RequestTimeout, spent_s: float, ran: bool, timeout: float | None
-    ) -> None:
-        """A read timeout on a busy server: its tokens counted as abandoned, retried without spending an attempt,
-        unless it ran with the read timeout at its ceiling (``ran``: nothing was queued; :mod:`.abandon`)."""
-        tokens = wasted_tokens(spent_s, server.request_rate() or self._fleet_request_rate(), self._max_tokens)
-        server.abandoned_tokens += tokens
-        server.errors += 1
-        self.stats.abandoned += 1
-        self.stats.abandoned_tokens += tokens
-        self.stats.retries += 1
-        self.stats.outlived += ran
-        what = "ran longer than the read timeout" if ran else "queue wait; overloaded, backing off"
-        self.stats.recent_failures.append(f"{server.url}: {exc.message} ({what})")
-        work.last_server = server.url
-        note_abandoned(work, self.stats, self.retry)
-        ceiling = self.pool.timeouts.max_s if self.pool.timeouts is not None else self.retry.read_timeout_s
-        failed = past_ceiling(work, server.url, ran, timeout or self.retry.read_timeout_s, ceiling, self.retry)
-        if failed is not None or work.attempts >= HARD_ATTEMPT_FACTOR * self.retry.max_attempts:
-            self._record_failure(work, failed or exc, server)
-            return
-        self._requeue(work, self.retry.backoff_s(1) * self.rng.uniform(0.5, 1.5))
-
-    def _fleet_request_rate(self) -> float | None:
-        tokens = sum(s.completion_tokens for s in self.servers)
-        latency = sum(s.latency_s for s in self.servers)
-        return tokens / latency if latency > 0 and tokens else None
-
-    def _requeue(self, work: Work, delay: float) -> None:
-        if delay <= 0:
-            self._ready.append(work)
-            return
-        self._delayed += 1
-        asyncio.get_running_loop().call_later(delay, self._retry_ready, work)
-
-    def _retry_ready(self, work: Work) -> None:
-        self._delayed -= 1
-        self._ready.append(work)
-        self._wake.set()
-
-    def _record_failure(self, work: Work, exc: TransientError | PermanentError, server: ServerState) -> None:
-        self.stats.failed += 1
-        self.sink.fail(self.records.failure(work, exc, server.url))
 
     async def _probe_loop(self) -> None:
         while True:

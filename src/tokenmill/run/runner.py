@@ -6,10 +6,10 @@ error at any point unwinds exactly what was started, newest first:
 
 1. **requests**: where the prompt ids come from (``input.id_field``; as recorded in ``OUT/job.json`` when the
    output holds a job), the servers (a first one must answer within ``retry.startup_wait_s``:
-   :mod:`tokenmill.run.startup`), the API key and the request shapes; with ``save_token_ids``, one server is
-   asked for a one-token completion to see that it returns token ids; one is asked a question in the job's thinking
-   mode to see whether and where its reasoning comes back (inline in the answer, or any with thinking off, stops
-   the run, :mod:`tokenmill.backends.thinking`). Nothing is written before this is done.
+   :mod:`tokenmill.run.startup`), the API key and the request shapes (:mod:`tokenmill.run.requests`); with
+   ``save_token_ids``, one server is asked for a one-token completion to see that it returns token ids; one is asked
+   a question in the job's thinking mode to see whether and where its reasoning comes back (inline in the answer, or
+   any with thinking off, stops the run, :mod:`tokenmill.backends.thinking`). Nothing is written before this is done.
 2. **lock**: the writer lock on ``OUT`` is taken (the directory created). The lock file names this process and
    the run's phase for ``tokenmill status``: ``starting`` (and what it waits for: the remote stage notes each try
    at a store that does not answer) until the monitor starts, then ``running``. Cleanup: close the output, sealing the
@@ -51,23 +51,21 @@ import contextlib
 import logging
 import time
 import uuid
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
 from tokenmill.autotune.loop import Autotuner
-from tokenmill.backends import Backend, BackendOptions, make_backend, probe_token_ids
-from tokenmill.backends.http import open_session
-from tokenmill.backends.thinking import judge, probe_thinking
+from tokenmill.backends import Backend
 from tokenmill.config import JobSpec
 from tokenmill.errors import InputError
-from tokenmill.monitor.origin import Origins, fetch_origin
+from tokenmill.monitor.origin import Origins
 from tokenmill.monitor.snapshot import Snapshot
 from tokenmill.output import OutputDir, ResumeState
 from tokenmill.output.identity import check_job_identity, job_with_ids
 from tokenmill.records import Prompt, Skip
-from tokenmill.run.access import Access, resolve_access
+from tokenmill.run.access import Access
 from tokenmill.run.backlog import Backlog
 from tokenmill.run.control import ConcurrencyController
 from tokenmill.run.dispatch import Dispatcher
@@ -82,10 +80,10 @@ from tokenmill.run.remote import (
     start_upload,
     take_remote,
 )
+from tokenmill.run.requests import ask_origins, peek_input, prepare_requests
 from tokenmill.run.runstate import RunState
 from tokenmill.run.servers import ServerPool
 from tokenmill.run.skips import SkipGuard, nothing_completed
-from tokenmill.run.startup import wait_for_a_server
 from tokenmill.run.summary import Summary, write_summary
 from tokenmill.run.target import RunTarget, decide_target
 from tokenmill.run.watch import RunMonitor
@@ -99,8 +97,6 @@ from tokenmill.storage.restore import RemoteStart
 from tokenmill.storage.upload import Uploader, UploadStatus
 
 log = logging.getLogger(__name__)
-
-PROBE_SERVERS = 3  # servers tried in turn for the token-ids probe (the first that answers decides)
 
 _T = TypeVar("_T")
 
@@ -148,18 +144,10 @@ async def run_job(
     ``target``: where the run writes (:func:`tokenmill.run.target.decide_target`; None: the job as it is).
     ``reopen``: why this run may add to a job whose prefix already holds its ``_SUCCESS`` (``--reopen``,
     ``retry-failed``); without it such a run stops before generating anything."""
-    target = target or decide_target(job)
-    job = target.apply(job)
-    log.info("%s", target.line())
-    original = job
-    job = job_with_ids(job)
-    run = RunState(
-        job, clock, partition, target=target, reopen=reopen or ("--repair-remote" if repair_remote else None)
-    )
-    if partition is not None:
-        run.split = choose_split(job.input, job.partitioning, *partition)
-    await asyncio.to_thread(_peek_input, job)  # a bad input is said at once, before any wait for the servers
-    backend, access = await _requests(job)
+    run, original = _run_state(job, target, clock, partition, reopen or ("--repair-remote" if repair_remote else None))
+    job = run.job
+    await asyncio.to_thread(peek_input, job)  # a bad input is said at once, before any wait for the servers
+    backend, access = await prepare_requests(job)
     async with contextlib.AsyncExitStack() as stack:
         out = _lock_output(stack, run)
         remote = await take_remote(run, out, original, allow_changed_job, allow_existing_prefix, repair_remote)
@@ -167,7 +155,7 @@ async def run_job(
         uploader = await start_upload(stack, run, out, remote, allow_existing_prefix)
         feed = _start_feed(stack, run, out, state)
         source = await gate_finished_job(run, uploader, feed)
-        origins = await _ask_origins(stack, job, access)
+        origins = await ask_origins(stack, job, access)
         dispatcher = _make_dispatcher(run, backend, access, out, origins)
         feed.on_limit = dispatcher.abort  # too many skipped rows: stop, letting the requests in flight finish
         monitor, tracker, display = await _start_watch(stack, run, dispatcher, live, tuner, access)
@@ -183,11 +171,7 @@ async def run_job(
         start_background(stack, run, housekeeping, dispatcher)
         if install_signals:
             handle_signals(stack, run, dispatcher)
-        run.dispatch = asyncio.create_task(dispatcher.run(source), name="tokenmill-dispatch")
-        try:
-            run.finished = await run.dispatch
-        except asyncio.CancelledError:
-            run.finished = False
+        await _dispatch(run, dispatcher, source)
         housekeeping.sync_counts()
         _judge_completed(run, out, feed, dispatcher)
     if run.finished and feed.counts.rows == 0:
@@ -235,45 +219,21 @@ async def _conclude(
 # ---- the stages, in start-up order -------------------------------------------------------------------------
 
 
-def _peek_input(job: JobSpec) -> None:
-    """Read the input's first row: a dataset that is empty or cannot be read stops the run before it waits for any
-    server (the whole input, not a partition's share, which may be empty in a job that is not)."""
-    rows = iter_prompts(job.input, None, job.samples, job.sampling.seed)
-    try:
-        first = next(iter(rows), None)
-    finally:
-        close = getattr(rows, "close", None)
-        if close is not None:
-            close()
-    if first is None:
-        raise InputError(f"the input holds no rows ({job.input.path or job.input.hf}); check input.path / input.hf")
-
-
-async def _requests(job: JobSpec) -> tuple[Backend, Access]:
-    """The servers and the key (read once, here) and the backend; with save_token_ids, a server is checked for
-    token ids first."""
-    access = resolve_access(job)
-    servers = access.servers
-    sendable = [ep.url for ep in access.endpoints if ep.sendable]
-    await wait_for_a_server(sendable, job.retry, access.headers)
-    options = BackendOptions(
-        model=job.model,
-        sampling=job.sampling,
-        api_key=access.api_key,
-        save_token_ids=job.save_token_ids,
-        tokenizer=job.tokenizer,
-        max_response_bytes=job.retry.max_response_bytes,
-    )
-    backend = make_backend(job.api, options)
-    if job.save_token_ids:
-        async with open_session(job.retry, limit=PROBE_SERVERS) as session:
-            await probe_token_ids(job.api, options, session, servers[:PROBE_SERVERS])
-    async with open_session(job.retry, limit=PROBE_SERVERS) as session:  # every job: what does the model do?
-        probe = await probe_thinking(job.api, options, session, servers[:PROBE_SERVERS], job.thinking_probe_mode())
-    if probe is not None:
-        fine, message = judge(probe, job.api, job.thinking_inline == "ok")
-        log.log(logging.INFO if fine else logging.WARNING, "%s", message)
-    return backend, access
+def _run_state(
+    job: JobSpec,
+    target: RunTarget | None,
+    clock: Callable[[], float],
+    partition: tuple[int, int] | None,
+    reopen: str | None,
+) -> tuple[RunState, JobSpec]:
+    """The run's state (its job where the target says, with its ids as recorded) and the job as given, targeted."""
+    target = target or decide_target(job)
+    job = target.apply(job)
+    log.info("%s", target.line())
+    run = RunState(job_with_ids(job), clock, partition, target=target, reopen=reopen)
+    if partition is not None:
+        run.split = choose_split(run.job.input, run.job.partitioning, *partition)
+    return run, job
 
 
 def _lock_output(stack: contextlib.AsyncExitStack, run: RunState) -> OutputDir:
@@ -337,16 +297,6 @@ def _start_feed(stack: contextlib.AsyncExitStack, run: RunState, out: OutputDir,
     feed = PromptFeed(lambda: with_thinking(rows(), run.job.asked_thinking()), state.done, out.skip, guard)
     stack.callback(feed.close)
     return feed
-
-
-async def _ask_origins(stack: contextlib.AsyncExitStack, job: JobSpec, access: Access) -> Origins:
-    """What each server serves (every record's origin): asked now, waited for at most monitor.origin_wait_s."""
-    session = await stack.enter_async_context(open_session(job.retry, limit=PROBE_SERVERS))
-    headers = dict(access.headers)
-    origins = Origins(lambda url: fetch_origin(session, url, headers))
-    stack.push_async_callback(origins.close)
-    await origins.prime(access.servers, job.monitor.origin_wait_s)
-    return origins
 
 
 def _make_dispatcher(run: RunState, backend: Backend, access: Access, out: OutputDir, origins: Origins) -> Dispatcher:
@@ -430,6 +380,15 @@ async def _start_watch(
     display.start()
     stack.callback(stop_display)
     return monitor, tracker, display
+
+
+async def _dispatch(run: RunState, dispatcher: Dispatcher, source: AsyncIterator[Prompt]) -> None:
+    """The dispatcher's run as the run's task (the second signal cancels it): whether it finished every prompt."""
+    run.dispatch = asyncio.create_task(dispatcher.run(source), name="tokenmill-dispatch")
+    try:
+        run.finished = await run.dispatch
+    except asyncio.CancelledError:
+        run.finished = False
 
 
 # ---- helpers ------------------------------------------------------------------------------------------------

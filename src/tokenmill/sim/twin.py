@@ -50,8 +50,8 @@ from tokenmill.planner.admission import (
     schedule_conservativeness,
 )
 from tokenmill.planner.hardware import GIB
-from tokenmill.planner.memory import auto_chunked_prefill_size, auto_cuda_graph_max_bs
 from tokenmill.planner.models import state_bytes_split
+from tokenmill.planner.reserve import auto_chunked_prefill_size, auto_cuda_graph_max_bs
 from tokenmill.planner.roofline import fixed_time
 from tokenmill.planner.strategy import PING_PONG_SLOTS_LAZY, PING_PONG_SLOTS_NO_OVERLAP, PING_PONG_SLOTS_OVERLAP
 from tokenmill.sim.scheduler import KvPolicy

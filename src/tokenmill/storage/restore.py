@@ -109,19 +109,7 @@ def prepare_remote(
         start.repaired = repair(state)
         state = read_remote(store, resolve)
     state.check()
-    own = state.writer(partition)
-    if fresh and own is not None and (own.entries or own.failed_data or own.skipped_data):
-        start.taken_over = take_over(
-            out, partition, list(own.entries.values()), store.where, own.failed_data, own.skipped_data
-        )
-        log.warning(
-            "%s held none of this writer's records: took over from %s: %s",
-            out,
-            store.shown,
-            start.taken_over.line(),
-        )
-    elif not fresh and own is not None:
-        _refuse_behind(out, store, state, partition)
+    start.taken_over = _own_records(out, store, state, partition, fresh)
     start.others, start.others_completed, start.others_failed = state.done(skip=[partition])
     if state.superseded:
         log.info(
@@ -178,6 +166,19 @@ def _owner(
             log.info("claimed %s for job %s", store.shown, record.job_id)
         return record, job
     raise StoreConflict(f"the claim of {store.shown} keeps changing: another program is writing to it")
+
+
+def _own_records(out: Path, store: Store, state: RemoteState, partition: int | None, fresh: bool) -> TakenOver | None:
+    """This writer's records at the prefix: taken over by a ``fresh`` directory (one holding none of them), else
+    checked against the directory's (:func:`_refuse_behind`)."""
+    own = state.writer(partition)
+    if fresh and own is not None and (own.entries or own.failed_data or own.skipped_data):
+        taken = take_over(out, partition, list(own.entries.values()), store.where, own.failed_data, own.skipped_data)
+        log.warning("%s held none of this writer's records: took over from %s: %s", out, store.shown, taken.line())
+        return taken
+    if not fresh and own is not None:
+        _refuse_behind(out, store, state, partition)
+    return None
 
 
 def _refuse_behind(out: Path, store: Store, state: RemoteState, partition: int | None) -> None:

@@ -15,11 +15,12 @@ from tokenmill.cli.doctor import doctor
 from tokenmill.config import PlannerSpec
 from tokenmill.doctor.model import Candidate, ClientObs, Observation, ServerObs
 from tokenmill.doctor.oneshot import Settling
-from tokenmill.doctor.predict import STEADY_PROMPTS, PlannerPredictor
+from tokenmill.doctor.predict import PlannerPredictor
+from tokenmill.doctor.setting import STEADY_PROMPTS
 from tokenmill.monitor.fleet import ServerView
 from tokenmill.monitor.info import ServerInfo
 from tokenmill.planner import GpuCatalog, load_model, parse_flags, plan
-from tokenmill.planner.plan import best_radix_off_running
+from tokenmill.planner.whatif import best_radix_off_running
 from tokenmill.planner.workload import request_workload
 
 KV = 20_000

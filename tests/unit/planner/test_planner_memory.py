@@ -16,16 +16,9 @@ from tokenmill.errors import ConfigError
 from tokenmill.planner.catalog import load_model
 from tokenmill.planner.flags import parse_flags
 from tokenmill.planner.hardware import GIB, GpuCatalog, GpuSpec
-from tokenmill.planner.memory import (
-    DoesNotFitError,
-    PoolPlan,
-    auto_mem_fraction_static,
-    prefill_graph_sizes,
-    resolve_strategy,
-    size_pools,
-    vlm_mem_fraction_factor,
-)
+from tokenmill.planner.memory import DoesNotFitError, PoolPlan, resolve_strategy, size_pools
 from tokenmill.planner.models import ModelSpec, weight_bytes
+from tokenmill.planner.reserve import auto_mem_fraction_static, prefill_graph_sizes, vlm_mem_fraction_factor
 
 QWEN27 = load_model("qwen3.6-27b")
 SLOT_27B = 153_944_064  # docs/reference/hardware.md §3.2, fp32 SSM

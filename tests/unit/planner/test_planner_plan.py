@@ -9,7 +9,8 @@ from tokenmill.errors import ConfigError
 from tokenmill.planner.catalog import load_model
 from tokenmill.planner.flags import parse_flags
 from tokenmill.planner.hardware import GpuCatalog
-from tokenmill.planner.plan import Workload, compare, plan, what_if
+from tokenmill.planner.plan import Workload, compare, plan
+from tokenmill.planner.whatif import what_if
 
 CONFIG = PlannerSpec()
 QWEN27 = load_model("qwen3.6-27b")
