@@ -155,12 +155,16 @@ class Batcher:
             _, seq, r = heapq.heappop(heap)
             if r.seq != seq or r.state is not State.RUNNING:
                 continue
-            r.state = State.DONE
-            r.finished = t
-            self._release(r)
-            if self._prefix is not None and r.prompt_ids:
-                self._prefix.insert_finished(r.prompt_ids, r.output_ids)
-            done.append(r)
+            self._finish(r, t, done)
+
+    def _finish(self, r: SimRequest, t: float, done: list[SimRequest]) -> None:
+        """``r`` made its last token at ``t``: its slot is freed, its answer cached with its prompt."""
+        r.state = State.DONE
+        r.finished = t
+        self._release(r)
+        if self._prefix is not None and r.prompt_ids:
+            self._prefix.insert_finished(r.prompt_ids, r.output_ids)
+        done.append(r)
 
     def _retract(self) -> None:
         """SGLang's ``retract_decode``: back to the queue, fewest generated tokens first, until the step fits."""

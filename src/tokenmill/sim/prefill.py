@@ -10,6 +10,7 @@ nothing of each other's prompts). :class:`~tokenmill.sim.scheduler.Scheduler` ad
 
 from __future__ import annotations
 
+import heapq
 import math
 from abc import ABC, abstractmethod
 
@@ -27,6 +28,7 @@ class PrefillPhase(Batcher, ABC):
     def __init__(self, model: StepModel, prefix: PrefixCache | None, time_scale: float) -> None:
         super().__init__(model, prefix)
         self._scale = time_scale
+        self.decode_tokens = 0  # made by decode steps and by the decode rows of mixed batches
         self.prefill_tokens = 0
         self.prefill_cache_tokens = 0
         self._t_base = 0.0  # when the current decode step began
@@ -37,6 +39,10 @@ class PrefillPhase(Batcher, ABC):
         self._gauges = Gauges()  # the gauges as last written (SGLang's stats)
         self._chunks = ChunkQueue(self._pool.chunked_prefill_size if self._pool is not None else None)
         self._chunk_completed: list[SimRequest] = []  # the prompts the prefill batch under way completes
+        # --enable-mixed-chunk (SGLang's is_mixed_chunk: only with chunked prefill): the requests whose prompt is
+        # done decode one token in each prefill batch; _chunk_rows are those of the batch under way
+        self._mixed = self._pool is not None and self._pool.mixed_chunk and self._chunks.size is not None
+        self._chunk_rows: list[SimRequest] = []
 
     @abstractmethod
     def snapshot(self, decoded_since: int = 0) -> SchedulerSnapshot:
@@ -70,14 +76,18 @@ class PrefillPhase(Batcher, ABC):
         self._run_chunk(now)
 
     def _run_chunk(self, now: float) -> None:
-        """Start the next prefill batch of the chunk queue at ``now``: priced on its own; gauges and log line."""
-        chunk = self._chunks.next()
+        """Start the next prefill batch of the chunk queue at ``now``: priced on its own (with its decode rows, in a
+        mixed batch); gauges and log line."""
+        rows = self._decode_rows()
+        chunk = self._chunks.next(len(rows))
         if self._pool is not None:
-            cost = self._pool.prefill_batch_time_s(chunk.fills) * self._scale
+            read = sum(r.prompt_tokens + self._generated(r) for r in rows)  # the decode rows' KV, read
+            cost = self._pool.prefill_batch_time_s([*chunk.fills, *([1] * len(rows))], read) * self._scale
         else:
             cost = self.model.prefill_time_s(sum(chunk.fills)) * self._scale
         self._prefill_end = now + cost
         self._chunk_completed = chunk.completed
+        self._chunk_rows = rows
         running = self.running - len(self._prefilling)
         self._gauges.at_prefill(self.snapshot(), running)
         gap, self._last_prefill_at = now - self._last_prefill_at, now
@@ -98,6 +108,8 @@ class PrefillPhase(Batcher, ABC):
             if self._prefix is not None and r.prompt_ids and r.state is State.RUNNING:
                 self._prefix.insert_prompt(r.prompt_ids)
                 self._prefix.lock(r.prompt_ids)
+        if self._chunk_rows:
+            self._mixed_step(t, done)
         self._chunk_completed = []
         if self._chunks:
             self._run_chunk(t)
@@ -109,3 +121,35 @@ class PrefillPhase(Batcher, ABC):
             self._blocked = self._blocked_from_idle = False
         self._prefilling.clear()
         self._pop_finished(t, done)
+
+    def _decode_rows(self) -> list[SimRequest]:
+        """The running requests that decode in the next prefill batch: with ``--enable-mixed-chunk``, every one whose
+        prompt is done, when the KV pool holds their next tokens (else they sit the batch out, as in SGLang)."""
+        if not self._mixed:
+            return []
+        pending = self._chunks.pending()
+        rows = [r for r in self._live() if id(r) not in pending]
+        return rows if self._kv_free() >= len(rows) else []
+
+    def _mixed_step(self, t: float, done: list[SimRequest]) -> None:
+        """The decode rows of the mixed batch that ended at ``t`` made a token each: the decode step counter moves
+        on one step; the requests still prefilling made none (their steps are shifted by one); rows and prompts
+        completed here that made their last token finish."""
+        rows = {id(r) for r in self._chunk_rows}
+        self._chunk_rows = []
+        self.step += 1
+        made = 0
+        for r in self._live():
+            if id(r) in rows:
+                made += 1
+                continue
+            r.admit_step += 1
+            r.finish_step += 1
+            self._seq += 1
+            r.seq = self._seq
+            heapq.heappush(self._heap, (r.finish_step, r.seq, r))
+        self.ctx_tokens += made
+        self.decode_tokens += made
+        for r in self._live():
+            if r.finish_step <= self.step and (id(r) in rows or r in self._chunk_completed):
+                self._finish(r, t, done)

@@ -68,7 +68,6 @@ class Scheduler(PrefillPhase):
         super().__init__(model, prefix, time_scale)
         self._max_queued = max_queued
         self._interval = log_interval
-        self.decode_tokens = 0
         self._paused_at: float | None = None
         self._gen_throughput = 0.0
         self._window = (0.0, 0)  # (time, decode_tokens) at the last log boundary

@@ -29,9 +29,12 @@
   for the GPU's memory when not given), one priced prefill batch and one log line per chunk
   (:mod:`tokenmill.sim.chunks`).
 
-Not modeled: ``--max-prefill-tokens`` without chunking, ``--enable-mixed-chunk`` (decode rows in a prefill batch:
-off by default in SGLang, so a prefill batch pauses decode), speculative decoding, the slower decode of batches
-above ``--cuda-graph-max-bs``.
+* **Mixed batches** (``--enable-mixed-chunk``, off by default in SGLang; with chunked prefill): the running requests
+  whose prompt is done decode one token in each prefill batch, taking one token each of its chunk budget; the batch
+  reads their KV besides (:mod:`tokenmill.sim.prefill`). Without the flag a prefill batch pauses decode.
+
+Not modeled: ``--max-prefill-tokens`` without chunking, speculative decoding, the slower decode of batches above
+``--cuda-graph-max-bs``.
 """
 
 from __future__ import annotations
@@ -58,6 +61,7 @@ from tokenmill.sim.timing import PoolUsage
 # admission ones are planner.admission's
 RETRACT_DECODE_STEPS = 20  # SGLANG_RETRACT_DECODE_STEPS
 MAX_REQ_INPUT_MARGIN = 5  # max_req_input_len = max_req_len - 5
+MIXED_CHUNK_FLAG = "--enable-mixed-chunk"  # not a planner flag: the twin's scheduler alone reads it
 
 # SimSpec fields that are SGLang flags too: given to the twin, they mean the flag
 _SHARED_FIELDS = (
@@ -120,7 +124,10 @@ class TwinStepModel:
         self.capacity = capacity
         self.slowdown = slowdown  # fault injection: decode steps take this many times the planner's
         pools = capacity.pools
-        self.conservativeness, self.unmodeled_flags = schedule_conservativeness(capacity.flags)
+        self.conservativeness, unmodeled = schedule_conservativeness(capacity.flags)
+        self.unmodeled_flags = tuple(f for f in unmodeled if f != MIXED_CHUNK_FLAG)
+        # SGLang's is_mixed_chunk: the flag, and chunked prefill on
+        self.mixed_chunk = MIXED_CHUNK_FLAG in unmodeled and self.chunked_prefill_size is not None
         self._policy = kv_policy(self.conservativeness)
         self._max_running = pools.max_running
         self._kv_tokens = pools.kv_tokens
@@ -217,8 +224,9 @@ class TwinStepModel:
         size = self.capacity.flags.chunked_prefill_size or auto_chunked_prefill_size(self.capacity.gpu.memory_mib)
         return size if size > 0 else None
 
-    def prefill_batch_time_s(self, fill_tokens: Sequence[int]) -> float:
-        """Weights read once for the batch; each request's prompt computed on its own; plus the fixed cost."""
+    def prefill_batch_time_s(self, fill_tokens: Sequence[int], read_tokens: int = 0) -> float:
+        """Weights read once for the batch; each request's prompt computed on its own; plus the fixed cost. A mixed
+        batch's decode rows are one fill token each, and their KV (``read_tokens``) is read besides."""
         cap = self.capacity
         cost, params = cap.cost, cap.roofline
         total = sum(fill_tokens)
@@ -227,7 +235,7 @@ class TwinStepModel:
         moved = (
             cost.weights_dense_bytes
             + cost.experts_bytes * cost.experts_touched(total)
-            + total * cost.kv_bytes_per_token
+            + (total + read_tokens) * cost.kv_bytes_per_token
             + len(fill_tokens) * cost.state_rw_bytes_per_request
         )
         compute = sum(cap.prefill_compute_s(n) for n in fill_tokens)

@@ -46,6 +46,7 @@ def server_args(twin: TwinStepModel) -> dict[str, Any]:
         "disable_overlap_schedule": not pools.strategy.overlap,
         "page_size": flags.page_size or 1,
         "chunked_prefill_size": flags.chunked_prefill_size or auto_chunked_prefill_size(cap.gpu.memory_mib),
+        "enable_mixed_chunk": twin.mixed_chunk,
         "cuda_graph_max_bs_decode": twin.cuda_graph_max_bs,
         "kv_cache_dtype": _KV_DTYPE_NAMES.get(flags.kv_cache_dtype or "", "auto"),
         "quantization": _QUANTIZATION_NAMES.get(flags.weight_dtype or ""),

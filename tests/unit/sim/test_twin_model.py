@@ -10,7 +10,7 @@ from tokenmill.planner import server_capacity
 from tokenmill.sim.scheduler import PoolModel
 from tokenmill.sim.timing import StepModel
 from tokenmill.sim.twin import TwinStepModel, kv_policy
-from tokenmill.sim.twin_report import describe
+from tokenmill.sim.twin_report import describe, server_args
 
 MODEL, GPU = "qwen3.6-27b", "rtx-pro-6000"
 EXTRA = "--mamba-scheduler-strategy extra_buffer"
@@ -135,3 +135,15 @@ def test_from_config_errors_say_what_to_change() -> None:
         TwinStepModel.from_config(SimSpec(model=MODEL))
     with pytest.raises(ConfigError, match="unknown GPU"):
         TwinStepModel.from_config(SimSpec(model=MODEL, gpu="gtx-280"))
+
+
+def test_mixed_chunk_is_modeled_with_chunked_prefill_and_its_batches_read_the_decode_rows_kv() -> None:
+    """--enable-mixed-chunk is the twin's (no longer reported unmodeled; /server_info says it); SGLang mixes only
+    with chunked prefill on; a batch with decode rows costs more than its prompt tokens alone."""
+    on = twin("--enable-mixed-chunk --chunked-prefill-size 2048")
+    assert on.mixed_chunk and on.unmodeled_flags == () and server_args(on)["enable_mixed_chunk"] is True
+    assert not twin("--chunked-prefill-size 2048").mixed_chunk
+    assert not twin("--enable-mixed-chunk --chunked-prefill-size -1").mixed_chunk
+    alone = on.prefill_batch_time_s([2000])
+    mixed = on.prefill_batch_time_s([2000, *[1] * 48], read_tokens=48 * 4000)
+    assert mixed > alone
