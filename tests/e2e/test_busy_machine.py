@@ -2,7 +2,7 @@
 clock, not the wall clock) and the e2e runs that watch a run while it goes on, run beside two processes that keep
 both cores busy (``python -c 'while True: pass'``), started and killed by this test.
 
-The selection is small on purpose (about three to four minutes): the twin's KV-pressure case, separate concurrent requests
+The selection is small on purpose (3-4 minutes): the twin's KV-pressure case, separate concurrent requests
 sharing a new prefix (a burst the twin receives in one window however busy the host: :mod:`tokenmill.sim.receive`),
 a burst past the running cap; a watched run's live `status` and `doctor` (tests/e2e/test_observe.py) and the
 autotune run whose steady part after the roll-out is measured (tests/e2e/test_autotune.py).
