@@ -209,10 +209,6 @@ async def test_separate_concurrent_requests_sharing_a_new_prefix_are_prefilled_t
     sent the same way are then each served the prefix. Tolerance: none (token counts)."""
     if server.hybrid:
         pytest.skip("a hybrid resumes only where a state was kept (the end of a cached sequence): not this case")
-    if server.name.startswith("twin"):
-        # known gap: the twin's first request of a burst can still start alone (about 1 run in 2 on a loaded
-        # machine: [0, 300, 300, 300, 300, 300]); its admission of a burst still follows the wall clock
-        pytest.skip("the twin does not yet admit a burst of separate requests as one iteration on a busy machine")
     async with http.post(server.base_url + "/flush_cache") as resp:
         assert resp.status == 200, await resp.text()
     cold_prompts = shared_prefix_batch(3)["input_ids"]

@@ -96,7 +96,10 @@ def best_allowed_cap(input_len: float, output_len: float) -> int:
 
 
 def test_run_with_autotune_keeps_the_radix_off_change_and_every_server_gets_its_rate(tmp_path: Path) -> None:
-    n = 2900  # enough for a steady part after the roll-out at the GDDR7 card's decode rate
+    # enough for a steady part after the roll-out at the GDDR7 card's decode rate: the roll-out restarts three twin
+    # processes, which beside two CPU hogs took 8 s (the run goes on meanwhile: 2,483 of 2,900 done 3 s after it),
+    # and the fleet then answers about 150 prompts a second
+    n = 4500
     job_file, out = job(tmp_path, n)
     fleet_file = profile(tmp_path, servers=4)
     res = run_cli("run", str(job_file), "--no-live", "--fleet", str(fleet_file), "--autotune", timeout=300)
@@ -126,10 +129,16 @@ def test_run_with_autotune_keeps_the_radix_off_change_and_every_server_gets_its_
     steady = [t for t in ticks if start <= t.elapsed_s and t.done <= 0.9 * n]
     assert len(steady) >= 6 and steady[-1].elapsed_s - steady[0].elapsed_s >= 3.0, "no steady part after the roll-out"
     a, b = steady[0], steady[-1]
-    fleet_rate = (sum(s.decoded_tokens for s in b.servers) - sum(s.decoded_tokens for s in a.servers)) / (
-        b.elapsed_s - a.elapsed_s
-    )
-    assert fleet_rate >= 0.95 * 4 * measured["after_tok_s"], (fleet_rate, measured)
+    rates = {
+        sb.url: (sb.decoded_tokens - sa.decoded_tokens) / (b.elapsed_s - a.elapsed_s)
+        for sa, sb in zip(a.servers, b.servers, strict=True)
+    }
+    # every server runs the change at the canary's rate, measured over the same window: the twins' simulated steps
+    # are paced by the wall clock, and four twins answering at the new rate need more CPU than the canary did when
+    # it was measured beside three slower peers (beside two CPU hogs each then ran 57-95 % of that measurement)
+    assert len(rates) == 4 and min(rates.values()) >= 0.95 * rates[canary["canary"]], (rates, measured)
+    # and the change pays on every server: well above the rate all four ran at before it
+    assert min(rates.values()) >= 1.5 * measured["before_tok_s"], (rates, measured)
     exactly_once(out, n)
     assert any("autotune:" in (t.autotune or "") for t in ticks)
     report = run_cli("report", str(out))

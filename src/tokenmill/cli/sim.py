@@ -114,12 +114,13 @@ def build_config(config_file: str | None, given: dict[str, Any], engine_args: Se
 
 async def _serve(cfg: SimSpec, port_file: str | None) -> None:
     from tokenmill.sim.server import SimServer  # aiohttp is imported only when the command runs
+    from tokenmill.sim.twin_report import startup_lines
 
     _log_to_stderr(cfg.log_level)
     server = SimServer(cfg)
     log = logging.getLogger("tokenmill.sim")
     if server.twin is not None:
-        for line in server.twin.startup_lines():
+        for line in startup_lines(server.twin):
             log.info("%s", line)
         if server.twin.unmodeled_flags:
             log.warning("SGLang flags the twin does not model: %s", " ".join(server.twin.unmodeled_flags))

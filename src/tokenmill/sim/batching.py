@@ -148,6 +148,24 @@ class Batcher:
         if self._prefix is not None and r.prompt_ids and r not in self._prefilling:
             self._prefix.unlock(r.prompt_ids)
 
+    def _pop_finished(self, t: float, done: list[SimRequest]) -> None:
+        """Running requests whose last step is done by now finish at ``t``: slot freed, answer in the prefix cache."""
+        heap = self._heap
+        while heap and heap[0][0] <= self.step:
+            _, seq, r = heapq.heappop(heap)
+            if r.seq != seq or r.state is not State.RUNNING:
+                continue
+            self._finish(r, t, done)
+
+    def _finish(self, r: SimRequest, t: float, done: list[SimRequest]) -> None:
+        """``r`` made its last token at ``t``: its slot is freed, its answer cached with its prompt."""
+        r.state = State.DONE
+        r.finished = t
+        self._release(r)
+        if self._prefix is not None and r.prompt_ids:
+            self._prefix.insert_finished(r.prompt_ids, r.output_ids)
+        done.append(r)
+
     def _retract(self) -> None:
         """SGLang's ``retract_decode``: back to the queue, fewest generated tokens first, until the step fits."""
         p = self._kv

@@ -5,7 +5,8 @@ SGLang's ``PrefillAdder`` fills a batch while its chunk budget lasts and cuts th
 ``chunked_req``); the next iteration continues that request first, then takes new requests with what is left of the
 budget. So a 1,000-token prompt with a chunk size of 256 is four prefill batches of 256 + 256 + 256 + 232 tokens,
 and two 300-token prompts are 256, then 44 + 212, then 88. A request's first token comes at the end of the chunk
-that holds its last prompt token. Without a chunk size (``None``) a batch is one chunk.
+that holds its last prompt token. Without a chunk size (``None``) a batch is one chunk. With
+``--enable-mixed-chunk`` the running requests decode in the same batch, one token each taken from its budget.
 """
 
 from __future__ import annotations
@@ -47,11 +48,17 @@ class ChunkQueue:
         """Queue ``fill`` prompt tokens of ``request`` (``cached`` more were served by the prefix cache)."""
         self._pending.append(_Pending(request, max(fill, 0), cached))
 
-    def next(self) -> Chunk:
+    def pending(self) -> set[int]:
+        """The ids of the requests with prompt tokens still to compute."""
+        return {id(item.request) for item in self._pending}
+
+    def next(self, decode_rows: int = 0) -> Chunk:
         """The next prefill batch: pending tokens in order while the chunk budget lasts (every request at least
-        once: a whole prefix hit still computes its last token in SGLang, priced here as none)."""
+        once: a whole prefix hit still computes its last token in SGLang, priced here as none). ``decode_rows``
+        running requests decoding in the same batch (``--enable-mixed-chunk``) take one token each of the budget,
+        as SGLang's ``PrefillAdder`` takes them (at least one prompt token is left to the batch)."""
         chunk = Chunk()
-        budget = self.size
+        budget = None if self.size is None else max(1, self.size - decode_rows)
         while self._pending and (budget is None or budget > 0):
             item = self._pending[0]
             take = item.left if budget is None else min(item.left, budget)

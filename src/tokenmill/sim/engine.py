@@ -10,9 +10,10 @@ behind the wall clock, it never jumps to catch up.
 Requests are received at iteration boundaries, as SGLang's ``event_loop_normal`` receives them before it picks the
 next batch: a request that arrives while a step (decode or prefill) runs waits in an inbox for the end of that step,
 and everything in the inbox then enters the queue together and is admitted as one prefill batch if it fits
-(:meth:`~tokenmill.sim.scheduler.Scheduler.submit_many`). An idle engine woken by an arrival first lets the event
-loop run a few passes, so a burst of separate requests on its way is received together (counted in event-loop
-passes, not in wall time). In ``instant`` mode nothing is scheduled: every request is answered at once and only
+(:meth:`~tokenmill.sim.scheduler.Scheduler.submit_many`). An idle engine woken by an arrival first holds a receive
+window (:mod:`tokenmill.sim.receive`) whose quiet span grows with how late the host runs the engine's timers, so a
+burst of separate requests sent together is received together however busy the machine is; the virtual clock
+stands still meanwhile. In ``instant`` mode nothing is scheduled: every request is answered at once and only
 counted.
 """
 
@@ -27,6 +28,7 @@ from collections.abc import Sequence
 from tokenmill.config import SimSpec
 from tokenmill.sim.metrics import RequestMetrics
 from tokenmill.sim.prefix import PrefixCache
+from tokenmill.sim.receive import HEARTBEAT_S, QUIET_PASSES, HostLag, ReceiveWindow
 from tokenmill.sim.scheduler import QueueFullError, Scheduler, SchedulerSnapshot, SimRequest, State, Timing
 from tokenmill.sim.timing import LinearStepModel, StepModel
 
@@ -38,11 +40,6 @@ class EngineClosedError(Exception):
 
 
 _INSTANT = Timing(0.0, 0.0, 0.0)
-# An idle engine woken by an arrival lets the event loop run this many passes, again while more requests keep
-# arriving (at most _QUIET_ROUNDS times), before it receives them: enough for the HTTP layer to hand over
-# the requests of a burst whose bytes are already in (a new connection reaches the handler in 2-3 passes).
-_QUIET_PASSES = 4
-_QUIET_ROUNDS = 16
 
 
 class SimEngine:
@@ -64,7 +61,8 @@ class SimEngine:
         self._wake: asyncio.Future[bool] | None = None
         self._closed = False
         self._inbox: list[SimRequest] = []
-        self._arrivals = 0  # requests put in the inbox so far (the idle engine's quiet check)
+        self._arrivals = 0  # requests put in the inbox so far (the idle engine's receive window)
+        self._lag = HostLag()  # how late the host runs this engine's timers (sizes the receive window)
         self.now = 0.0  # the virtual clock: where the scheduler stands (scaled seconds)
         self._wall_at_now = 0.0  # the loop's time when the virtual clock was last moved
 
@@ -189,25 +187,45 @@ class SimEngine:
                 r.waiter.set_exception(QueueFullError("The request queue is full."))
         self._settle(done)
 
-    async def _quiet(self) -> None:
-        """Let the event loop run until no more arrivals come in over a few passes (a burst is received whole)."""
-        for _ in range(_QUIET_ROUNDS):
-            seen = self._arrivals
-            for _ in range(_QUIET_PASSES):
-                await asyncio.sleep(0)
-            if self._arrivals == seen:
+    async def _gather(self, loop: asyncio.AbstractEventLoop) -> None:
+        """An idle engine's receive window: wait for the rest of a burst until no request has arrived for the quiet
+        span (:class:`~tokenmill.sim.receive.HostLag`), then for a few event-loop passes."""
+        window = ReceiveWindow(loop.time())
+        seen = self._arrivals
+        while True:
+            due = window.closes_at(self._lag)
+            poked = await self._sleep(loop, due)
+            woke = loop.time()
+            if not poked:
+                self._lag.observe(due, woke)
+            if self._arrivals == seen and woke >= due:
+                for _ in range(QUIET_PASSES):
+                    await asyncio.sleep(0)
+                if self._arrivals == seen:
+                    return
+            if self._arrivals != seen:
+                seen = self._arrivals
+                window.arrived(loop.time())
+
+    async def _idle(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Wait for a poke (an arrival, a resume), waking every ``HEARTBEAT_S`` to see how late the timers run."""
+        while True:
+            due = loop.time() + HEARTBEAT_S
+            if await self._sleep(loop, due):
                 return
+            self._lag.observe(due, loop.time())
 
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
         while True:
             if self._inbox:
                 if self.scheduler.idle():
-                    await self._quiet()
+                    await self._gather(loop)
+                    self._wall_at_now = loop.time()  # the virtual clock stood still meanwhile
                 self._receive()
             at = self.scheduler.next_event_at()
             if at is None and not self._inbox:
-                await self._sleep(loop, None)  # idle: only an arrival (or a resume) changes anything
+                await self._idle(loop)  # only an arrival (or a resume) changes anything
                 self._wall_at_now = loop.time()  # the virtual clock stood still meanwhile
                 continue
             if at is None:
@@ -215,7 +233,10 @@ class SimEngine:
             # sleep to the next event; an arrival meanwhile shortens the sleep to the step boundary under way
             target = max(at, self.now)
             while True:
-                poked = await self._sleep(loop, self._wall_at_now + (target - self.now))
+                due = self._wall_at_now + (target - self.now)
+                poked = await self._sleep(loop, due)
+                if not poked:
+                    self._lag.observe(due, loop.time())
                 if not poked or target <= self.now:
                     break
                 if self._inbox:

@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from tokenmill.config import PlannerSpec, SimSpec
+from tokenmill.sim import twin_report
 from tokenmill.sim.scheduler import SchedulerSnapshot
 from tokenmill.sim.timing import StepModel
 from tokenmill.sim.twin import TwinStepModel
@@ -52,7 +53,7 @@ def server_args(cfg: SimSpec, model: StepModel, host: str, port: int) -> dict[st
         "reasoning_parser": cfg.reasoning_parser,
     }
     if isinstance(model, TwinStepModel):
-        args.update(model.server_args())
+        args.update(twin_report.server_args(model))
         args["model_path"] = cfg.model_spec or cfg.model
         args["engine_flags"] = cfg.engine_flags
     return args
@@ -60,7 +61,7 @@ def server_args(cfg: SimSpec, model: StepModel, host: str, port: int) -> dict[st
 
 def _computed(model: StepModel) -> dict[str, Any]:
     if isinstance(model, TwinStepModel):
-        return model.computed_state()
+        return twin_report.computed_state(model)
     return {
         "max_mamba_cache_size": model.mamba_slots or None,
         "effective_max_running_requests_per_dp": model.max_running_requests,
@@ -94,7 +95,7 @@ def server_info(cfg: SimSpec, model: StepModel, snap: SchedulerSnapshot, host: s
     }
     if isinstance(model, TwinStepModel):
         body["max_req_input_len"] = model.max_req_input_len
-        body["tokenmill_twin"] = model.describe()
+        body["tokenmill_twin"] = twin_report.describe(model)
     return body
 
 

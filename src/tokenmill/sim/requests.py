@@ -71,8 +71,14 @@ class PoolModel(StepModel, Protocol):
         """Decode batches up to this size run with CUDA graphs (the ``cuda graph`` field of the log)."""
         ...
 
-    def prefill_batch_time_s(self, fill_tokens: Sequence[int]) -> float:
-        """Seconds to prefill one batch whose requests prefill ``fill_tokens`` tokens each."""
+    def prefill_batch_time_s(self, fill_tokens: Sequence[int], read_tokens: int = 0) -> float:
+        """Seconds to prefill one batch whose requests prefill ``fill_tokens`` tokens each, reading ``read_tokens``
+        tokens of KV besides (the decode rows of a mixed batch, one fill token each)."""
+        ...
+
+    @property
+    def mixed_chunk(self) -> bool:
+        """``--enable-mixed-chunk``: running requests decode in the prefill batches (with chunked prefill)."""
         ...
 
     @property

@@ -12,11 +12,9 @@ A request's life, for ``output_tokens = L``::
 
     submit ─▶ waiting (FIFO) ─▶ admitted: prefill (decode pauses) ─▶ first token ─▶ L-1 decode steps ─▶ done
 
-A prefill that starts while requests are decoding keeps the progress of the step it interrupted, so no
-decode time is lost or counted twice. A prefill is one or more prefill batches: the prompts are computed
-``--chunked-prefill-size`` tokens at a time (:mod:`tokenmill.sim.chunks`), and requests admitted while a prefill
-runs are computed in the batches that follow. :meth:`Scheduler.submit_many` queues what one iteration of SGLang's
-loop receives, so it is admitted as one batch.
+A prefill is one or more prefill batches, computed ``--chunked-prefill-size`` tokens at a time
+(:mod:`tokenmill.sim.prefill`). :meth:`Scheduler.submit_many` queues what one iteration of SGLang's loop receives,
+so it is admitted as one batch.
 
 With a :class:`PoolModel` (the twin) the KV pool is finite, as in SGLang: admission also keeps room for the
 running requests' future tokens (scaled by the new-token ratio, :class:`KvPolicy`), and when a decode step
@@ -24,9 +22,9 @@ would need more KV than is free, running requests are retracted back to the queu
 keeps the tokens it generated, but its KV is gone: when admitted again it prefills its prompt plus those
 tokens, and then continues.
 
-Three modules beside this event loop: :mod:`tokenmill.sim.requests` (a request's life, the KV policy),
-:mod:`tokenmill.sim.batching` (who waits and runs, admission and retraction) and :mod:`tokenmill.sim.gauges` (the
-snapshot, the gauges as SGLang last wrote them, the log lines).
+Four modules beside this event loop: :mod:`tokenmill.sim.requests` (a request's life, the KV policy),
+:mod:`tokenmill.sim.batching` (who waits and runs, admission and retraction), :mod:`tokenmill.sim.prefill` (prefill
+batches) and :mod:`tokenmill.sim.gauges` (the snapshot, the gauges as SGLang last wrote them, the log lines).
 """
 
 from __future__ import annotations
@@ -34,9 +32,8 @@ from __future__ import annotations
 import heapq
 import math
 
-from tokenmill.sim.batching import Batcher
-from tokenmill.sim.chunks import ChunkQueue
-from tokenmill.sim.gauges import Gauges, SchedulerSnapshot, cuda_graph, hybrid_lines, log_decode, log_prefill
+from tokenmill.sim.gauges import SchedulerSnapshot, cuda_graph, hybrid_lines, log_decode
+from tokenmill.sim.prefill import PrefillPhase
 from tokenmill.sim.prefix import PrefixCache
 from tokenmill.sim.requests import KvPolicy, PoolModel, QueueFullError, SimRequest, State, Timing
 from tokenmill.sim.timing import StepModel
@@ -55,8 +52,9 @@ __all__ = [
 _EPS = 1e-6  # in steps: absorbs float error when a wake-up lands exactly on a step boundary
 
 
-class Scheduler(Batcher):
-    """FIFO admission up to the step model's capacity (:class:`Batcher`), decode steps timed by the step model."""
+class Scheduler(PrefillPhase):
+    """FIFO admission up to the step model's capacity (:class:`~tokenmill.sim.batching.Batcher`), prefill batches
+    (:class:`~tokenmill.sim.prefill.PrefillPhase`), decode steps timed by the step model."""
 
     def __init__(
         self,
@@ -67,24 +65,12 @@ class Scheduler(Batcher):
         log_interval: int,
         prefix: PrefixCache | None = None,
     ) -> None:
-        super().__init__(model, prefix)
-        self._scale = time_scale
+        super().__init__(model, prefix, time_scale)
         self._max_queued = max_queued
         self._interval = log_interval
-        self.decode_tokens = 0
-        self.prefill_tokens = 0
-        self.prefill_cache_tokens = 0
-        self._t_base = 0.0  # when the current decode step began
-        self._prefill_end: float | None = None
-        self._partial = 0.0  # progress into the decode step a prefill interrupted
         self._paused_at: float | None = None
         self._gen_throughput = 0.0
         self._window = (0.0, 0)  # (time, decode_tokens) at the last log boundary
-        self._last_prefill_at = 0.0
-        self._hit_rate = 0.0
-        self._gauges = Gauges()  # the gauges as last written (SGLang's stats)
-        self._chunks = ChunkQueue(self._pool.chunked_prefill_size if self._pool is not None else None)
-        self._chunk_completed: list[SimRequest] = []  # the prompts the prefill batch under way completes
 
     # ---- driving -------------------------------------------------------------------------------------
 
@@ -303,42 +289,6 @@ class Scheduler(Batcher):
                 return
             self._admit(self._t_base)  # slots freed at this instant go to waiting requests at this instant
 
-    def _end_prefill(self, done: list[SimRequest]) -> None:
-        """The prefill batch under way ends: its completed requests have their first token and their prompt in the
-        prefix cache; the next chunk starts, or (none left) decode resumes."""
-        assert self._prefill_end is not None
-        t = self._prefill_end
-        for r in self._chunk_completed:
-            if math.isnan(r.first_token):
-                r.first_token = t
-            if self._prefix is not None and r.prompt_ids and r.state is State.RUNNING:
-                self._prefix.insert_prompt(r.prompt_ids)
-                self._prefix.lock(r.prompt_ids)
-        self._chunk_completed = []
-        if self._chunks:
-            self._run_chunk(t)
-            return
-        self._prefill_end = None
-        self._t_base = t - self._partial
-        self._partial = 0.0
-        if self._blocked_from_idle:  # the batch admitted into an empty engine becomes the running batch
-            self._blocked = self._blocked_from_idle = False
-        self._prefilling.clear()
-        self._pop_finished(t, done)
-
-    def _pop_finished(self, t: float, done: list[SimRequest]) -> None:
-        heap = self._heap
-        while heap and heap[0][0] <= self.step:
-            _, seq, r = heapq.heappop(heap)
-            if r.seq != seq or r.state is not State.RUNNING:
-                continue
-            r.state = State.DONE
-            r.finished = t
-            self._release(r)
-            if self._prefix is not None and r.prompt_ids:
-                self._prefix.insert_finished(r.prompt_ids, r.output_ids)
-            done.append(r)
-
     def _admit(self, now: float) -> bool:
         """Move waiting requests that fit into a prefill batch; True if any moved."""
         if not self.waiting or (self._blocked and self.running):
@@ -350,46 +300,8 @@ class Scheduler(Batcher):
         self._start_prefill(now, batch, hits, running_before)
         return True
 
-    def _start_prefill(self, now: float, batch: list[SimRequest], cached: list[int], running_before: int) -> None:
-        """Queue ``batch``'s prompts for prefill and pause decode for it; a prefill under way computes them in the
-        chunks that follow its own (:mod:`tokenmill.sim.chunks`)."""
-        fills = [r.prompt_tokens + r.resumed - c for r, c in zip(batch, cached, strict=True)]
-        for r, fill, c in zip(batch, fills, cached, strict=True):
-            self._chunks.add(r, fill, c)
-        new_tokens = sum(fills)
-        self.prefill_tokens += new_tokens
-        self.prefill_cache_tokens += sum(cached)
-        total = new_tokens + sum(cached)
-        self._hit_rate = sum(cached) / total if total else 0.0
-        if not self._prefilling:
-            self._first_batch, self._prefill_start = len(batch), now
-        self._prefilling.extend(batch)
-        if self._prefill_end is not None:
-            return
-        if running_before:
-            self._partial = max(0.0, now - self._t_base)
-        else:
-            self._partial = 0.0
-            self._window = (now, self.decode_tokens)  # idle time is not part of throughput
-        self._run_chunk(now)
-
-    def _run_chunk(self, now: float) -> None:
-        """Start the next prefill batch of the chunk queue at ``now``: priced on its own; gauges and log line."""
-        chunk = self._chunks.next()
-        if self._pool is not None:
-            cost = self._pool.prefill_batch_time_s(chunk.fills) * self._scale
-        else:
-            cost = self.model.prefill_time_s(sum(chunk.fills)) * self._scale
-        self._prefill_end = now + cost
-        self._chunk_completed = chunk.completed
-        running = self.running - len(self._prefilling)
-        self._gauges.at_prefill(self.snapshot(), running)
-        gap, self._last_prefill_at = now - self._last_prefill_at, now
-        usage = self.model.usage(self.running, self.ctx_tokens)
-        log_prefill(
-            usage, batch=len(chunk.fills), new_tokens=sum(chunk.fills), cached_tokens=chunk.cached,
-            running=running, waiting=self.waiting, gap_s=gap, hybrid=hybrid_lines(self._pool),
-        )  # fmt: skip
+    def _started_from_idle(self, now: float) -> None:
+        self._window = (now, self.decode_tokens)
 
     def _on_log_boundary(self) -> None:
         t0, tokens0 = self._window

@@ -29,19 +29,21 @@
   for the GPU's memory when not given), one priced prefill batch and one log line per chunk
   (:mod:`tokenmill.sim.chunks`).
 
-Not modeled: ``--max-prefill-tokens`` without chunking, ``--enable-mixed-chunk`` (decode rows in a prefill batch:
-off by default in SGLang, so a prefill batch pauses decode), speculative decoding, the slower decode of batches
-above ``--cuda-graph-max-bs``.
+* **Mixed batches** (``--enable-mixed-chunk``, off by default in SGLang; with chunked prefill): the running requests
+  whose prompt is done decode one token in each prefill batch, taking one token each of its chunk budget; the batch
+  reads their KV besides (:mod:`tokenmill.sim.prefill`). Without the flag a prefill batch pauses decode.
+
+Not modeled: ``--max-prefill-tokens`` without chunking, speculative decoding, the slower decode of batches above
+``--cuda-graph-max-bs``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 from tokenmill.config import SimSpec
 from tokenmill.errors import ConfigError
-from tokenmill.planner import ServerCapacity, command_line, parse_flags, server_capacity
+from tokenmill.planner import ServerCapacity, parse_flags, server_capacity
 from tokenmill.planner.admission import (
     CLIP_MAX_NEW_TOKENS,
     INIT_NEW_TOKEN_RATIO,
@@ -49,8 +51,6 @@ from tokenmill.planner.admission import (
     NEW_TOKEN_RATIO_DECAY_STEPS,
     schedule_conservativeness,
 )
-from tokenmill.planner.hardware import GIB
-from tokenmill.planner.models import state_bytes_split
 from tokenmill.planner.reserve import auto_chunked_prefill_size, auto_cuda_graph_max_bs
 from tokenmill.planner.roofline import fixed_time
 from tokenmill.planner.strategy import PING_PONG_SLOTS_LAZY, PING_PONG_SLOTS_NO_OVERLAP, PING_PONG_SLOTS_OVERLAP
@@ -61,13 +61,7 @@ from tokenmill.sim.timing import PoolUsage
 # admission ones are planner.admission's
 RETRACT_DECODE_STEPS = 20  # SGLANG_RETRACT_DECODE_STEPS
 MAX_REQ_INPUT_MARGIN = 5  # max_req_input_len = max_req_len - 5
-
-MAX_PREFILL_TOKENS = 16384  # SGLang's --max-prefill-tokens default
-_TORCH_KV_DTYPES = {"bf16": "torch.bfloat16", "fp8": "torch.float8_e4m3fn"}
-# planner dtype names -> SGLang's flag values, for /server_info
-_SSM_DTYPE_NAMES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
-_KV_DTYPE_NAMES = {"fp8": "fp8_e4m3", "bf16": "bfloat16"}
-_QUANTIZATION_NAMES = {"fp8": "fp8", "fp4": "modelopt_fp4"}
+MIXED_CHUNK_FLAG = "--enable-mixed-chunk"  # not a planner flag: the twin's scheduler alone reads it
 
 # SimSpec fields that are SGLang flags too: given to the twin, they mean the flag
 _SHARED_FIELDS = (
@@ -130,12 +124,15 @@ class TwinStepModel:
         self.capacity = capacity
         self.slowdown = slowdown  # fault injection: decode steps take this many times the planner's
         pools = capacity.pools
-        self.conservativeness, self.unmodeled_flags = schedule_conservativeness(capacity.flags)
+        self.conservativeness, unmodeled = schedule_conservativeness(capacity.flags)
+        self.unmodeled_flags = tuple(f for f in unmodeled if f != MIXED_CHUNK_FLAG)
+        # SGLang's is_mixed_chunk: the flag, and chunked prefill on
+        self.mixed_chunk = MIXED_CHUNK_FLAG in unmodeled and self.chunked_prefill_size is not None
         self._policy = kv_policy(self.conservativeness)
         self._max_running = pools.max_running
         self._kv_tokens = pools.kv_tokens
         self._slots = pools.mamba_slots
-        self._held = held_slots_per_request(capacity)
+        self.held_slots = held_slots_per_request(capacity)
         self._graph_bs = capacity.flags.cuda_graph_max_bs or auto_cuda_graph_max_bs(
             capacity.gpu.memory_mib, capacity.flags.tp_size
         )
@@ -191,13 +188,13 @@ class TwinStepModel:
     def admit(self, running: int, ctx_tokens: int, new_tokens: int) -> bool:
         if running >= self._max_running:
             return False
-        if self._held and (running + 1) * self._held > self._slots:
+        if self.held_slots and (running + 1) * self.held_slots > self._slots:
             return False
         return ctx_tokens + new_tokens <= self._kv_tokens
 
     def usage(self, running: int, ctx_tokens: int) -> PoolUsage:
         full = min(1.0, ctx_tokens / self._kv_tokens)
-        held = running * self._held
+        held = running * self.held_slots
         mamba = min(1.0, held / self._slots) if self._slots else 0.0
         return PoolUsage(
             token_usage=round(max(full, mamba), 2),  # SGLang rounds this gauge (not the others)
@@ -227,8 +224,9 @@ class TwinStepModel:
         size = self.capacity.flags.chunked_prefill_size or auto_chunked_prefill_size(self.capacity.gpu.memory_mib)
         return size if size > 0 else None
 
-    def prefill_batch_time_s(self, fill_tokens: Sequence[int]) -> float:
-        """Weights read once for the batch; each request's prompt computed on its own; plus the fixed cost."""
+    def prefill_batch_time_s(self, fill_tokens: Sequence[int], read_tokens: int = 0) -> float:
+        """Weights read once for the batch; each request's prompt computed on its own; plus the fixed cost. A mixed
+        batch's decode rows are one fill token each, and their KV (``read_tokens``) is read besides."""
         cap = self.capacity
         cost, params = cap.cost, cap.roofline
         total = sum(fill_tokens)
@@ -237,17 +235,13 @@ class TwinStepModel:
         moved = (
             cost.weights_dense_bytes
             + cost.experts_bytes * cost.experts_touched(total)
-            + total * cost.kv_bytes_per_token
+            + (total + read_tokens) * cost.kv_bytes_per_token
             + len(fill_tokens) * cost.state_rw_bytes_per_request
         )
         compute = sum(cap.prefill_compute_s(n) for n in fill_tokens)
         return max(moved / (params.eta_bw * cost.bandwidth), compute) + fixed_time(cost, params)
 
     # ---- what the server reports ---------------------------------------------------------------------
-
-    @property
-    def slots_held_per_request(self) -> int:
-        return self._held
 
     @property
     def context_length(self) -> int:
@@ -276,98 +270,7 @@ class TwinStepModel:
             }
         )
 
-    def server_args(self) -> dict[str, Any]:
-        """The top level of SGLang's ``/server_info``: ``ServerArgs`` as the launcher resolved them. The flags
-        stay as given (``None`` where SGLang decides: ``max_running_requests``, ``max_mamba_cache_size``,
-        ``max_total_tokens``, ``context_length``); the strategy, the overlap switch and the memory fraction
-        are resolved, as SGLang's argument post-processing resolves them."""
-        cap = self.capacity
-        pools, flags = cap.pools, cap.flags
-        hybrid_radix = cap.model.is_hybrid and pools.strategy.radix_cache
-        return {
-            "tp_size": flags.tp_size,
-            "dp_size": flags.dp_size,
-            "mem_fraction_static": pools.mem_fraction_static,
-            "max_running_requests": flags.max_running_requests,
-            "max_total_tokens": flags.max_total_tokens,
-            "max_mamba_cache_size": flags.max_mamba_cache_size,
-            "context_length": flags.context_length,
-            "mamba_radix_cache_strategy": pools.strategy.strategy if hybrid_radix else flags.mamba_strategy,
-            "uses_mamba_radix_cache": hybrid_radix,
-            "mamba_full_memory_ratio": flags.mamba_full_memory_ratio,
-            "mamba_ssm_dtype": _SSM_DTYPE_NAMES.get(flags.mamba_ssm_dtype or ""),
-            "disable_radix_cache": flags.disable_radix_cache,
-            "disable_overlap_schedule": not pools.strategy.overlap,
-            "page_size": flags.page_size or 1,
-            "chunked_prefill_size": flags.chunked_prefill_size or auto_chunked_prefill_size(cap.gpu.memory_mib),
-            "cuda_graph_max_bs_decode": self._graph_bs,
-            "kv_cache_dtype": _KV_DTYPE_NAMES.get(flags.kv_cache_dtype or "", "auto"),
-            "quantization": _QUANTIZATION_NAMES.get(flags.weight_dtype or ""),
-            "schedule_conservativeness": self.conservativeness,
-        }
-
-    def computed_state(self) -> dict[str, Any]:
-        """What the scheduler computed, as ``internal_states`` shows it beside the arguments."""
-        return {
-            "max_mamba_cache_size": self._slots or None,
-            "effective_max_running_requests_per_dp": self._max_running,
-        }
-
     @property
     def prefix_cache_tokens(self) -> int:
         """Tokens the radix cache may hold (the KV pool); 0 with the radix cache off."""
         return self._kv_tokens if self.capacity.pools.strategy.radix_cache else 0
-
-    def describe(self) -> dict[str, Any]:
-        """The twin's own account: what it simulates and every pool number with its source."""
-        cap = self.capacity
-        pools = cap.pools
-        return {
-            "model": cap.model.name,
-            "gpu": cap.gpu.key,
-            "flags": command_line(cap.flags),
-            "unmodeled_flags": list(self.unmodeled_flags),
-            "strategy": pools.strategy.strategy,
-            "overlap_schedule": pools.strategy.overlap,
-            "slots_per_request": pools.slots_per_request,
-            "slots_held_per_request": self._held,
-            "mamba_slots": pools.mamba_slots,
-            "mamba_slots_source": pools.mamba_slots_source,
-            "kv_tokens": pools.kv_tokens,
-            "max_running": pools.max_running,
-            "max_running_source": pools.max_running_source,
-            "kv_bytes_per_token": pools.kv_bytes_per_token,
-            "state_bytes_per_slot": pools.state_bytes_per_slot,
-            "mem_fraction_static": pools.mem_fraction_static,
-            "eta_bw": cap.roofline.eta_bw,
-            "fault_decode_slowdown": self.slowdown,
-            "notes": list(pools.notes),
-        }
-
-    def startup_lines(self) -> list[str]:
-        """SGLang 0.5.23's pool allocation log lines for these pools, in its formats (what docs/planner.md asks
-        users to compare with a real server's log)."""
-        cap = self.capacity
-        pools, flags = cap.pools, cap.flags
-        lines = []
-        if pools.mamba_slots:
-            conv, ssm = state_bytes_split(cap.model, pools.ssm_dtype, flags.mamba_conv_dtype, flags.tp_size)
-            lines.append(
-                f"Mamba Cache is allocated. max_mamba_cache_size: {pools.mamba_slots}, "
-                f"conv_state size: {pools.mamba_slots * conv / GIB:.2f}GB, "
-                f"ssm_state size: {pools.mamba_slots * ssm / GIB:.2f}GB "
-            )
-        half = pools.kv_tokens * pools.kv_bytes_per_token / 2 / GIB
-        dtype = _TORCH_KV_DTYPES.get(pools.kv_dtype, "torch.bfloat16")
-        lines.append(
-            f"KV Cache is allocated. dtype: {dtype}, #tokens: {pools.kv_tokens}, K size: {half:.2f} GB, "
-            f"V size: {half:.2f} GB"
-        )
-        chunk = flags.chunked_prefill_size or auto_chunked_prefill_size(cap.gpu.memory_mib)
-        available = pools.available_gib * (1 - pools.mem_fraction_static)  # what the static pools leave
-        lines.append(
-            f"max_total_num_tokens={pools.kv_tokens}, chunked_prefill_size={chunk}, "
-            f"max_prefill_tokens={MAX_PREFILL_TOKENS}, max_running_requests={pools.max_running}, "
-            f"context_len={pools.context_length}, available_gpu_mem={max(0.0, available):.2f} GB"
-        )
-        return lines

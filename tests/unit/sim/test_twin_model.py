@@ -10,6 +10,7 @@ from tokenmill.planner import server_capacity
 from tokenmill.sim.scheduler import PoolModel
 from tokenmill.sim.timing import StepModel
 from tokenmill.sim.twin import TwinStepModel, kv_policy
+from tokenmill.sim.twin_report import describe, server_args
 
 MODEL, GPU = "qwen3.6-27b", "rtx-pro-6000"
 EXTRA = "--mamba-scheduler-strategy extra_buffer"
@@ -37,8 +38,8 @@ def test_pools_are_the_planners_and_a_request_holds_its_working_and_track_slots(
         cap.kv_tokens,
         cap.mamba_slots,
     )
-    assert t.slots_held_per_request == held
-    assert t.describe()["strategy"] == strategy
+    assert t.held_slots == held
+    assert describe(t)["strategy"] == strategy
     full = t.usage(cap.max_running, cap.max_running * 1500)
     assert full.mamba_used == cap.max_running * held
     assert full.mamba_usage == pytest.approx(cap.max_running * held / cap.mamba_slots)
@@ -101,7 +102,7 @@ def test_conservativeness_scales_the_ratio_and_other_flags_are_reported_unmodele
 def test_a_dense_model_has_no_state_pool() -> None:
     t = twin("", model="llama-3.1-8b")
     assert not t.is_hybrid
-    assert t.mamba_slots == 0 and t.slots_held_per_request == 0
+    assert t.mamba_slots == 0 and t.held_slots == 0
     u = t.usage(10, 5000)
     assert (u.mamba_usage, u.mamba_used) == (0.0, 0)
     assert u.token_usage == round(u.full_token_usage, 2)  # SGLang rounds token_usage to two decimals
@@ -134,3 +135,15 @@ def test_from_config_errors_say_what_to_change() -> None:
         TwinStepModel.from_config(SimSpec(model=MODEL))
     with pytest.raises(ConfigError, match="unknown GPU"):
         TwinStepModel.from_config(SimSpec(model=MODEL, gpu="gtx-280"))
+
+
+def test_mixed_chunk_is_modeled_with_chunked_prefill_and_its_batches_read_the_decode_rows_kv() -> None:
+    """--enable-mixed-chunk is the twin's (no longer reported unmodeled; /server_info says it); SGLang mixes only
+    with chunked prefill on; a batch with decode rows costs more than its prompt tokens alone."""
+    on = twin("--enable-mixed-chunk --chunked-prefill-size 2048")
+    assert on.mixed_chunk and on.unmodeled_flags == () and server_args(on)["enable_mixed_chunk"] is True
+    assert not twin("--chunked-prefill-size 2048").mixed_chunk
+    assert not twin("--enable-mixed-chunk --chunked-prefill-size -1").mixed_chunk
+    alone = on.prefill_batch_time_s([2000])
+    mixed = on.prefill_batch_time_s([2000, *[1] * 48], read_tokens=48 * 4000)
+    assert mixed > alone

@@ -33,8 +33,11 @@ class Pool:
         hybrid: bool = True,
         graph_bs: int = 8,
         chunk: int | None = None,
+        mixed: bool = False,
     ) -> None:
         self.kv = kv
+        self.mixed = mixed
+        self.reads: list[int] = []  # the KV tokens each prefill batch reads for its decode rows
         self.policy = policy
         self.max_running = max_running
         self.hybrid = hybrid
@@ -45,6 +48,10 @@ class Pool:
     @property
     def chunked_prefill_size(self) -> int | None:
         return self.chunk
+
+    @property
+    def mixed_chunk(self) -> bool:
+        return self.mixed
 
     @property
     def max_running_requests(self) -> int:
@@ -76,8 +83,9 @@ class Pool:
     def prefill_time_s(self, new_tokens: int) -> float:
         return PREFILL_PER_TOKEN * new_tokens
 
-    def prefill_batch_time_s(self, fill_tokens: Sequence[int]) -> float:
+    def prefill_batch_time_s(self, fill_tokens: Sequence[int], read_tokens: int = 0) -> float:
         self.prefill_batches.append(list(fill_tokens))
+        self.reads.append(read_tokens)
         return PREFILL_PER_TOKEN * sum(fill_tokens)
 
     def admit(self, running: int, ctx_tokens: int, new_tokens: int) -> bool:
@@ -341,6 +349,45 @@ def test_chunks_cut_across_requests_and_each_first_token_comes_with_its_last_chu
     assert pool.prefill_batches == [[256], [44, 212], [88]]
     assert a.first_token == pytest.approx(512 * PREFILL_PER_TOKEN)
     assert b.first_token == pytest.approx(600 * PREFILL_PER_TOKEN)
+
+
+def mixed_case(mixed: bool) -> tuple[Pool, Scheduler, SimRequest, SimRequest]:
+    """One request decoding (a 50-token prompt, 20 tokens to make) when a 1,000-token prompt arrives at 0.1 s,
+    with 256-token chunks: four prefill batches."""
+    pool = Pool(8000, NO_RESERVE, chunk=256, mixed=mixed)
+    s = make(pool)
+    a, b = req(50, 20), req(1000, 3)
+    s.submit(a, 0.0)
+    s.submit(b, 0.1)
+    return pool, s, a, b
+
+
+def test_without_mixed_chunk_a_prefill_batch_runs_alone_and_decode_waits() -> None:
+    """SGLang's default: the prefill batches run alone; the decoding request, 6 tokens made when the long prompt
+    arrived (its prefill's and 5 decode steps'), makes its other 14 after them."""
+    pool, s, a, b = mixed_case(mixed=False)
+    run_until_idle(s)
+    assert pool.prefill_batches[1:] == [[256], [256], [256], [232]] and pool.reads[1:] == [0, 0, 0, 0]
+    assert b.first_token == pytest.approx(0.1 + 1000 * PREFILL_PER_TOKEN)
+    assert a.finished == pytest.approx(0.1 + 1000 * PREFILL_PER_TOKEN + 14 * STEP)
+
+
+def test_with_mixed_chunk_the_running_request_decodes_in_each_prefill_batch() -> None:
+    """--enable-mixed-chunk: the decoding request is a row of each of the four prefill batches, one token each
+    (taken from the chunk budget: 255 prompt tokens a batch), and each batch reads its KV (prompt and tokens made
+    so far); after them it has 4 tokens fewer to make, so it finishes 4 decode steps sooner (less the 4 rows'
+    prefill price). The same tokens are made in all."""
+    pool, s, a, b = mixed_case(mixed=True)
+    run_until_idle(s)
+    assert pool.prefill_batches[1:] == [[255, 1], [255, 1], [255, 1], [235, 1]]
+    made = 50 + 6  # the decoding row's KV at the first mixed batch
+    assert pool.reads[1:] == [made, made + 1, made + 2, made + 3]
+    prefill = (1000 + 4) * PREFILL_PER_TOKEN
+    assert b.first_token == pytest.approx(0.1 + prefill)
+    assert a.finished == pytest.approx(0.1 + prefill + 10 * STEP)
+    _, alone, _, _ = mixed_case(mixed=False)
+    run_until_idle(alone)
+    assert s.decode_tokens == alone.decode_tokens == 19 + 2 and s.ctx_tokens == alone.ctx_tokens == 0
 
 
 def test_requests_arriving_together_are_one_prefill_batch() -> None:
