@@ -70,10 +70,10 @@ class _Shard:
         self.ids = ids
         self.prompt_tokens, self.completion_tokens = tokens
 
-    def add(self, rec: Completion, line: bytes) -> None:
+    def add(self, rec: Completion, key: str, line: bytes) -> None:
         self.file.append(line)
         self.sha.update(line)
-        self.ids.append(rec.key)
+        self.ids.append(key)
         self.prompt_tokens += rec.prompt_tokens or 0
         self.completion_tokens += rec.completion_tokens or 0
 
@@ -160,7 +160,7 @@ class OutputDir:
             return
         line = records.encode(rec)
         shard = self._shard or self._start_shard()
-        shard.add(rec, line)
+        shard.add(rec, key, line)
         state.done.add(key)
         state.completed += 1
         state.open_count += 1
