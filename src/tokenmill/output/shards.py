@@ -44,7 +44,7 @@ DEFAULT_SHARD_SIZE: int = OutputSpec.model_fields["shard_size"].default
 
 # Buffered shard bytes are handed to the OS at this size even between the runner's periodic flushes, so a burst
 # of long completions cannot pile up in memory, and while the lines are still in the CPU's cache: the kernel's
-# copy of a 4 MB buffer cost ~3x more CPU per record than of a 256 KB one (bench: quality, overhead).
+# copy of a 4 MB buffer cost 2-3x more CPU per record than of a 256 KB one (bench/overhead.py).
 _FLUSH_BYTES = 256 << 10
 
 
