@@ -4,7 +4,9 @@ everything to bench/results.json.
 Sections (each comparison is measured side by side within one run):
 
 * ``overhead`` — client CPU and completions/s against servers that answer at once with ~2,000-token
-  completions, tokenmill vs a plain ``openai.AsyncOpenAI`` + ``asyncio.Semaphore`` script (bench/overhead.py);
+  completions, tokenmill vs a plain ``openai.AsyncOpenAI`` + ``asyncio.Semaphore`` script and vs a bare aiohttp +
+  orjson loop that writes nothing (the floor; tokenmill's share of its completions/s, median of 3 rounds)
+  (bench/overhead.py);
 * ``fleet``    — 8 twins of a state-bound hybrid SGLang server: saturation with ``concurrency: auto`` vs a fixed
   64, client-effective vs server decode tok/s, the tail (bench/fleet.py);
 * ``resume``   — restart cost of a 1M-prompt job with 900K done: open + resume filter, time and peak RSS
@@ -80,26 +82,44 @@ def overhead(quick: bool) -> dict[str, Any]:
         "compl/s",
         "client CPU s / 1,000 compl",
         "compl/s on one core",
+        "median of runs",
+        "vs bare loop",
         "vs openai",
     ):
         t.add_column(col, justify="left" if col in ("server", "client") else "right")
+    clients = (
+        ("tokenmill", "tokenmill", "tokenmill_median_per_s"),
+        ("bare", "bare aiohttp+orjson", "bare_median_per_s"),
+        ("bare_default_gc", "  default GC", "bare_default_gc_median_per_s"),
+        ("openai", "openai", None),
+    )
     for key, row in res.items():
         server = "tokenmill sim --instant" if key.startswith("sim") else "bench.canned"
-        for client in ("tokenmill", "openai"):
+        for client, label, median in clients:
             r = row.get(client)
             if r is None:
                 continue
             ratio = f"{row['cpu_ratio']:.1f}x less CPU" if client == "tokenmill" and "cpu_ratio" in row else ""
+            floor = ""
+            if client == "tokenmill" and "bare_ratio" in row:
+                low, high = row["bare_ratio_spread"]
+                floor = f"{_pct(row['bare_ratio'])} ({100 * low:.0f}-{100 * high:.0f} %)"
             t.add_row(
                 server,
-                client,
+                label,
                 str(row["inflight"]),
                 _f(r["completions_per_s"]),
                 _f(r["cpu_per_1000"], 3),
                 _f(r["one_core_per_s"]),
+                _f(row.get(median)) if median else "",
+                floor,
                 ratio,
             )
     console.print(t)
+    console.print(
+        "  vs bare loop: tokenmill's median completions/s on one core over the bare loop's (the same servers, "
+        "bodies, in-flight count, event loop and GC settings; it writes nothing), the range of one round's pair"
+    )
     sim = res.get("sim_instant_256", {}).get("tokenmill", {})
     if "server_cpu_per_1000" in sim:
         console.print(
@@ -380,6 +400,13 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
                     ">= 3,000",
                     lambda v: v >= 3000,
                     "{:,.0f}",
+                )
+                add(
+                    f"client completions/s on one core, tokenmill / a bare aiohttp + orjson loop ({inflight})",
+                    row.get("bare_ratio"),
+                    ">= 70 %",
+                    lambda v: v >= 0.70,
+                    "{:.0%}",
                 )
                 add(
                     f"CPU per completion, openai script / tokenmill ({inflight})",

@@ -4,7 +4,9 @@ pre-built ~2,000-token chat completions.
 ``tokenmill sim --instant`` draws and renders every completion (~0.6 ms of its CPU for 2,000 tokens), so one
 core of it serves fewer than 2,000 requests/s: it cannot show a client's limit. This server does no work per
 request beyond reading it and writing prepared bytes (a few microseconds), so the client is what is measured.
-Plain asyncio protocol, HTTP/1.1 keep-alive; ``GET /health`` and ``GET /metrics`` answer 200.
+Plain asyncio protocol, HTTP/1.1 keep-alive; ``GET /v1/models`` lists the one model, as a real server does (a
+client that asks what a server serves, as tokenmill does for every record's ``origin``, asks once, not again and
+again); any other GET (``/health``, ``/metrics``) answers 200 ``ok``.
 
     python -m bench.canned --tokens 2000      # prints "canned listening on http://127.0.0.1:PORT"
 
@@ -64,14 +66,18 @@ def _content_length(head: bytes) -> int:
 
 
 class _Conn(asyncio.Protocol):
-    def __init__(self, answers: list[bytes], small: bytes, counter: list[int] | None = None, tag: str = "") -> None:
+    def __init__(
+        self, answers: list[bytes], small: bytes, counter: list[int] | None = None, tag: str = "", models: bytes = b""
+    ) -> None:
         self.answers = answers
         self.small = small
+        self.models = models or small
         self.counter = counter  # shared by the server's connections: every answer made unique
         self.tag = tag.encode()
         self.buf = b""
         self.need = -1  # body bytes still to read for the current request (-1: reading a head)
         self.is_post = False
+        self.is_models = False
         self.n = 0
         self.transport: asyncio.Transport | None = None
 
@@ -89,6 +95,7 @@ class _Conn(asyncio.Protocol):
                 head = self.buf[:end].lower()
                 self.buf = self.buf[end + 4 :]
                 self.is_post = head.startswith(b"post")
+                self.is_models = head.startswith(b"get /v1/models")
                 self.need = _content_length(head)
             if len(self.buf) < self.need:
                 return
@@ -107,7 +114,7 @@ class _Conn(asyncio.Protocol):
                     unique = (self.tag + b"x%d" % k).rjust(len(MARK), b"0")[-len(MARK) :]
                     self.transport.write(answer[:at] + unique + answer[at + len(MARK) :])
             else:
-                self.transport.write(self.small)
+                self.transport.write(self.models if self.is_models else self.small)
 
 
 def _lognormal(mean: float, sigma: float, variants: int, max_tokens: int, seed: int) -> list[bytes]:
@@ -131,8 +138,12 @@ async def serve(tokens: int, port: int, args: argparse.Namespace | None = None) 
         answers = [_response(_completion(i, tokens, rng)) for i in range(VARIANTS)]
     tag = str(args.seed) if args is not None else ""
     small = _response(b"ok\n", ctype="text/plain")
+    model = {"id": "tokenmill-sim", "object": "model", "created": 1_700_000_000, "owned_by": "bench.canned"}
+    models = _response(json.dumps({"object": "list", "data": [model]}).encode())
     loop = asyncio.get_running_loop()
-    server = await loop.create_server(lambda: _Conn(answers, small, counter, tag), "127.0.0.1", port, backlog=4096)
+    server = await loop.create_server(
+        lambda: _Conn(answers, small, counter, tag, models), "127.0.0.1", port, backlog=4096
+    )
     port = server.sockets[0].getsockname()[1]
     print(f"canned listening on http://127.0.0.1:{port}", flush=True)
     stop = asyncio.Event()

@@ -102,6 +102,9 @@ class RecordMaker:
         sent: list[dict[str, Any]] | str = (
             [*prompt.messages, *prompt.followups] if prompt.followups and prompt.messages else prompt.payload()
         )
+        now = self.wall()  # one clock read per record: a request always has first_wall (set by its first attempt)
+        origin = self.origin(server)
+        meta = prompt.meta
         return Completion(
             id=prompt.json_id,
             prompt=sent,
@@ -114,8 +117,8 @@ class RecordMaker:
             server=server,
             latency_s=round(latency_s, 4),
             attempts=work.attempts,
-            started_at=round(work.first_wall or self.wall(), 3),
-            finished_at=round(self.wall(), 3),
+            started_at=round(work.first_wall or now, 3),
+            finished_at=round(now, 3),
             reasoning_content=gen.reasoning_content,
             prompt_token_ids=gen.prompt_token_ids,
             completion_token_ids=gen.completion_token_ids,
@@ -124,8 +127,8 @@ class RecordMaker:
             thinking=gen.thinking,
             primary_id=prompt.json_primary_id,
             sample=prompt.sample,
-            origin=origin.as_dict() if (origin := self.origin(server)) is not None else None,
-            fields=(prompt.meta or {}).get("fields") or None,
+            origin=origin.as_dict() if origin is not None else None,
+            fields=(meta.get("fields") or None) if meta else None,
         )
 
     def failure(self, work: Work, exc: RequestError, server: str) -> Failure:
