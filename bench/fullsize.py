@@ -28,8 +28,11 @@ second. Then each tool runs in a fresh process, timed, with its peak RSS: ``veri
 --format specforge`` (every format of :data:`EXPORT_FORMATS`), ``report`` and ``status``, each of ``OUT`` and of
 the prefix alone. Every export's lines are counted against the job's completions (the lines of the prefix's
 shards): an export that wrote fewer fails its row, plainly. Then ``export --format tokens`` of ``OUT`` through a
-Qwen3.6-sized (248K) tokenizer built here (:mod:`bench.vocab`), on every core (``--workers`` at its default),
-its rows/s and its rows counted the same way (``BENCH_FULL_TOKENS=0`` skips it: about an hour on 2 cores).
+Qwen3.6-sized (248K) tokenizer built here (:mod:`bench.vocab`), on every core (``--workers`` at its default): a
+row of the same table, its rows/s, its rows counted the same way, the peak RSS of its largest process (the main
+one or a worker) against the tools' limit, and the memory of all its processes sampled each second (their
+proportional set sizes: the tokenizer the forked workers share counted once) (``BENCH_FULL_TOKENS=0`` skips it:
+about an hour on 2 cores).
 
 Prints the tables and the targets, and writes bench/results-fullsize.json.
 
