@@ -124,12 +124,20 @@ def token_lines(
     workers: int,
     totals: TokenCounts,
     left_out: Callable[[str], None],
+    expected: int | None = None,
 ) -> Iterator[bytes]:
     """The JSON lines of ``records``' token rows, in order, built by ``workers`` processes; each batch's counts are
-    added to ``totals`` and each record that yields no row is told to ``left_out`` with its reason."""
+    added to ``totals`` and each record that yields no row is told to ``left_out`` with its reason. ``expected``,
+    the records the corpus lists (None: unknown), decides before anything is read whether a pool pays (two
+    batches or more), so its workers are forked before the reader starts threads of its own."""
     batches = _batches(records)
-    head = list(islice(batches, 2))
-    totals.workers = 1 if workers <= 1 or len(head) < 2 else workers
+    head: list[list[dict[str, Any]]] = []
+    if expected is None:  # read two batches to know
+        head = list(islice(batches, 2))
+        pooled = len(head) >= 2
+    else:
+        pooled = expected >= 2 * BATCH
+    totals.workers = workers if workers > 1 and pooled else 1
     if totals.workers == 1:
         builder = _Builder(job)
         totals.usage = fresh_counts(builder.rows).usage
@@ -137,6 +145,10 @@ def token_lines(
             yield _take(builder.build(batch), totals, left_out)
         return
     yield from _pooled(chain(head, batches), job, workers, totals, left_out)
+
+
+def _ready() -> None:
+    """A task that does nothing: submitted first, it makes a fork pool start its workers (all at once)."""
 
 
 def _pooled(
@@ -152,6 +164,7 @@ def _pooled(
         _WORKER = _Builder(job).warm()  # the workers are forked with it
         totals.usage = fresh_counts(_WORKER.rows).usage
         pool = ProcessPoolExecutor(workers, mp_context=get_context(method))
+        pool.submit(_ready)  # the first task forks every worker, now: this process still runs one thread
     else:
         totals.usage = fresh_counts(TokenRows(job.tokens, job.job_tokenizer, job.api)).usage
         pool = ProcessPoolExecutor(workers, mp_context=get_context(method), initializer=_start, initargs=(job,))
