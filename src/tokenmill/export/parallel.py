@@ -2,11 +2,12 @@
 the order they were read.
 
 The main process reads the corpus and applies the filters (the duplicate finder needs every record in order);
-each worker (forked with the tokenizer loaded, or spawned and loading it once) turns a batch of records into its
-JSON lines and counts, which the main process writes and adds up batch by batch, in reading order. One worker or
+each worker (forked with the tokenizer loaded, before the first record is read and so before the reader of a
+remote prefix starts its threads; or spawned and loading it once) turns a batch of records into its JSON lines and
+counts, which the main process writes and adds up batch by batch, in reading order. One worker or
 N, the lines are the same bytes and the counts the same numbers: each batch is built alone, with counts of its
 own. At most ``IN_FLIGHT`` batches a worker are read ahead, so memory stays bounded whatever the corpus's size;
-an export of one batch runs in the main process (no pool to start).
+an export of fewer than two batches (as the corpus lists it) runs in the main process (no pool to start).
 """
 
 from __future__ import annotations
