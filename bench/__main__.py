@@ -354,7 +354,7 @@ def tokens(quick: bool) -> dict[str, Any]:
     for col in ("measured", "workers", "rows/s", "wall s", "ratio", "rows / CPU s", "CPU ratio", "load"):
         t.add_column(col, justify="left" if col == "measured" else "right")
     alone, one, many = res["tokenizer"], res["one_worker"], res["n_workers"]
-    t.add_row("the tokenizer alone (encode)", "1", _f(alone["rows_per_s"], 1), _f(alone["wall_s"], 1), "",
+    t.add_row("the tokenizer alone (load + encode)", "1", _f(alone["rows_per_s"], 1), _f(alone["wall_s"], 1), "",
               _f(alone["rows_per_cpu_s"], 1), "", _f(alone["load"], 1))  # fmt: skip
     t.add_row("export --format tokens", "1", _f(one["rows_per_s"], 1), _f(one["wall_s"], 1),
               f"{res['one_over_tokenizer']:.0%} of the tokenizer", _f(one["rows_per_cpu_s"], 1),
@@ -363,10 +363,15 @@ def tokens(quick: bool) -> dict[str, Any]:
               f"{res['n_over_n_times_one']:.0%} of N x one worker", _f(many["rows_per_cpu_s"], 1),
               f"{res['n_over_one_cpu']:.0%} of one's", _f(many["load"], 1))  # fmt: skip
     console.print(t)
+    rounds = res["rounds_rows_per_s"]
     console.print(
-        f"  rows of N workers byte-for-byte those of one: {'yes' if res['same_rows'] else 'NO'}; one worker's CPU "
-        f"without the tokenizer's one-time load ({alone['tokenizer_load_cpu_s']:.1f} CPU s): "
-        f"{res['one_over_tokenizer_cpu_steady']:.0%} of the tokenizer's rows per CPU second"
+        f"  best of {res['rounds']} rounds, rows/s each: tokenizer {rounds['tokenizer']}, one worker {rounds['one']}, "
+        f"{many['workers']} workers {rounds['many']}\n"
+        f"  one-time loads: the tokenizer alone {alone['load_wall_s']:.1f} s (its encode alone "
+        f"{alone['encode_rows_per_s']:,.1f} rows/s), the export's tokenizer and chat template "
+        f"{res['templater_load']['wall_s']:.1f} s; without them, per CPU second, one worker does "
+        f"{res['one_over_tokenizer_cpu_steady']:.0%} of the encode's rate\n"
+        f"  rows of N workers byte-for-byte those of one: {'yes' if res['same_rows'] else 'NO'}"
     )
     return res
 

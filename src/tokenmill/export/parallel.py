@@ -2,11 +2,12 @@
 the order they were read.
 
 The main process reads the corpus and applies the filters (the duplicate finder needs every record in order);
-each worker (forked with the tokenizer loaded, or spawned and loading it once) turns a batch of records into its
-JSON lines and counts, which the main process writes and adds up batch by batch, in reading order. One worker or
+each worker (forked with the tokenizer loaded, before the first record is read and so before the reader of a
+remote prefix starts its threads; or spawned and loading it once) turns a batch of records into its JSON lines and
+counts, which the main process writes and adds up batch by batch, in reading order. One worker or
 N, the lines are the same bytes and the counts the same numbers: each batch is built alone, with counts of its
 own. At most ``IN_FLIGHT`` batches a worker are read ahead, so memory stays bounded whatever the corpus's size;
-an export of one batch runs in the main process (no pool to start).
+an export of fewer than two batches (as the corpus lists it) runs in the main process (no pool to start).
 """
 
 from __future__ import annotations
@@ -124,12 +125,20 @@ def token_lines(
     workers: int,
     totals: TokenCounts,
     left_out: Callable[[str], None],
+    expected: int | None = None,
 ) -> Iterator[bytes]:
     """The JSON lines of ``records``' token rows, in order, built by ``workers`` processes; each batch's counts are
-    added to ``totals`` and each record that yields no row is told to ``left_out`` with its reason."""
+    added to ``totals`` and each record that yields no row is told to ``left_out`` with its reason. ``expected``,
+    the records the corpus lists (None: unknown), decides before anything is read whether a pool pays (two
+    batches or more), so its workers are forked before the reader starts threads of its own."""
     batches = _batches(records)
-    head = list(islice(batches, 2))
-    totals.workers = 1 if workers <= 1 or len(head) < 2 else workers
+    head: list[list[dict[str, Any]]] = []
+    if expected is None:  # read two batches to know
+        head = list(islice(batches, 2))
+        pooled = len(head) >= 2
+    else:
+        pooled = expected >= 2 * BATCH
+    totals.workers = workers if workers > 1 and pooled else 1
     if totals.workers == 1:
         builder = _Builder(job)
         totals.usage = fresh_counts(builder.rows).usage
@@ -137,6 +146,10 @@ def token_lines(
             yield _take(builder.build(batch), totals, left_out)
         return
     yield from _pooled(chain(head, batches), job, workers, totals, left_out)
+
+
+def _ready() -> None:
+    """A task that does nothing: submitted first, it makes a fork pool start its workers (all at once)."""
 
 
 def _pooled(
@@ -152,6 +165,7 @@ def _pooled(
         _WORKER = _Builder(job).warm()  # the workers are forked with it
         totals.usage = fresh_counts(_WORKER.rows).usage
         pool = ProcessPoolExecutor(workers, mp_context=get_context(method))
+        pool.submit(_ready)  # the first task forks every worker, now: this process still runs one thread
     else:
         totals.usage = fresh_counts(TokenRows(job.tokens, job.job_tokenizer, job.api)).usage
         pool = ProcessPoolExecutor(workers, mp_context=get_context(method), initializer=_start, initargs=(job,))

@@ -13,6 +13,7 @@ never dropped unsaid.
 
 from __future__ import annotations
 
+from array import array
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -135,6 +136,15 @@ def plain_text(rec: dict[str, Any], api: str | None) -> bool:
 Built = tuple[list[int], list[int], str, int | None]  # a row's ids, mask, source ("server"/"template"), turn
 
 
+def _ids(values: Any) -> list[int]:
+    """A record's token ids as a list of ints: checked and converted in C when they are JSON integers (as every
+    record holds them), else each one taken through ``int``."""
+    try:
+        return array("q", values).tolist()
+    except (TypeError, OverflowError):
+        return [int(t) for t in values]
+
+
 def _count(answer: dict[str, Any], key: str) -> int | None:
     value = answer.get(key)
     return value if isinstance(value, int) and not isinstance(value, bool) else None
@@ -157,6 +167,7 @@ class TokenRows:
         self.counts = TokenCounts()
         self.counts.usage = UsageCheck(tokenizer=str(self.tokenizer or ""), max_share=opts.max_disagree)
         self._templater: ChatTemplater | None = templater
+        self._eot: tuple[int | None] | None = None  # the end-of-turn id, once looked up
 
     def templater(self, why: str) -> ChatTemplater:
         if self._templater is None:
@@ -262,19 +273,25 @@ class TokenRows:
     def _completion(self, answer: dict[str, Any]) -> list[int]:
         """The answer's ids, ending with the end-of-turn token when the answer stopped (a server that leaves the
         stop token out of its ids gets it added, so the drafter learns where a turn ends, as trainers mask it)."""
-        ids = [int(t) for t in answer["completion_token_ids"]]
+        ids = _ids(answer["completion_token_ids"])
         if answer.get("finish_reason") != "stop" or not self.tokenizer:
             return ids
-        templater = self.templater("to add the end-of-turn token")
-        eot = templater.eos_token
-        eot_id = templater.token_id(eot) if eot else None
+        eot_id = self._end_of_turn()
         if eot_id is not None and (not ids or ids[-1] != eot_id):
             ids.append(eot_id)
             self.counts.end_of_turn_added += 1
         return ids
 
+    def _end_of_turn(self) -> int | None:
+        """The end-of-turn token's id (the tokenizer's end of sequence), looked up once."""
+        if self._eot is None:
+            templater = self.templater("to add the end-of-turn token")
+            eot = templater.eos_token
+            self._eot = (templater.token_id(eot) if eot else None,)
+        return self._eot[0]
+
     def _server_turn(self, answer: dict[str, Any]) -> tuple[list[int], list[int]]:
-        prompt = [int(t) for t in answer["prompt_token_ids"]]
+        prompt = _ids(answer["prompt_token_ids"])
         completion = self._completion(answer)
         return prompt + completion, [0] * len(prompt) + [1] * len(completion)
 
@@ -283,7 +300,7 @@ class TokenRows:
         ids: list[int] = []
         mask: list[int] = []
         for answer in answers:
-            prompt = [int(t) for t in answer["prompt_token_ids"]]
+            prompt = _ids(answer["prompt_token_ids"])
             if prompt[: len(ids)] != ids:
                 return None
             new = prompt[len(ids) :]
@@ -305,7 +322,7 @@ class TokenRows:
         except PermanentError:
             return None
         last = answers[-1]
-        if ids != [int(t) for t in last["prompt_token_ids"]]:
+        if ids != _ids(last["prompt_token_ids"]):
             return None
         completion = self._completion(last)
         return ids + completion, mask + [1] * len(completion)

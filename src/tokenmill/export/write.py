@@ -199,7 +199,8 @@ def _token_lines(corpus: Corpus, opts: ExportOptions, counts: ExportCounts) -> I
         counts.kept -= 1
         counts.dropped[why] += 1
 
-    yield from token_lines((rec for _, rec in _kept(corpus, opts, counts)), job, opts.workers, counts.tokens, left_out)
+    kept = (rec for _, rec in _kept(corpus, opts, counts))
+    yield from token_lines(kept, job, opts.workers, counts.tokens, left_out, corpus.completed)
 
 
 def _shaped(corpus: Corpus, opts: ExportOptions, counts: ExportCounts, fmt: Format) -> Iterator[Row]:

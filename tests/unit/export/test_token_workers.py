@@ -3,8 +3,11 @@ CLI on an output directory, the tiny model's 512-token vocabulary as the tokeniz
 
 from __future__ import annotations
 
+import multiprocessing
 import subprocess
 import sys
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +18,9 @@ from click.testing import CliRunner
 from tests.helpers.factories import completion
 from tokenmill.cli import cli
 from tokenmill.export import parallel
+from tokenmill.export.tokens import TokenCounts, TokenOptions
 from tokenmill.output import OutputDir
+from tokenmill.storage.corpus import open_corpus
 
 pytest.importorskip("transformers")
 from tokenmill.backends.templating import ChatTemplater
@@ -78,6 +83,42 @@ def test_n_workers_write_the_same_rows_and_counts_as_one(tmp_path: Path, method:
     counts[0].pop("source"), counts[1].pop("source")
     assert counts[0] == counts[1]
     assert counts[0]["tokens"]["rows_cut"] > 0 and counts[0]["left_out"] == {"empty completion": 1}
+
+
+def test_the_workers_are_started_before_the_reader_starts_threads(tmp_path: Path, monkeypatch: Any) -> None:
+    """A job with a remote prefix reads its shards on threads: the pool's start method is chosen, and a fork
+    pool's workers forked, before the first record is read (a fork beside threads is refused, and spawned workers
+    each load the tokenizer again)."""
+    events: list[str] = []
+    real = parallel.start_method
+
+    def method() -> str:
+        chosen = real()
+        events.append(f"workers started ({chosen})" if chosen == "spawn" else "method fork")
+        return chosen
+
+    monkeypatch.setattr(parallel, "start_method", method)
+    n = parallel.BATCH * 2 + 1
+    out = write_out(tmp_path, [completion(f"r{i}", completion=f"answer {i}") for i in range(n)])
+    done = threading.Event()
+
+    def read() -> Iterator[dict[str, Any]]:  # as the corpus reader does: its threads start with the first record
+        events.append(f"read ({len(multiprocessing.active_children())} workers)")
+        reader = threading.Thread(target=done.wait)
+        reader.start()
+        try:
+            yield from (rec.read_json() for rec in open_corpus(out).iter_live())
+        finally:
+            done.set()
+            reader.join()
+
+    job = parallel.TokenJob(TokenOptions(str(TINY)), ())
+    totals = TokenCounts()
+    lines = b"".join(parallel.token_lines(read(), job, 2, totals, lambda why: None, expected=n))
+    assert events[0] in ("method fork", "workers started (spawn)") and events[1].startswith("read")
+    if events[0] == "method fork":  # this process ran one thread: the workers were forked before the read
+        assert events[1] == "read (2 workers)"
+    assert totals.workers == 2 and len(lines.splitlines()) == n == totals.rows
 
 
 # -- the servers' usage counts -------------------------------------------------------------------------------------

@@ -356,3 +356,11 @@ def test_the_mask_from_the_encoding_is_the_mask_from_every_offset() -> None:
         spans = [(s, min(len(text), s + rng.randint(1, 12))) for s in starts]
         spans = [sp for i, sp in enumerate(spans) if i == 0 or sp[0] >= spans[i - 1][1]]
         assert encoding_mask(enc, len(enc.ids), spans) == span_mask(list(enc.offsets), spans), (text, spans)
+
+
+def test_server_ids_are_ints_whatever_json_number_or_string_holds_them() -> None:
+    from tokenmill.export.tokens import _ids
+
+    assert _ids([151644, 0, 7]) == [151644, 0, 7]  # JSON integers: converted in one C pass
+    assert _ids(["5", True, 7.0, 2**70]) == [5, 1, 7, 2**70]  # anything else as int() takes it, as before
+    assert all(type(t) is int for t in _ids([True, 3]))
