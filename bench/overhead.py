@@ -50,7 +50,7 @@ def _best(runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def _median(runs: list[dict[str, Any]]) -> float:
-    return statistics.median(r["one_core_per_s"] for r in runs)
+    return float(statistics.median(float(r["one_core_per_s"]) for r in runs))
 
 
 def _against_bare(urls: list[str], n: int, inflight: int, reps: int) -> dict[str, Any]:
