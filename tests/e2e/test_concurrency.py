@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.cli import TOKENMILL, read_records, write_job, write_prompts
+from tests.helpers.cli import TOKENMILL, read_records, stop_run, write_job, write_prompts
 from tests.helpers.waiting import wait_for
 from tokenmill.config import ControlSpec
 from tokenmill.fleet.simprocs import SimProcess
@@ -39,13 +39,7 @@ def running() -> Iterator[list[subprocess.Popen[str]]]:
     procs: list[subprocess.Popen[str]] = []
     yield procs
     for proc in procs:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        stop_run(proc)
 
 
 def start(job: Path, procs: list[subprocess.Popen[str]]) -> subprocess.Popen[str]:

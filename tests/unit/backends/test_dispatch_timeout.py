@@ -15,26 +15,15 @@ import orjson
 from aiohttp import web
 
 from tests.helpers import factories
+from tests.helpers.dispatch import Sink
 from tokenmill.backends import BackendOptions, make_backend
 from tokenmill.config import RetrySpec, SamplingSpec
-from tokenmill.records import Completion, Failure, Prompt
+from tokenmill.records import Prompt
 
 ANSWER = orjson.dumps(
     {"choices": [{"message": {"content": "hi"}, "finish_reason": "stop"}], "usage": {"prompt_tokens": 1}}
 )
 BYTE_EVERY_S = 0.05  # the whole answer takes ANSWER bytes x this (several seconds)
-
-
-class Sink:
-    def __init__(self) -> None:
-        self.done: list[Completion] = []
-        self.failed: list[Failure] = []
-
-    def write(self, rec: Completion) -> None:
-        self.done.append(rec)
-
-    def fail(self, rec: Failure) -> None:
-        self.failed.append(rec)
 
 
 async def one_prompt() -> AsyncIterator[Prompt]:
