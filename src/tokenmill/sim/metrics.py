@@ -124,14 +124,33 @@ class SimCollector:
         return fam
 
     def _scheduler_families(self, s: SchedulerSnapshot) -> Iterator[Metric]:
-        m, u = self._model, s.usage
-        g = self._gauge
+        m, g = self._model, self._gauge
         yield g("num_running_reqs", "The number of running requests.", s.running)
         yield g("num_queue_reqs", "The number of requests in the waiting queue.", s.waiting)
         yield g("num_grammar_queue_reqs", "The number of requests in the grammar waiting queue.", 0)
         yield g("gen_throughput", "The generation throughput (token/s).", s.gen_throughput)
         yield g("cache_hit_rate", "The prefix cache hit rate.", s.cache_hit_rate)
         yield g("decode_sum_seq_lens", "The sum of all sequence lengths in decode.", s.ctx_tokens)
+        yield from self._pool_families(s)
+        retracted = GaugeMetricFamily(
+            "sglang:num_retracted_reqs", "The number of retracted requests.", labels=[*self._sched_labels, "pid"]
+        )
+        retracted.add_metric([*self._sched_labels.values(), self._pid], s.last_retracted)
+        yield retracted
+        yield g("num_paused_reqs", "The number of paused requests.", s.waiting if s.paused else 0)
+        yield g("new_token_ratio", "The new token ratio.", s.new_token_ratio)
+        yield g("is_cuda_graph", "Whether the batch is using CUDA graph.", 1.0 if s.cuda_graph else 0.0)
+        yield g("max_total_num_tokens", "Maximum total number of tokens in the KV pool.", m.max_total_tokens)
+        yield g("context_len", "The context length.", self._context_length)
+        yield from self._token_counters(s)
+        yield self._requests.queue.family(
+            "sglang:queue_time_seconds", "Histogram of queueing time in seconds.", self._sched_labels
+        )
+
+    def _pool_families(self, s: SchedulerSnapshot) -> Iterator[Metric]:
+        """The KV and state pools' gauges: used, free and evictable slots."""
+        m, u = self._model, s.usage
+        g = self._gauge
         yield g("token_usage", "The token usage.", u.token_usage)
         yield g("full_token_usage", "The token usage for full attention layers.", u.full_token_usage)
         yield g("mamba_usage", "The token usage for Mamba layers.", u.mamba_usage)
@@ -152,16 +171,9 @@ class SimCollector:
             max(0, m.mamba_slots - u.mamba_used - evictable),
         )
         yield g("mamba_evictable_tokens", "Number of evictable state slots in the mamba SSM pool.", evictable)
-        retracted = GaugeMetricFamily(
-            "sglang:num_retracted_reqs", "The number of retracted requests.", labels=[*self._sched_labels, "pid"]
-        )
-        retracted.add_metric([*self._sched_labels.values(), self._pid], s.last_retracted)
-        yield retracted
-        yield g("num_paused_reqs", "The number of paused requests.", s.waiting if s.paused else 0)
-        yield g("new_token_ratio", "The new token ratio.", s.new_token_ratio)
-        yield g("is_cuda_graph", "Whether the batch is using CUDA graph.", 1.0 if s.cuda_graph else 0.0)
-        yield g("max_total_num_tokens", "Maximum total number of tokens in the KV pool.", m.max_total_tokens)
-        yield g("context_len", "The context length.", self._context_length)
+
+    def _token_counters(self, s: SchedulerSnapshot) -> Iterator[Metric]:
+        """The retraction counters (once there is one) and the tokens processed, by mode."""
         # SGLang creates the retraction counters at the first retraction: absent means none so far
         for name, doc, value in (
             ("num_retracted_requests", "Total number of retracted requests.", s.retracted_requests),
@@ -184,9 +196,6 @@ class SimCollector:
         ):
             realtime.add_metric([*self._sched_labels.values(), mode], value)
         yield realtime
-        yield self._requests.queue.family(
-            "sglang:queue_time_seconds", "Histogram of queueing time in seconds.", self._sched_labels
-        )
 
     def _request_families(self) -> Iterator[Metric]:
         r, labels = self._requests, self._req_labels

@@ -204,6 +204,7 @@ class Scheduler(PrefillPhase):
 
     def snapshot(self, decoded_since: int = 0) -> SchedulerSnapshot:
         """The scheduler's state; ``decoded_since`` (:meth:`decoded_by`) is added to the decode counter."""
+        prefix, free = self._prefix, max(0, self.model.max_total_tokens - self.ctx_tokens)
         return SchedulerSnapshot(
             running=self.running,
             waiting=self.waiting,
@@ -220,7 +221,7 @@ class Scheduler(PrefillPhase):
             last_retracted=self._last_retracted,
             new_token_ratio=self._ratio.at(self.step),
             cuda_graph=cuda_graph(self._pool, self.running),
-            kv_evictable_tokens=self._evictable(),
+            kv_evictable_tokens=0 if prefix is None else min(prefix.evictable_tokens, free),
             cache_hit_rate=self._hit_rate,
         )
 
@@ -231,12 +232,7 @@ class Scheduler(PrefillPhase):
         live = self.snapshot(decoded_since)
         if self._pool is None:
             return live
-        return self._gauges.shown(live, idle=not self.running and not self.waiting and self._prefill_end is None)
-
-    def _evictable(self) -> int:
-        if self._prefix is None:
-            return 0
-        return min(self._prefix.evictable_tokens, max(0, self.model.max_total_tokens - self.ctx_tokens))
+        return self._gauges.shown(live, idle=self.idle())
 
     # ---- internals -----------------------------------------------------------------------------------
 

@@ -310,6 +310,11 @@ class Uploader:
                 self._status.marker = whole
 
     def _upload(self, item: SealedShard) -> None:
+        def withdraw_markers() -> None:  # new shards are coming: the done markers go down first
+            if self.ledger.withdraw_markers(self.reopen):
+                with self._cond:
+                    self._status.reopened = True
+
         delete = self.spec.delete_after_upload
         put = put_shard(
             self.store,
@@ -318,7 +323,7 @@ class Uploader:
             self._clock,
             finished=self.ledger.complete and self.reopen is None,
             verify=delete,
-            before_put=self._withdraw_markers,
+            before_put=withdraw_markers,
         )
         with self._cond:
             if put.conflict is not None:
@@ -332,11 +337,6 @@ class Uploader:
                 self._status.already += 1
         self.ledger.add(item, delete=delete and put.verified)
         log.debug("uploaded %s (%d bytes, %.2f s)", item.name, item.bytes, put.took)
-
-    def _withdraw_markers(self) -> None:
-        if self.ledger.withdraw_markers(self.reopen):
-            with self._cond:
-                self._status.reopened = True
 
     def _write_manifest(self) -> None:
         deleted = self.ledger.write()
