@@ -12,14 +12,10 @@ completion (records, quality signals, shards, retries, metrics). Prints one JSON
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
-import json
 import os
-import resource
 from collections.abc import Coroutine
-from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -27,7 +23,7 @@ import orjson
 from multidict import CIMultiDict
 from yarl import URL
 
-from bench.common import Stopwatch, write_prompts
+from bench.common import Stopwatch, client_args, print_client_result, write_prompts
 from tokenmill.run.collector import collect_less
 
 
@@ -74,12 +70,7 @@ def _run(main: Coroutine[Any, Any, int]) -> int:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--servers", nargs="+", required=True)
-    ap.add_argument("--n", type=int, required=True)
-    ap.add_argument("--inflight", type=int, required=True, help="requests in flight in total")
-    ap.add_argument("--max-tokens", type=int, default=4096)
-    ap.add_argument("--work", type=Path, required=True)
+    ap = client_args()
     ap.add_argument("--default-gc", action="store_true", help="Python's collector settings, not tokenmill run's")
     args = ap.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
@@ -89,18 +80,7 @@ def main() -> None:
     with contextlib.nullcontext() if args.default_gc else collect_less():
         done = _run(generate(args.servers, prompts, args.inflight, args.max_tokens))
     wall, cpu = watch.read()
-    print(
-        json.dumps(
-            {
-                "client": "bare" + (" (default GC)" if args.default_gc else ""),
-                "completions": done,
-                "finished": done == args.n,
-                "wall_s": wall,
-                "cpu_s": cpu,
-                "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-            }
-        )
-    )
+    print_client_result("bare" + (" (default GC)" if args.default_gc else ""), done, done == args.n, wall, cpu)
 
 
 if __name__ == "__main__":

@@ -7,16 +7,14 @@ Run by the overhead benchmark in its own process (pinned to the client core); pr
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
-import resource
 from pathlib import Path
 from typing import Any
 
 from openai import AsyncOpenAI  # imported before the clock starts, as tokenmill's modules are
 
-from bench.common import Stopwatch, write_prompts
+from bench.common import Stopwatch, client_args, print_client_result, write_prompts
 
 
 async def generate(servers: list[str], prompts: list[dict[str, Any]], inflight: int, out: Path, max_tokens: int) -> int:
@@ -44,12 +42,7 @@ async def generate(servers: list[str], prompts: list[dict[str, Any]], inflight: 
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--servers", nargs="+", required=True)
-    ap.add_argument("--n", type=int, required=True)
-    ap.add_argument("--inflight", type=int, required=True)
-    ap.add_argument("--max-tokens", type=int, default=4096)
-    ap.add_argument("--work", type=Path, required=True)
+    ap = client_args()
     args = ap.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
     path = write_prompts(args.work / "prompts.jsonl", args.n)
@@ -57,18 +50,7 @@ def main() -> None:
     prompts = [json.loads(line) for line in path.read_text().splitlines()]
     done = asyncio.run(generate(args.servers, prompts, args.inflight, args.work / "out.jsonl", args.max_tokens))
     wall, cpu = watch.read()
-    print(
-        json.dumps(
-            {
-                "client": "openai",
-                "completions": done,
-                "finished": done == args.n,
-                "wall_s": wall,
-                "cpu_s": cpu,
-                "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-            }
-        )
-    )
+    print_client_result("openai", done, done == args.n, wall, cpu)
 
 
 if __name__ == "__main__":

@@ -5,24 +5,16 @@ python -m bench.client_tokenmill --servers http://127.0.0.1:1234 --n 20000 --inf
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import json
 import logging
 import os
-import resource
 from pathlib import Path
 
-from bench.common import Stopwatch, write_prompts
+from bench.common import Stopwatch, client_args, print_client_result, write_prompts
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--servers", nargs="+", required=True)
-    ap.add_argument("--n", type=int, required=True)
-    ap.add_argument("--inflight", type=int, required=True, help="requests in flight in total")
-    ap.add_argument("--max-tokens", type=int, default=4096)
-    ap.add_argument("--work", type=Path, required=True)
+    ap = client_args()
     ap.add_argument("--profile", type=Path, help="write a cProfile of the run here")
     ap.add_argument("--no-quality", action="store_true", help="replace the quality signals by a constant (A/B)")
     args = ap.parse_args()
@@ -72,18 +64,7 @@ def main() -> None:
         prof.disable()
         prof.dump_stats(str(args.profile))
     done = result.summary.completed_this_run
-    print(
-        json.dumps(
-            {
-                "client": "tokenmill",
-                "completions": done,
-                "finished": result.finished,
-                "wall_s": wall,
-                "cpu_s": cpu,
-                "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-            }
-        )
-    )
+    print_client_result("tokenmill", done, result.finished, wall, cpu)
 
 
 if __name__ == "__main__":

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -145,6 +147,33 @@ def write_prompts(path: Path, n: int, words: int = 12) -> Path:
         for i in range(n):
             fh.write(json.dumps({"id": f"p{i}", "prompt": f"Write a long story number {i} {filler}."}) + "\n")
     return path
+
+
+def client_args(description: str = "") -> argparse.ArgumentParser:
+    """The options every benchmark client takes (its servers, prompts, in-flight and work directory)."""
+    ap = argparse.ArgumentParser(description=description)
+    ap.add_argument("--servers", nargs="+", required=True)
+    ap.add_argument("--n", type=int, required=True)
+    ap.add_argument("--inflight", type=int, required=True, help="requests in flight in total")
+    ap.add_argument("--max-tokens", type=int, default=4096)
+    ap.add_argument("--work", type=Path, required=True)
+    return ap
+
+
+def print_client_result(client: str, done: int, finished: bool, wall: float, cpu: float) -> None:
+    """A benchmark client's one line of JSON: what :func:`run_child` reads back."""
+    print(
+        json.dumps(
+            {
+                "client": client,
+                "completions": done,
+                "finished": finished,
+                "wall_s": wall,
+                "cpu_s": cpu,
+                "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+            }
+        )
+    )
 
 
 class Stopwatch:
