@@ -36,6 +36,7 @@ pytestmark = pytest.mark.skipif(
     PROMETHEUS is None, reason="needs Debian's prometheus package (`make system-deps` installs it)"
 )
 SCRAPE = "1s"
+START_S = 180  # the run's start (servers awaited, the thinking probe, the prefix claimed) on a busy machine
 
 
 @pytest.fixture
@@ -113,12 +114,12 @@ def test_every_panel_query_returns_data_and_a_killed_twin_fires_the_alert(
     twins: list[SimProcess], tmp_path: Path
 ) -> None:
     job, out = job_file(tmp_path, [t.url for t in twins])
-    run = start_run(job, "--metrics-port", "0")
+    run = start_run(job, "--metrics-port", "0", output=tmp_path / "run.out")
     prom: subprocess.Popen[bytes] | None = None
     try:
         log = out / "tokenmill.log"
-        found = wait_for_match("the metrics URL in the log", log, r"metrics for Prometheus at http://(\S+)/metrics", 90,
-                               alive=run)  # fmt: skip
+        found = wait_for_match("the metrics URL in the log", log, r"metrics for Prometheus at http://(\S+)/metrics",
+                               START_S, alive=run)  # fmt: skip
         prom, base = start_prometheus(tmp_path / "prom", found.group(1), [t.url for t in twins])
         wanted = [t.expr for t in targets() if t.always]
         assert len(wanted) >= 30

@@ -78,10 +78,17 @@ FAST_MONITOR = {"scrape_interval_s": 0.5, "event_interval_s": 0.5, "rate_window_
 TWIN = ("qwen3.6-35b-a3b", "--gpu", "h200")  # SGLang's default flags: extra_buffer, 5 state slots a request
 
 
-def start_run(job: Path, *args: str) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [*TOKENMILL, "run", str(job), "--no-live", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
+def start_run(job: Path, *args: str, output: Path | None = None) -> subprocess.Popen[str]:
+    """``tokenmill run JOB --no-live ARGS`` in the background; its stdout and stderr piped, or written to ``output``
+    (a run watched for minutes: a pipe nobody reads would fill and stall it)."""
+    if output is None:
+        return subprocess.Popen(
+            [*TOKENMILL, "run", str(job), "--no-live", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+    with output.open("w") as sink:  # the child holds its own copy of the descriptor
+        return subprocess.Popen(
+            [*TOKENMILL, "run", str(job), "--no-live", *args], stdout=sink, stderr=subprocess.STDOUT, text=True
+        )
 
 
 def stop_run(proc: subprocess.Popen[str]) -> None:

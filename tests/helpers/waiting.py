@@ -43,13 +43,18 @@ def _text(data: object) -> str:
     return data if isinstance(data, str) else ""
 
 
+def log_tail(log: Path) -> str:
+    """The last part of the text file ``log`` (or why there is none)."""
+    try:
+        return log.read_text(errors="replace")[-TAIL_CHARS:] or "(empty log)"
+    except OSError as exc:
+        return f"(log {log} unreadable: {exc})"
+
+
 def output_tail(proc: Watched, log: Path | None = None) -> str:
     """The last of what an ended process wrote: ``log``'s tail, or else what is left in its stdout/stderr pipes."""
     if log is not None:
-        try:
-            return log.read_text(errors="replace")[-TAIL_CHARS:] or "(empty log)"
-        except OSError as exc:
-            return f"(log {log} unreadable: {exc})"
+        return log_tail(log)
     if isinstance(proc, subprocess.Popen) and (proc.stdout is not None or proc.stderr is not None):
         try:
             out, err = proc.communicate(timeout=PIPE_READ_S)
@@ -91,7 +96,10 @@ class _Poll:
         """Fail if the deadline has passed."""
         if self.clock() >= self.end:
             last = _short(self.last)
-            raise AssertionError(f"timed out after {self.timeout:g} s waiting for {self.what}; last value: {last}")
+            tail = f"\n--- the log, last part ---\n{log_tail(self.log)}" if self.log is not None else ""
+            raise AssertionError(
+                f"timed out after {self.timeout:g} s waiting for {self.what}; last value: {last}{tail}"
+            )
 
 
 def wait_for(
@@ -149,6 +157,6 @@ def wait_for_match(
     def check() -> re.Match[str] | None:
         return re.search(pattern, path.read_text()) if path.exists() else None
 
-    found = wait_for(what, check, timeout, alive=alive)
+    found = wait_for(what, check, timeout, alive=alive, log=path)
     assert found is not None  # wait_for returns only a value its ``done`` (here: truthy) accepts
     return found

@@ -16,14 +16,16 @@ any record that has them.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+import logging
 from dataclasses import dataclass
 from typing import Literal
 
 import aiohttp
 
 from tokenmill.backends.base import BackendOptions, make_backend
-from tokenmill.config import THINKING_PROBE_MAX_TOKENS
+from tokenmill.config import THINKING_PROBE_MAX_TOKENS, THINKING_PROBE_WAIT_S
 from tokenmill.errors import ConfigError, MisconfiguredError, RequestError
 from tokenmill.records import THINK_CLOSE, THINK_OPEN, Generation, Prompt
 
@@ -37,6 +39,7 @@ PARSER_HINT = (
     "profile, reasoning_parser: qwen3"
 )
 EXCERPT_CHARS = 80
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +68,7 @@ async def probe_thinking(
     session: aiohttp.ClientSession,
     servers: list[str],
     asked: bool | None = True,
+    wait_s: float = THINKING_PROBE_WAIT_S,
 ) -> ThinkingProbe | None:
     """Ask the first server that answers one question in the mode ``asked`` (at most
     :data:`~tokenmill.config.THINKING_PROBE_MAX_TOKENS` tokens); None when none answered (the run's own
@@ -78,7 +82,10 @@ async def probe_thinking(
         question = Prompt(id=THINKING_PROBE.id, text=QUESTION)
     for server in servers:
         try:
-            gen = await backend.generate(session, server, question)
+            gen = await asyncio.wait_for(backend.generate(session, server, question), wait_s)
+        except TimeoutError:
+            log.warning("the thinking probe had no answer from %s within %gs; trying the next server", server, wait_s)
+            continue
         except MisconfiguredError as exc:
             raise ConfigError(f"{server}: {exc.message}") from exc
         except RequestError:

@@ -33,7 +33,13 @@ from tokenmill.config.observe import AlertSpec
 from tokenmill.config.output import MASKED, OutputSpec, UploadSpec
 from tokenmill.config.planner import PlannerSpec
 from tokenmill.config.retry import RetrySpec, backoff
-from tokenmill.config.sampling import THINKING_PROBE_MAX_TOKENS, SamplingSpec, ThinkingInline, ThinkingMode
+from tokenmill.config.sampling import (
+    THINKING_PROBE_MAX_TOKENS,
+    THINKING_PROBE_WAIT_S,
+    SamplingSpec,
+    ThinkingInline,
+    ThinkingMode,
+)
 from tokenmill.config.sim import FaultSpec, SimSpec
 
 __all__ = [
@@ -41,6 +47,7 @@ __all__ = [
     "AUTO_ID_FIELD",
     "MASKED",
     "THINKING_PROBE_MAX_TOKENS",
+    "THINKING_PROBE_WAIT_S",
     "TUNABLE_FLAGS",
     "AlertSpec",
     "ApiKind",

@@ -18,6 +18,7 @@ ThinkingInline = Literal["stop", "ok"]
 
 
 THINKING_PROBE_MAX_TOKENS = 256  # the start probe's answer: enough for a thinking model to open (and often close)
+THINKING_PROBE_WAIT_S = 120.0  # the start probe waits this long per server at most; then the run's own requests tell
 
 
 def thinking_mode(value: Any) -> ThinkingMode:
