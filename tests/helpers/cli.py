@@ -81,14 +81,11 @@ TWIN = ("qwen3.6-35b-a3b", "--gpu", "h200")  # SGLang's default flags: extra_buf
 def start_run(job: Path, *args: str, output: Path | None = None) -> subprocess.Popen[str]:
     """``tokenmill run JOB --no-live ARGS`` in the background; its stdout and stderr piped, or written to ``output``
     (a run watched for minutes: a pipe nobody reads would fill and stall it)."""
+    argv = [*TOKENMILL, "run", str(job), "--no-live", *args]
     if output is None:
-        return subprocess.Popen(
-            [*TOKENMILL, "run", str(job), "--no-live", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-        )
+        return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     with output.open("w") as sink:  # the child holds its own copy of the descriptor
-        return subprocess.Popen(
-            [*TOKENMILL, "run", str(job), "--no-live", *args], stdout=sink, stderr=subprocess.STDOUT, text=True
-        )
+        return subprocess.Popen(argv, stdout=sink, stderr=subprocess.STDOUT, text=True)
 
 
 def stop_run(proc: subprocess.Popen[str]) -> None:
