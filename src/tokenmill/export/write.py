@@ -37,7 +37,7 @@ from tokenmill.export.parallel import TokenJob, token_lines
 from tokenmill.export.rows import Row, record_row
 from tokenmill.export.tokens import TokenCounts, TokenOptions, job_setting
 from tokenmill.fsio import atomic_file
-from tokenmill.quality.records import DuplicateFinder, answer_chars, record_quality, selected
+from tokenmill.quality.records import DuplicateFinder, answer_digest, record_quality, selected
 from tokenmill.quality.registry import REASONS
 from tokenmill.records.read import CompletionRecord
 from tokenmill.storage.corpus import Corpus, open_corpus
@@ -125,7 +125,7 @@ def drop_reason(rec: CompletionRecord, opts: ExportOptions, duplicates: Duplicat
         return "empty completion"
     if opts.drop:
         quality = record_quality(rec)
-        repeat = duplicates is not None and "duplicate" in opts.drop and _repeats(rec, quality, duplicates)
+        repeat = duplicates is not None and "duplicate" in opts.drop and _repeats(rec, duplicates)
         chosen = selected(quality["flags"], repeat, opts.drop)
         if chosen is not None:
             return DROP_REASONS.get(chosen, chosen)
@@ -138,8 +138,8 @@ def drop_reason(rec: CompletionRecord, opts: ExportOptions, duplicates: Duplicat
     return None
 
 
-def _repeats(rec: CompletionRecord, quality: dict[str, Any], duplicates: DuplicateFinder) -> bool:
-    return duplicates.seen(rec.key, quality["answer_hash"], answer_chars(rec)) is not None
+def _repeats(rec: CompletionRecord, duplicates: DuplicateFinder) -> bool:
+    return duplicates.seen(rec.key, answer_digest(rec)) is not None
 
 
 def to_row(rec: dict[str, Any], opts: ExportOptions, fmt: Format | None = None) -> Row:

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from tokenmill.fmt import UNKNOWN, num
-from tokenmill.quality.records import DuplicateFinder, answer_chars, record_quality
+from tokenmill.quality.records import DuplicateFinder, answer_digest, record_quality
 from tokenmill.quality.registry import DEGENERATE, EXAMPLE_FLAGS, FLAGS, group
 from tokenmill.records.read import CompletionRecord, id_key
 from tokenmill.storage.corpus import open_corpus
@@ -298,15 +298,17 @@ class Tally:
         self.result.failed += 1
 
     def _duplicate(self, rec: CompletionRecord, q: dict[str, Any]) -> None:
-        h = q.get("answer_hash")
         primary = rec.primary_id
         if primary is not None:
             self.result.sampled += 1
-        if not isinstance(h, str) or "empty" in q["flags"] or "no_answer" in q["flags"]:
+        if "empty" in q["flags"] or "no_answer" in q["flags"]:
+            return
+        h = answer_digest(rec)
+        if h is None:  # too short to count as a repeat
             return
         if primary is not None:
             self._sample_duplicate(rec, id_key(primary), h)
-        first = self._dups.seen(rec.key, h, answer_chars(rec))
+        first = self._dups.seen(rec.key, h)
         if first is None:
             return
         r = self.result
@@ -320,7 +322,7 @@ class Tally:
 
     def _sample_duplicate(self, rec: CompletionRecord, primary: str, answer_hash: str) -> None:
         key = hashlib.blake2b(f"{primary}\0{answer_hash}".encode(), digest_size=8).hexdigest()
-        first = self._sample_dups.seen(rec.key, key, answer_chars(rec))
+        first = self._sample_dups.seen(rec.key, key)
         if first is None:
             return
         r = self.result

@@ -8,7 +8,7 @@ from typing import Any
 
 from tokenmill.errors import ConfigError
 from tokenmill.quality.registry import DEGENERATE, SELECTORS
-from tokenmill.quality.signals import combined, final_answer, signals
+from tokenmill.quality.signals import answer_hash, combined, final_answer, signals
 from tokenmill.records.read import Answer, CompletionRecord
 
 DUPLICATE_MIN_CHARS = 64  # shorter answers ("Yes.", "4") are legitimately the same for different prompts
@@ -59,15 +59,18 @@ class DuplicateFinder:
     def __init__(self) -> None:
         self._first: dict[int, str] = {}
 
-    def seen(self, rec_id: str, answer_hash: str, answer_chars: int) -> str | None:
-        """The id of the earlier record with the same answer, or None (the first of its kind, or too short)."""
-        if answer_chars < DUPLICATE_MIN_CHARS:
+    def seen(self, rec_id: str, digest: str | None) -> str | None:
+        """The id of the earlier record whose answer has this :func:`answer_digest`, or None (the first of its
+        kind, or an answer too short to count: no digest)."""
+        if digest is None:
             return None
-        key = int(answer_hash, 16)
-        first = self._first.setdefault(key, rec_id)
+        first = self._first.setdefault(int(digest, 16), rec_id)
         return None if first == rec_id else first
 
 
-def answer_chars(rec: CompletionRecord) -> int:
-    """Characters in the record's final answer (after any thinking block)."""
-    return len(final_answer(rec.answer.text)[0].strip())
+def answer_digest(rec: CompletionRecord) -> str | None:
+    """The hash of the record's final answer (its last turn's, after any thinking block, surrounding whitespace
+    aside), or None when that answer is shorter than :data:`DUPLICATE_MIN_CHARS`. Computed as the corpus is
+    read, never taken from the record: one function for records of every age."""
+    answer = final_answer(rec.answer.text)[0].strip()
+    return answer_hash(answer) if len(answer) >= DUPLICATE_MIN_CHARS else None

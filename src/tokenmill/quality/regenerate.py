@@ -18,7 +18,7 @@ import yaml
 from tokenmill.config import InputSpec, JobSpec, SamplingSpec
 from tokenmill.errors import ConfigError
 from tokenmill.output.rounds import Round
-from tokenmill.quality.records import DuplicateFinder, answer_chars, record_quality, selected
+from tokenmill.quality.records import DuplicateFinder, answer_digest, record_quality, selected
 from tokenmill.records.read import CompletionRecord
 from tokenmill.storage.corpus import open_corpus
 from tokenmill.storage.prefix import DIR as REMOTE_OWN_DIR
@@ -67,9 +67,7 @@ def _matching(out: Path, selectors: tuple[str, ...]) -> Iterator[tuple[Completio
     duplicates = DuplicateFinder()
     for rec in open_corpus(out).iter_live():
         quality = record_quality(rec)
-        repeat = "duplicate" in selectors and (
-            duplicates.seen(rec.key, quality["answer_hash"], answer_chars(rec)) is not None
-        )
+        repeat = "duplicate" in selectors and (duplicates.seen(rec.key, answer_digest(rec)) is not None)
         chosen = selected(quality["flags"], repeat, selectors)
         if chosen is not None:
             yield rec, chosen

@@ -14,8 +14,11 @@ The signals' table (names, what each means, which are degenerate) is :mod:`token
   gave the reasoning back inline (no ``--reasoning-parser``, or a completion API). A trainer that renders the
   answer through a thinking template would train on the markers; SpecForge's own regeneration rejects such rows.
   Not *degenerate*: the answer after the block may be good, and inline thinking may be intended.
-- ``answer_hash``: a hash of the answer (leading and trailing whitespace aside), to find the same answer given
-  to different prompts across the corpus.
+
+The same answer given to different prompts is found when the corpus is read, by :func:`answer_hash` of each
+record's final answer (:func:`tokenmill.quality.records.answer_digest`): a pass over the whole answer, which the
+writer does not pay per completion. Records written before carry it as ``quality.answer_hash`` (the same value);
+it is not read back.
 """
 
 from __future__ import annotations
@@ -49,7 +52,6 @@ class Signals:
     no_answer: bool
     repetition: bool
     repetition_score: float
-    answer_hash: str
     think_markers: bool = False
 
     def flags(self) -> list[str]:
@@ -60,7 +62,6 @@ class Signals:
         return {
             "flags": self.flags(),
             "repetition_score": self.repetition_score,
-            "answer_hash": self.answer_hash,
         }
 
 
@@ -157,17 +158,14 @@ def signals(text: str, finish_reason: str | None, reasoning: str | None = None) 
         no_answer=reasoned and blank,
         repetition=looping,
         repetition_score=score,
-        answer_hash=answer_hash(answer),
         think_markers="<" in text and (THINK_OPEN in text or THINK_CLOSE in text),
     )
 
 
 def combined(turns: list[dict[str, Any]]) -> dict[str, Any]:
-    """A multi-turn record's signals from its turns': any turn's flag, the highest score, the last answer's
-    hash (the record's ``completion`` is the last turn's answer)."""
+    """A multi-turn record's signals from its turns': any turn's flag, the highest score."""
     fired = {flag for turn in turns for flag in turn["flags"]}
     return {
         "flags": [name for name in FLAGS if name in fired],
         "repetition_score": max((turn["repetition_score"] for turn in turns), default=0.0),
-        "answer_hash": turns[-1]["answer_hash"] if turns else answer_hash(""),
     }

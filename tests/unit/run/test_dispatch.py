@@ -162,8 +162,8 @@ async def test_regenerate_all_answers_every_turn_in_order_on_one_server() -> Non
     assert rec.completion_tokens == 15 and rec.prompt_tokens == 9
     assert len({t["server"] for t in rec.turns}) == 1, "later turns stay on the server holding the prefix"
     assert d.stats.completed == 1
-    # quality signals per turn, and the record's: any turn's flag, the last answer's hash
-    assert all(t["quality"]["flags"] == [] and len(t["quality"]["answer_hash"]) == 16 for t in rec.turns)
+    # quality signals per turn, and the record's: any turn's flag, the highest score
+    assert all(t["quality"] == {"flags": [], "repetition_score": 0.0} for t in rec.turns)
     assert rec.quality == {**rec.turns[-1]["quality"], "repetition_score": 0.0}
 
 
