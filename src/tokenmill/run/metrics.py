@@ -4,8 +4,9 @@ The exporter (:mod:`tokenmill.run.prometheus`) serves exactly these rows, and th
 of ``observability/`` are generated from them (``scripts/gen_observability.py``; a test fails when a panel or a rule
 queries a name no row exports). A new number is one row here: its reader is a small function of the watched run.
 
-A run counter (a row with ``stat``: the name of a :class:`~tokenmill.run.work.DispatchStats` counter) is one row
-for everything that shows it: the tracker copies it into the snapshot (:func:`run_counters`; a counter without a
+A run counter (a row with ``stat``: the name of a :class:`~tokenmill.run.work.DispatchStats` field, or of a
+counter it keeps in ``counts``: ``stats.count(stat)`` where the event happens) is one row for everything that
+shows it: the tracker copies it into the snapshot (:func:`run_counters`; a counter without a
 field of its own goes to ``Snapshot.counts``), the event log's tick writes it (under ``client``, or
 ``client.counts``), ``tokenmill status`` reads it back, the summary shows it under its ``summary`` label and the
 exporter serves it as ``NAME_total``.
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
     from tokenmill.monitor.snapshot import Snapshot
     from tokenmill.run.dispatch import Dispatcher
     from tokenmill.run.watchstate import WatchState
+    from tokenmill.run.work import DispatchStats
 
 Kind = Literal["counter", "gauge", "histogram"]
 Sample = tuple[tuple[str, ...], Any]  # label values, and a float (a Histogram for a histogram row)
@@ -115,7 +117,7 @@ def _upload(attr: str) -> Callable[[Watched], Iterable[Sample]]:
 
 
 def _stat(attr: str) -> Callable[[Watched], Iterable[Sample]]:
-    return lambda m: _one(getattr(m.dispatcher.stats, attr))
+    return lambda m: _one(m.dispatcher.stats.value(attr))
 
 
 def counter(name: str, help: str, stat: str, *, summary: str | None = None, tick: str | None = None) -> Metric:
@@ -281,9 +283,9 @@ def rows() -> tuple[Metric, ...]:
     return METRICS
 
 
-def run_counters(stats: object) -> dict[str, Any]:
+def run_counters(stats: DispatchStats) -> dict[str, Any]:
     """The run counters of the table, read off the dispatcher's ``stats``, by their event-log names."""
-    return {m.tick or m.stat: getattr(stats, m.stat) for m in rows() if m.stat}
+    return {m.tick or m.stat: stats.value(m.stat) for m in rows() if m.stat}
 
 
 def summary_counters() -> tuple[Metric, ...]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Protocol
 
 from tokenmill.errors import RequestError
@@ -170,3 +170,17 @@ class DispatchStats:
     repeatedly_abandoned: int = 0  # prompts abandoned retry.abandoned_report_after times or more
     repeated_ids: deque[str] = field(default_factory=lambda: deque(maxlen=20))  # the latest of them
     recent_failures: deque[str] = field(default_factory=lambda: deque(maxlen=5))
+    counts: dict[str, float] = field(default_factory=dict)  # run counters without a field of their own
+
+    def count(self, stat: str, n: float = 1) -> None:
+        """Add ``n`` to run counter ``stat``, a row of the metric table (:mod:`tokenmill.run.metrics`) whose
+        ``stat`` names no field here: a new counter is that row and this call where it happens."""
+        self.counts[stat] = self.counts.get(stat, 0) + n
+
+    def value(self, stat: str) -> float:
+        """Run counter ``stat``: its field's value, else its count (0 before the first)."""
+        value: float = getattr(self, stat) if stat in _STAT_FIELDS else self.counts.get(stat, 0)
+        return value
+
+
+_STAT_FIELDS = frozenset(f.name for f in fields(DispatchStats) if f.name != "counts")

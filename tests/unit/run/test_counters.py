@@ -77,6 +77,45 @@ async def test_a_new_run_counter_is_one_row_of_the_table(tmp_path: Path, new_row
     assert Snapshot.from_event(merged).counts == {"started": 2 * sent}
 
 
+# a counter the dispatcher does not keep yet either: the row, and ``stats.count`` where it happens
+FRESH = metrics.counter("tokenmill_fresh_events", "Events nobody counted before.", "fresh", summary="fresh events")
+
+
+async def test_a_counter_without_a_field_is_the_row_and_the_count_call(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(metrics, "METRICS", (*metrics.METRICS, FRESH))
+    spec = job(tmp_path, metrics_port=0, event_interval_s=0.001)
+    out = tmp_path / "out"
+    out.mkdir()
+    d = dispatcher(spec)
+    assert not hasattr(d.stats, "fresh")  # DispatchStats has no field for it
+    mon = RunMonitor(spec, d, out, "run1")
+    tracker = Tracker(d)
+    await mon.start(total=4, done_before=0)
+    try:
+        assert await d.run(prompts(4))
+        d.stats.count("fresh")
+        d.stats.count("fresh", 2)
+        tracker.total = 4
+        snap = tracker.snapshot(mon.state())
+        mon.tick(snap)
+        assert mon.metrics_url is not None
+        async with aiohttp.ClientSession() as session, session.get(mon.metrics_url) as resp:
+            body = await resp.text()
+    finally:
+        await mon.stop(tracker.snapshot(mon.state()), finished=True)
+    assert snap.counts == {"fresh": 3}
+    scraped = {s.name: s.value for f in text_string_to_metric_families(body) for s in f.samples}
+    assert scraped["tokenmill_fresh_events_total"] == 3
+    tick = [r for r in read_events(out / EVENTS_FILE) if r["kind"] == "tick"][-1]
+    assert tick["client"]["counts"] == {"fresh": 3}
+    summary = Summary.from_snapshot(Snapshot.from_event(tick), output_dir=str(out), model="m", api="chat",
+                                    recorded=(4, 0), state="finished")  # fmt: skip
+    assert "| fresh events | 3 |" in summary.markdown()
+    assert tick["client"]["retries"] == 0 and isinstance(tick["client"]["retries"], int)  # fields keep their type
+
+
 def _rendered(snap: Snapshot) -> str:
     console = Console(file=io.StringIO(), width=300)
     console.print(render(snap))
