@@ -9,7 +9,8 @@ them, less what differs between two replicas of one configuration (host, ports, 
 scheduler's live state, the log level): two servers started alike hash alike.
 
 :class:`Origins` looks each server up once, in the background (the hot path never waits on it), and again after
-the dispatcher has set the server aside (it may come back restarted with other flags).
+the dispatcher has set the server aside (it may come back restarted with other flags). A server that does not say
+what it is (no ``/v1/models``, a failed look-up) is asked again :data:`ASK_AGAIN_S` later, not for every record.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+import math
+import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -45,6 +48,7 @@ _VOLATILE = frozenset(
     }
 )
 FLAGS_HASH_CHARS = 16
+ASK_AGAIN_S = 60.0  # a server that did not say what it is is asked again this long after
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,21 +119,27 @@ async def fetch_origin(
 class Origins:
     """Each server's origin, looked up in the background: :meth:`get` never waits."""
 
-    def __init__(self, fetch: Callable[[str], Awaitable[Origin]]) -> None:
+    def __init__(
+        self, fetch: Callable[[str], Awaitable[Origin]], clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self._fetch = fetch
+        self._clock = clock
         self._known: dict[str, Origin] = {}
         self._pending: dict[str, asyncio.Task[None]] = {}
+        self._silent: dict[str, float] = {}  # a server that said nothing: when it is asked again
 
     def get(self, url: str) -> Origin | None:
-        """The origin of ``url`` if known; else a look-up starts (None until it is done)."""
+        """The origin of ``url`` if known; else a look-up starts (None until it is done), unless the server said
+        nothing less than :data:`ASK_AGAIN_S` ago."""
         found = self._known.get(url)
-        if found is None and url not in self._pending:
+        if found is None and url not in self._pending and self._clock() >= self._silent.get(url, -math.inf):
             self._start(url)
         return found
 
     def forget(self, url: str) -> None:
         """``url`` may come back as another server (restarted, re-flagged): look it up again."""
         self._known.pop(url, None)
+        self._silent.pop(url, None)
 
     async def prime(self, urls: Iterable[str], timeout_s: float) -> None:
         """Look ``urls`` up now, waiting at most ``timeout_s`` (those still pending go on in the background)."""
@@ -159,3 +169,6 @@ class Origins:
             self._pending.pop(url, None)
         if origin is not None and (origin.served_model or origin.engine):
             self._known[url] = origin
+            self._silent.pop(url, None)
+        else:
+            self._silent[url] = self._clock() + ASK_AGAIN_S

@@ -7,7 +7,7 @@ import asyncio
 import json
 from pathlib import Path
 
-from tokenmill.monitor.origin import Origin, Origins, flags_hash, origin_from
+from tokenmill.monitor.origin import ASK_AGAIN_S, Origin, Origins, flags_hash, origin_from
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "sglang-0.5.23"
 
@@ -69,6 +69,34 @@ def test_a_failing_lookup_never_takes_the_run_down() -> None:
         origins = Origins(fetch)
         await origins.prime(["http://a"], timeout_s=5)
         assert origins.get("http://a") is None
+        await origins.close()
+
+    asyncio.run(main())
+
+
+def test_a_server_that_says_nothing_is_asked_again_a_minute_later_not_for_every_record() -> None:
+    asked: list[str] = []
+    now = [0.0]
+
+    async def fetch(url: str) -> Origin:
+        asked.append(url)
+        return Origin(None, None, None, None)  # no /v1/models, no /server_info, no /version
+
+    async def main() -> None:
+        origins = Origins(fetch, clock=lambda: now[0])
+        await origins.prime(["http://a"], timeout_s=5)
+        for _ in range(100):  # a record completed by it, a hundred times
+            assert origins.get("http://a") is None
+            await asyncio.sleep(0)
+        assert asked == ["http://a"]
+        now[0] += ASK_AGAIN_S
+        origins.get("http://a")
+        await origins.prime([], timeout_s=5)
+        assert asked == ["http://a"] * 2
+        origins.forget("http://a")  # set aside: asked at once when it comes back
+        origins.get("http://a")
+        await origins.prime([], timeout_s=5)
+        assert asked == ["http://a"] * 3
         await origins.close()
 
     asyncio.run(main())
