@@ -119,9 +119,7 @@ async def fetch_origin(
 class Origins:
     """Each server's origin, looked up in the background: :meth:`get` never waits."""
 
-    def __init__(
-        self, fetch: Callable[[str], Awaitable[Origin]], clock: Callable[[], float] = time.monotonic
-    ) -> None:
+    def __init__(self, fetch: Callable[[str], Awaitable[Origin]], clock: Callable[[], float] = time.monotonic) -> None:
         self._fetch = fetch
         self._clock = clock
         self._known: dict[str, Origin] = {}
