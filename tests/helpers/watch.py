@@ -22,6 +22,7 @@ from tokenmill.records import RequestOutcome
 from tokenmill.run.dispatch import Dispatcher
 from tokenmill.run.metrics import RunInfo
 from tokenmill.run.watchstate import WatchState, frozen_map
+from tokenmill.run.work import DispatchStats
 
 
 def job(tmp_path: Path, **monitor: object) -> JobSpec:
@@ -116,7 +117,7 @@ def watched() -> Any:
     verdict = RecordedVerdict("state-pool-bound", "state-pool bound", "state pool", "warning", "", URL, "")
     server = SimpleNamespace(url=URL, completed=5, completion_tokens=500, prompt_tokens=50, errors=1, timeouts=1,
                              inflight=3, limit=8, usable=True)  # fmt: skip
-    stats = SimpleNamespace(failed=1, retries=1, abandoned=1, abandoned_tokens=50.0, held="backlog")
+    stats = DispatchStats(failed=1, retries=1, abandoned=1, abandoned_tokens=50.0, held="backlog")
     state = WatchState(views=(view,), verdicts=(verdict,), cpu=0.3, loop_lag_s=0.01, max_tokens=2048,
                        expected=frozen_map({URL: Expected("h200", 1200.0, 3000.0, 0.7)}))  # fmt: skip
     run = SimpleNamespace(
