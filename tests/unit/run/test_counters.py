@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import ast
 import io
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import pytest
@@ -22,6 +24,7 @@ from tokenmill.monitor.page import Timeline, page_state
 from tokenmill.monitor.snapshot import Snapshot
 from tokenmill.report.status import read_status, status_text
 from tokenmill.run import metrics
+from tokenmill.run.dispatch import Dispatcher
 from tokenmill.run.progress import Tracker
 from tokenmill.run.summary import Summary
 from tokenmill.run.watch import RunMonitor
@@ -33,23 +36,22 @@ NEW = metrics.counter(
 )
 
 
-@pytest.fixture
-def new_row(monkeypatch: pytest.MonkeyPatch) -> metrics.Metric:
-    monkeypatch.setattr(metrics, "METRICS", (*metrics.METRICS, NEW))
-    return NEW
-
-
-async def test_a_new_run_counter_is_one_row_of_the_table(tmp_path: Path, new_row: metrics.Metric) -> None:
+async def _watched_run(
+    tmp_path: Path, n: int, then: Callable[[Dispatcher], None] = lambda _d: None, **scripted: Any
+) -> tuple[Dispatcher, Snapshot, str]:
+    """A watched run of ``n`` prompts into ``tmp_path/out``; ``then`` runs after it, before the tick. The
+    dispatcher, the tick's snapshot and a scrape of /metrics."""
     spec = job(tmp_path, metrics_port=0, event_interval_s=0.001)
     out = tmp_path / "out"
     out.mkdir()
-    d = dispatcher(spec, fail_every=5)
+    d = dispatcher(spec, **scripted)
     mon = RunMonitor(spec, d, out, "run1")
     tracker = Tracker(d)
-    await mon.start(total=12, done_before=0)
+    await mon.start(total=n, done_before=0)
     try:
-        assert await d.run(prompts(12))
-        tracker.total = 12
+        assert await d.run(prompts(n))
+        then(d)
+        tracker.total = n
         snap = tracker.snapshot(mon.state())
         mon.tick(snap)
         assert mon.metrics_url is not None
@@ -57,6 +59,18 @@ async def test_a_new_run_counter_is_one_row_of_the_table(tmp_path: Path, new_row
             body = await resp.text()
     finally:
         await mon.stop(tracker.snapshot(mon.state()), finished=True)
+    return d, snap, body
+
+
+@pytest.fixture
+def new_row(monkeypatch: pytest.MonkeyPatch) -> metrics.Metric:
+    monkeypatch.setattr(metrics, "METRICS", (*metrics.METRICS, NEW))
+    return NEW
+
+
+async def test_a_new_run_counter_is_one_row_of_the_table(tmp_path: Path, new_row: metrics.Metric) -> None:
+    out = tmp_path / "out"
+    d, snap, body = await _watched_run(tmp_path, 12, fail_every=5)
     sent = d.stats.started
     assert sent == 12 + d.stats.retries and d.stats.retries > 0
     assert snap.counts == {"started": sent}  # the tracker
@@ -85,26 +99,14 @@ async def test_a_counter_without_a_field_is_the_row_and_the_count_call(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(metrics, "METRICS", (*metrics.METRICS, FRESH))
-    spec = job(tmp_path, metrics_port=0, event_interval_s=0.001)
     out = tmp_path / "out"
-    out.mkdir()
-    d = dispatcher(spec)
-    assert not hasattr(d.stats, "fresh")  # DispatchStats has no field for it
-    mon = RunMonitor(spec, d, out, "run1")
-    tracker = Tracker(d)
-    await mon.start(total=4, done_before=0)
-    try:
-        assert await d.run(prompts(4))
+
+    def counted(d: Dispatcher) -> None:
+        assert not hasattr(d.stats, "fresh")  # DispatchStats has no field for it
         d.stats.count("fresh")
         d.stats.count("fresh", 2)
-        tracker.total = 4
-        snap = tracker.snapshot(mon.state())
-        mon.tick(snap)
-        assert mon.metrics_url is not None
-        async with aiohttp.ClientSession() as session, session.get(mon.metrics_url) as resp:
-            body = await resp.text()
-    finally:
-        await mon.stop(tracker.snapshot(mon.state()), finished=True)
+
+    _, snap, body = await _watched_run(tmp_path, 4, then=counted)
     assert snap.counts == {"fresh": 3}
     scraped = {s.name: s.value for f in text_string_to_metric_families(body) for s in f.samples}
     assert scraped["tokenmill_fresh_events_total"] == 3
