@@ -43,9 +43,10 @@ WORDED_CHARS = 16  # a tail with fewer than one word per this many characters is
 LOOP_COMPRESS_RATIO = 0.08  # compressed/raw at most this scores LOOP_SCORE (prose and code stay above 0.2)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Signals:
-    """What one answer shows; ``repetition_score`` is the stronger of the two loop views, 0 (none) to 1."""
+    """What one answer shows; ``repetition_score`` is the stronger of the two loop views, 0 (none) to 1. Built
+    for every completion, so not frozen (a frozen dataclass's ``__init__`` costs twice as much)."""
 
     truncated: bool
     empty: bool
@@ -151,7 +152,7 @@ def signals(text: str, finish_reason: str | None, reasoning: str | None = None) 
     answer, unclosed = final_answer(text)
     blank = not answer.strip()
     reasoned = unclosed or bool(reasoning and reasoning.strip()) or len(answer) < len(text)
-    looping, score = loop_score(answer if answer.strip() else text)
+    looping, score = loop_score(text if blank else answer)
     return Signals(
         truncated=finish_reason == "length",
         empty=blank and not reasoned,

@@ -9,6 +9,7 @@ keeps the input's JSON type (an integer id is written as an integer); sets of id
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -196,6 +197,16 @@ class Skip:
     status: str = "skipped"
 
 
+_SCALES = (1.0, 10.0, 100.0, 1000.0, 10000.0)
+
+
+def rounded(x: float, digits: int) -> float:
+    """``x`` to ``digits`` decimals (0 to 4; a tie rounds up): what a record writes of a time or a latency. A
+    third of ``round(x, digits)``'s cost (which formats the number in decimal), and it runs for every record."""
+    scale = _SCALES[digits]
+    return math.floor(x * scale + 0.5) / scale
+
+
 def encode(record: Completion | Failure | Skip) -> bytes:
     """One JSONL line (with the trailing newline)."""
     return orjson.dumps(record, option=orjson.OPT_APPEND_NEWLINE)
@@ -209,9 +220,10 @@ def decode(line: bytes) -> dict[str, Any]:
     return obj
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class RequestOutcome:
-    """One finished attempt, handed to the optional observer (latency histograms, finish reasons)."""
+    """One finished attempt, handed to the optional observer (latency histograms, finish reasons); one per
+    request, so not frozen (a frozen dataclass's ``__init__`` costs twice as much)."""
 
     server: str
     latency_s: float

@@ -266,30 +266,31 @@ class Dispatcher:
             work.attempts -= 1
             self.retries.requeue(work, 0.0)
         except PermanentError as exc:
-            self._observe(server, start, None, exc)
+            self._observe(server, self.clock() - start, None, exc)
             server.consecutive_failures = 0
             server.failed += 1
             self.retries.fail(work, exc, server)
         except RequestTimeout as exc:
-            self._observe(server, start, None, exc)
+            self._observe(server, self.clock() - start, None, exc)
             kind = self.pool.overloaded(server, start, self.clock())
             if kind is None:
                 self.retries.on_transient(work, server, exc)
             else:
                 self.retries.on_overload(work, server, exc, self.clock() - start, kind == "work", timeout)
         except TransientError as exc:
-            self._observe(server, start, None, exc)
+            self._observe(server, self.clock() - start, None, exc)
             self.retries.on_transient(work, server, exc)
         else:
-            self._observe(server, start, gen, None)
-            self._on_success(work, server, gen, self.clock() - start)
+            now = self.clock()  # one clock read for the latency, the observer and the server's last completion
+            self._observe(server, now - start, gen, None)
+            self._on_success(work, server, gen, now - start, now)
 
-    def _observe(self, server: ServerState, start: float, gen: Generation | None, exc: Exception | None) -> None:
+    def _observe(self, server: ServerState, latency_s: float, gen: Generation | None, exc: Exception | None) -> None:
         if self.observer is None:
             return
         outcome = RequestOutcome(
             server=server.url,
-            latency_s=self.clock() - start,
+            latency_s=latency_s,
             ok=gen is not None,
             prompt_tokens=gen.prompt_tokens if gen else None,
             completion_tokens=gen.completion_tokens if gen else None,
@@ -302,10 +303,10 @@ class Dispatcher:
             log.exception("request observer failed; it is switched off for the rest of the run")
             self.observer = None
 
-    def _on_success(self, work: Work, server: ServerState, gen: Generation, latency: float) -> None:
+    def _on_success(self, work: Work, server: ServerState, gen: Generation, latency: float, now: float) -> None:
         server.consecutive_failures = 0
         server.completed += 1
-        server.last_completed_at = self.clock()
+        server.last_completed_at = now
         server.latency_s += latency
         server.prompt_tokens += gen.prompt_tokens or 0
         server.completion_tokens += gen.completion_tokens or 0

@@ -17,7 +17,7 @@ from typing import Any, Protocol
 from tokenmill.errors import RequestError
 from tokenmill.monitor.origin import Origin
 from tokenmill.quality.signals import Signals, combined, signals
-from tokenmill.records import Completion, Failure, Generation, Prompt, Turn
+from tokenmill.records import Completion, Failure, Generation, Prompt, Turn, rounded
 
 
 @dataclass(slots=True)
@@ -65,7 +65,7 @@ def _turn(gen: Generation, server: str, latency_s: float) -> Turn:
         prompt_tokens=gen.prompt_tokens,
         completion_tokens=gen.completion_tokens,
         server=server,
-        latency_s=round(latency_s, 4),
+        latency_s=rounded(latency_s, 4),
         reasoning_content=gen.reasoning_content,
         prompt_token_ids=gen.prompt_token_ids if gen.completion_token_ids is not None else None,
         completion_token_ids=gen.completion_token_ids,
@@ -115,10 +115,10 @@ class RecordMaker:
             model=self.model,
             sampling=self.sampling if prompt.seed is None else {**self.sampling, "seed": prompt.seed},
             server=server,
-            latency_s=round(latency_s, 4),
+            latency_s=rounded(latency_s, 4),
             attempts=work.attempts,
-            started_at=round(work.first_wall or now, 3),
-            finished_at=round(now, 3),
+            started_at=rounded(work.first_wall or now, 3),
+            finished_at=rounded(now, 3),
             reasoning_content=gen.reasoning_content,
             prompt_token_ids=gen.prompt_token_ids,
             completion_token_ids=gen.completion_token_ids,
@@ -140,7 +140,7 @@ class RecordMaker:
             http_status=exc.status,
             server=server,
             attempts=work.attempts,
-            finished_at=round(self.wall(), 3),
+            finished_at=rounded(self.wall(), 3),
         )
 
 
