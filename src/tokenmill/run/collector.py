@@ -5,9 +5,9 @@ Every request allocates a few hundred short-lived objects; with the default thre
 every few requests and rescans all long-lived objects often. A young collection scans only what is still alive
 (what refcounting freed first is never looked at), which is about the requests in flight whatever the threshold:
 so the fewer collections the better, until the cyclic garbage they leave waits too long. At 200,000 allocations
-(a few seconds of a full-speed run, some tens of MB at most) the collector costs the client 4 % fewer
-instructions per completion than at 20,000 with 1,024 requests in flight, about as much as none at all
-(bench/overhead.py's setup under callgrind). These are process-wide settings: the thresholds in force before the
+the client spends 4 % fewer instructions per completion than at 20,000 with 1,024 requests in flight, about as
+few as with no collector at all (bench/overhead.py's setup under callgrind), and its peak RSS there stays under
+100 MB. These are process-wide settings: the thresholds in force before the
 first of the runs in progress come back when the last one ends.
 """
 

@@ -271,12 +271,13 @@ class Dispatcher:
             server.failed += 1
             self.retries.fail(work, exc, server)
         except RequestTimeout as exc:
-            self._observe(server, self.clock() - start, None, exc)
-            kind = self.pool.overloaded(server, start, self.clock())
+            now = self.clock()
+            self._observe(server, now - start, None, exc)
+            kind = self.pool.overloaded(server, start, now)
             if kind is None:
                 self.retries.on_transient(work, server, exc)
             else:
-                self.retries.on_overload(work, server, exc, self.clock() - start, kind == "work", timeout)
+                self.retries.on_overload(work, server, exc, now - start, kind == "work", timeout)
         except TransientError as exc:
             self._observe(server, self.clock() - start, None, exc)
             self.retries.on_transient(work, server, exc)
