@@ -77,7 +77,7 @@ def main() -> None:
     path = write_prompts(args.work / "prompts.jsonl", args.n)
     watch = Stopwatch()
     prompts = [orjson.loads(line) for line in path.read_bytes().splitlines()]
-    with contextlib.nullcontext() if args.default_gc else collect_less():
+    with contextlib.nullcontext() if args.default_gc else collect_less(args.inflight):
         done = _run(generate(args.servers, prompts, args.inflight, args.max_tokens))
     wall, cpu = watch.read()
     print_client_result("bare" + (" (default GC)" if args.default_gc else ""), done, done == args.n, wall, cpu)

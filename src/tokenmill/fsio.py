@@ -1,4 +1,4 @@
-"""File primitives every package shares: the one atomic write (durable when asked), create-if-absent, a file lock.
+"""File primitives every package shares: the one atomic write, create-if-absent, a file lock, a page-cache drop.
 
 OS errors escape as :class:`OSError`; each caller turns them into its own error at its boundary (the output
 directory's in :mod:`tokenmill.output.fsio`). ``durable=True`` is for what must survive a machine loss (shards,
@@ -46,6 +46,18 @@ def write_all(fd: int, data: bytes | bytearray | memoryview) -> None:
     while view:
         n = os.write(fd, view)
         view = view[n:]
+
+
+def drop_cache(fd: int) -> None:
+    """Tell the OS that the pages of ``fd``'s file, written and fsynced, will not be read again soon
+    (``POSIX_FADV_DONTNEED``, as PostgreSQL does for a WAL segment it closes), so they are freed at once. A run
+    writes its whole corpus once (gigabytes); without this every byte stays in the page cache and the kernel
+    work of finding memory for the next writes grows with it (docs/output.md: what the writer costs). Advice
+    only: where the OS has no such call, or refuses it, nothing changes."""
+    advise = getattr(os, "posix_fadvise", None)
+    if advise is not None:
+        with contextlib.suppress(OSError):
+            advise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
 
 
 def fsync_dir(path: Path) -> None:

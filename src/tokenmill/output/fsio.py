@@ -145,6 +145,11 @@ class AppendFile:
             fsync_dir(self.path.parent)
             self._new_entry = False
 
+    def release(self) -> None:
+        """After :meth:`sync`: the file's pages need not stay cached (:func:`tokenmill.fsio.drop_cache`)."""
+        if self._fd is not None:
+            fsio.drop_cache(self._fd)
+
     def close(self) -> None:
         """Close the descriptor (queued bytes are dropped: call :meth:`sync` first to keep them)."""
         self._buf = bytearray()

@@ -298,6 +298,7 @@ class OutputDir:
 
     def _seal(self, shard: _Shard) -> None:
         shard.file.sync()
+        shard.file.release()  # written once, read back rarely (an upload, verify): not kept in the page cache
         shard.file.close()
         self._shard = None
         name = self.names.shard(shard.index)

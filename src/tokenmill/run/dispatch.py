@@ -135,7 +135,7 @@ class Dispatcher:
     async def run(self, source: AsyncIterator[Prompt]) -> bool:
         """Dispatch until the source is exhausted and every prompt is recorded (True) or a stop (False)."""
         limit = 0 if self.pool.adaptive else (self.pool.first_limit + 4) * len(self.servers)
-        with collect_less():
+        with collect_less(self.pool.first_limit * len(self.servers)):  # the in-flight bound, adaptive or not
             async with open_session(self.retry, limit) as session:
                 self._session = session
                 prober = asyncio.create_task(self._probe_loop(), name="tokenmill-prober")

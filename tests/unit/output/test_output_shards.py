@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import errno
 import hashlib
+import os
 from pathlib import Path
 
 import orjson
@@ -272,3 +274,56 @@ def test_a_filesystem_without_locks_still_works_with_a_warning(
     out.close(seal=True)
     assert "cannot be locked on this filesystem (No locks available)" in caplog.text
     assert verify(tmp_path, ["p0"]).ok
+
+
+def test_a_sealed_shard_is_dropped_from_the_page_cache_once_it_is_fsynced(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each sealed shard, and nothing else, is advised out of the page cache, after its fsync."""
+    calls: list[tuple[str, int]] = []  # (what, inode) in call order
+    real_fsync = os.fsync
+
+    def fsync(fd: int) -> None:
+        calls.append(("fsync", os.fstat(fd).st_ino))
+        real_fsync(fd)
+
+    def fadvise(fd: int, offset: int, length: int, advice: int) -> None:
+        assert (offset, length, advice) == (0, 0, os.POSIX_FADV_DONTNEED)  # the whole file
+        calls.append(("dontneed", os.fstat(fd).st_ino))
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(os, "posix_fadvise", fadvise, raising=False)
+    out = OutputDir(tmp_path / "out", shard_size=3)
+    out.open()
+    for i in range(7):
+        out.write(completion(i))
+    out.fail(failure(9))
+    out.close(seal=False)
+
+    root = tmp_path / "out"
+    sealed = [(root / f"completions_00000{k}.jsonl").stat().st_ino for k in (0, 1)]
+    assert [ino for what, ino in calls if what == "dontneed"] == sealed  # not the open shard, failures, manifest
+    for ino in sealed:
+        assert calls.index(("fsync", ino)) < calls.index(("dontneed", ino))
+    assert len(lines(root / "completions_000000.jsonl")) == 3
+
+
+@pytest.mark.parametrize("advise", ["missing", "refused"])
+def test_sealing_works_where_the_os_gives_no_cache_advice(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, advise: str
+) -> None:
+    if advise == "missing":
+        monkeypatch.delattr(os, "posix_fadvise", raising=False)
+    else:
+
+        def refuse(fd: int, offset: int, length: int, advice: int) -> None:
+            raise OSError(errno.ENOSYS, "not supported")
+
+        monkeypatch.setattr(os, "posix_fadvise", refuse, raising=False)
+    out = OutputDir(tmp_path / "out", shard_size=2)
+    out.open()
+    for i in range(4):
+        out.write(completion(i))
+    out.close(seal=True)
+    report = verify(tmp_path / "out")
+    assert report.ok and report.counts["sealed_records"] == 4
